@@ -1,0 +1,50 @@
+"""napari-slidescope: whole-slide images in napari.
+
+The public API is GUI-free and imports neither napari nor Qt::
+
+    from napari_slidescope import open_slide, detect_tissue, segment_nuclei
+
+    with open_slide("slide.svs") as slide:
+        tissue = detect_tissue(slide)
+        nuclei = segment_nuclei(slide, region=(10_000, 12_000, 12_000, 14_000))
+
+Heavy modules are imported on first use, so ``import napari_slidescope`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from napari_slidescope._warnings import SlidescopeWarning
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "open_slide": "napari_slidescope.slide",
+    "Slide": "napari_slidescope.slide",
+    "ArraySlide": "napari_slidescope.slide",
+    "SlideError": "napari_slidescope.slide",
+}
+
+__all__ = ["SlidescopeWarning", "__version__", *_LAZY]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from napari_slidescope.pipeline.nuclei import NucleiResult, segment_nuclei
+    from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
+    from napari_slidescope.slide import ArraySlide, Slide, SlideError, open_slide
+
+
+def __getattr__(name: str) -> Any:
+    """Import public names lazily (PEP 562)."""
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'napari_slidescope' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,1 @@
+"""napari glue: reader, sample data, dock widget and launcher (the only GUI-aware package)."""

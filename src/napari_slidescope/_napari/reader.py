@@ -1,0 +1,115 @@
+"""The npe2 reader: a thin layer over :func:`napari_slidescope.open_slide`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+#: Extensions that only whole-slide formats use: a file behind them is always ours.
+SLIDE_EXTENSIONS = (".svs", ".ndpi", ".qptiff", ".scn", ".bif")
+TIFF_EXTENSIONS = (".tif", ".tiff", ".ome.tif", ".ome.tiff")
+
+#: Tiled TIFFs whose level 0 decodes to more than this are too large to load eagerly.
+EAGER_LIMIT_BYTES = 256 * 2**20
+
+LayerData = tuple[Any, dict[str, Any], str]
+ReaderFunction = Callable[[str | list[str]], list[LayerData]]
+
+
+def get_reader(path: str | list[str]) -> ReaderFunction | None:
+    """Return :func:`read_slide` when `path` is a slide this plugin should open, else None.
+
+    Sniffs cheaply (the TIFF header and IFDs, never pixels) and never raises. Ordinary
+    small single-image TIFFs are left to napari's builtin reader. A file behind a
+    slide-only extension (``.svs``, ``.ndpi``, ...) is always taken, even when its bytes
+    are damaged, so the user gets this plugin's error naming the file and the problem
+    instead of "no reader found".
+    """
+    if isinstance(path, list):
+        if len(path) != 1:
+            return None
+        path = path[0]
+    try:
+        return read_slide if _wants(os.fspath(path)) else None
+    except Exception:  # a sniffer must never raise
+        return None
+
+
+def _wants(path: str) -> bool:
+    from napari_slidescope.slide import _tiff
+
+    lower = path.lower()
+    if lower.endswith(SLIDE_EXTENSIONS):
+        return os.path.isfile(path) or not os.path.exists(path)
+    if not lower.endswith(TIFF_EXTENSIONS) or not _tiff.has_tiff_magic(path):
+        return False
+    with _tiff.TiffFile(path) as tif:
+        if _tiff.format_flags(tif) & {"svs", "ndpi", "qpi", "scn", "bif", "philips"}:
+            return True
+        series = tif.series[0]
+        if len(series.levels) > 1:
+            return True
+        page = series.keyframe
+        nbytes = int(series.size) * series.dtype.itemsize
+        return bool(page.is_tiled) and nbytes > EAGER_LIMIT_BYTES
+
+
+def read_slide(path: str | list[str]) -> list[LayerData]:
+    """Open a slide as one multiscale image layer (lazy dask levels, calibrated in µm).
+
+    Raises
+    ------
+    SlideError
+        Naming the file and the problem, if it cannot be opened.
+    """
+    from napari_slidescope.slide import open_slide
+
+    if isinstance(path, list):
+        path = path[0]
+    slide = open_slide(path, on_error="blank")
+    return [layer_data(slide)]
+
+
+def layer_data(slide: Any) -> LayerData:
+    """Build napari layer data for an open slide."""
+    import numpy as np
+
+    levels = list(slide.levels)
+    data: Any = levels if len(levels) > 1 else levels[0]
+    meta = dict(slide.metadata)
+    kwargs: dict[str, Any] = {
+        "name": slide.path.name,
+        "multiscale": len(levels) > 1,
+        "metadata": {"slidescope": meta, "path": str(slide.path)},
+    }
+    if slide.mpp is not None:
+        kwargs["scale"] = tuple(slide.mpp)
+        kwargs["units"] = ("µm", "µm")
+    dtype = np.dtype(levels[0].dtype)
+    if dtype == np.uint8:
+        limits = [0, 255]
+    else:  # statistics over the smallest level only, never level 0
+        small = np.asarray(levels[-1])
+        limits = [float(np.percentile(small, 0.1)), float(np.percentile(small, 99.9)) or 1.0]
+    if slide.axes == "YXS":
+        kwargs["rgb"] = True
+        kwargs["contrast_limits"] = limits
+    elif slide.axes == "CYX":
+        n = levels[0].shape[0]
+        kwargs["channel_axis"] = 0
+        kwargs["name"] = [f"{slide.path.name} [{c}]" for c in slide.channel_names]
+        kwargs["contrast_limits"] = [limits] * n
+        kwargs["blending"] = "additive"
+        if len(slide.channel_colors) == n:
+            kwargs["colormap"] = [_colormap(c, name) for c, name in zip(slide.channel_colors, slide.channel_names, strict=True)]
+    else:
+        kwargs["rgb"] = False
+        kwargs["contrast_limits"] = limits
+    return (data, kwargs, "image")
+
+
+def _colormap(rgb: tuple[float, float, float], name: str) -> Any:
+    from napari.utils.colormaps import Colormap
+
+    return Colormap([[0, 0, 0, 1], [*rgb, 1]], name=f"slidescope {name}")

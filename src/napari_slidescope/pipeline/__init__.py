@@ -1,0 +1,1 @@
+"""Regions, tile plans, the staged runner, and the public analysis functions."""

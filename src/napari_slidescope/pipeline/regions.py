@@ -1,0 +1,118 @@
+"""Sources and regions: what the analysis functions accept, validated once."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import numpy as np
+
+from napari_slidescope.slide import ArraySlide, Slide, open_slide
+
+
+class SlideLike(Protocol):
+    """What the analysis pipeline needs from a slide (Slide and ArraySlide both fit)."""
+
+    levels: list[Any]
+    axes: str
+    mpp: tuple[float, float] | None
+    format: str
+
+    @property
+    def shape0(self) -> tuple[int, int]: ...  # noqa: D102
+
+    @property
+    def downsamples(self) -> list[tuple[float, float]]: ...  # noqa: D102
+
+    def level_for_mpp(self, target_mpp: float) -> int: ...  # noqa: D102
+
+    def read_region(  # noqa: D102
+        self, region: tuple[int, int, int, int], *, level: int = 0
+    ) -> np.ndarray: ...
+
+
+def as_slide(
+    source: Any, *, mpp: float | tuple[float, float] | None = None
+) -> tuple[SlideLike, bool]:
+    """Turn an analysis `source` into a slide.
+
+    Parameters
+    ----------
+    source : Slide, ArraySlide, str, PathLike or (M, N, 3) ndarray of uint8
+        An open slide, a path to one, or an RGB image.
+    mpp : float or (float, float), optional
+        Micrometres per pixel of an array source (required for arrays); for a slide it
+        overrides a missing calibration only.
+
+    Returns
+    -------
+    slide : SlideLike
+        The slide to read from.
+    owned : bool
+        True when this function opened the slide and the caller must close it.
+
+    Raises
+    ------
+    ValueError
+        If an array source has no `mpp` or the wrong shape or dtype.
+    TypeError
+        If `source` is of an unsupported type.
+    """
+    if isinstance(source, Slide | ArraySlide):
+        if source.mpp is None and mpp is not None:
+            source.mpp = ArraySlide(np.zeros((1, 1, 3), np.uint8), mpp=mpp).mpp
+        return source, False
+    if isinstance(source, str | os.PathLike):
+        slide = open_slide(source)
+        if slide.mpp is None and mpp is not None:
+            slide.mpp = ArraySlide(np.zeros((1, 1, 3), np.uint8), mpp=mpp).mpp
+        return slide, True
+    if hasattr(source, "shape") and hasattr(source, "dtype"):
+        check_rgb(source, name="image")
+        if mpp is None:
+            raise ValueError(
+                "image: an array source needs its pixel size: pass mpp=<micrometres per pixel>"
+            )
+        return ArraySlide(source, mpp=mpp, name="image"), False
+    raise TypeError(
+        f"source must be a Slide, a path or an RGB array, got {type(source).__name__}"
+    )
+
+
+def check_rgb(image: Any, *, name: str = "image") -> None:
+    """Raise a clear ValueError unless `image` is an (M, N, 3) uint8 RGB image."""
+    shape, dtype = tuple(image.shape), np.dtype(image.dtype)
+    if len(shape) == 2:
+        raise ValueError(f"{name}: expected an RGB image (M, N, 3), got a grayscale {shape} array")
+    if len(shape) != 3 or shape[-1] != 3:
+        what = "an RGBA" if len(shape) == 3 and shape[-1] == 4 else f"a {shape}"
+        raise ValueError(f"{name}: expected an RGB image (M, N, 3), got {what} array")
+    if dtype != np.uint8:
+        raise ValueError(f"{name}: expected dtype uint8, got {dtype}")
+
+
+def check_region(
+    region: tuple[int, int, int, int] | None, shape0: tuple[int, int], *, name: str = "region"
+) -> tuple[int, int, int, int]:
+    """Validate a level-0 box ``(y0, x0, y1, x1)`` (half-open) and clip it to the slide.
+
+    None means the whole slide.
+
+    Raises
+    ------
+    ValueError
+        If the box is malformed, empty, or does not overlap the slide.
+    """
+    h, w = shape0
+    if region is None:
+        return (0, 0, int(h), int(w))
+    try:
+        y0, x0, y1, x1 = (int(round(float(v))) for v in region)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be (y0, x0, y1, x1) in level-0 pixels, got {region!r}") from None
+    if y1 <= y0 or x1 <= x0:
+        raise ValueError(f"{name} {region!r} is empty: need y1 > y0 and x1 > x0")
+    cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y1, h), min(x1, w)
+    if cy1 <= cy0 or cx1 <= cx0:
+        raise ValueError(f"{name} {region!r} lies outside the slide (level 0 is {h} x {w} px)")
+    return (cy0, cx0, cy1, cx1)

@@ -1,0 +1,237 @@
+"""Format detection and calibration for each slide vendor's TIFF dialect.
+
+Everything here reads tags and XML only; no pixel is decoded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Any
+
+from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.slide import _tiff
+
+#: Pixel sizes outside this range (µm/px) are not microscopy calibration (e.g. 72 dpi defaults).
+PLAUSIBLE_MPP = (0.01, 200.0)
+
+_FLAG_ORDER = ("svs", "ndpi", "qpi", "scn", "bif", "ome", "philips")
+_FORMAT_NAMES = {"qpi": "qptiff"}
+
+
+@dataclass
+class FormatInfo:
+    """What a slide's tags and descriptions say about it."""
+
+    format: str
+    mpp: tuple[float, float] | None = None
+    magnification: float | None = None
+    channel_names: list[str] = field(default_factory=list)
+    channel_colors: list[tuple[float, float, float]] = field(default_factory=list)
+    fluorescence: bool = False
+    properties: dict[str, Any] = field(default_factory=dict)
+    calibration_source: str = "none"
+
+
+def detect_format(tif: Any) -> str:
+    """Return the slide format name from tifffile's flags."""
+    flags = _tiff.format_flags(tif)
+    for flag in _FLAG_ORDER:
+        if flag in flags:
+            return _FORMAT_NAMES.get(flag, flag)
+    return "generic"
+
+
+def parse_aperio_description(description: str) -> dict[str, str]:
+    """Parse the ``key = value`` pairs of an Aperio ImageDescription.
+
+    Examples
+    --------
+    >>> parse_aperio_description("Aperio Image Library v11\\r\\n... |AppMag = 20|MPP = 0.4990")
+    {'AppMag': '20', 'MPP': '0.4990'}
+    """
+    props: dict[str, str] = {}
+    for part in description.split("|")[1:]:
+        if "=" in part:
+            key, _, value = part.partition("=")
+            props[key.strip()] = value.strip()
+    return props
+
+
+def _float(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) and out > 0 else None
+
+
+def _plausible(mpp: float | None) -> bool:
+    return mpp is not None and PLAUSIBLE_MPP[0] <= mpp <= PLAUSIBLE_MPP[1]
+
+
+def resolution_mpp(page: Any) -> tuple[float, float] | None:
+    """Return (y, x) µm/px from the TIFF resolution tags, or None when absent or implausible."""
+    unit = _tiff.tag_value(page, "ResolutionUnit")
+    unit = int(getattr(unit, "value", unit) or 2)
+    um_per_unit = {2: 25400.0, 3: 10000.0}.get(unit)
+    if um_per_unit is None:
+        return None
+    out = []
+    for name in ("YResolution", "XResolution"):
+        value = _tiff.tag_value(page, name)
+        if not value:
+            return None
+        num, den = value if isinstance(value, tuple) else (value, 1)
+        if not num or not den:
+            return None
+        out.append(um_per_unit * den / num)
+    if not all(_plausible(v) for v in out):
+        return None
+    return (out[0], out[1])
+
+
+def _ome_info(tif: Any) -> FormatInfo:
+    info = FormatInfo("ome")
+    xml = tif.ome_metadata or ""
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError:
+        return info
+    ns = {"ome": root.tag.split("}")[0].strip("{")} if root.tag.startswith("{") else {}
+    q = "ome:" if ns else ""
+    pixels = root.find(f".//{q}Image/{q}Pixels", ns)
+    if pixels is not None:
+        scale = {"nm": 1e-3, "µm": 1.0, "um": 1.0, "mm": 1e3, "cm": 1e4, "m": 1e6}
+        sx = _float(pixels.get("PhysicalSizeX"))
+        sy = _float(pixels.get("PhysicalSizeY")) or sx
+        fx = scale.get(pixels.get("PhysicalSizeXUnit", "µm"), 1.0)
+        fy = scale.get(pixels.get("PhysicalSizeYUnit", "µm"), 1.0)
+        if sx and sy:
+            info.mpp = (sy * fy, sx * fx)
+            info.calibration_source = "OME PhysicalSizeX/Y"
+        for ch in pixels.findall(f"{q}Channel", ns):
+            info.channel_names.append(ch.get("Name") or ch.get("ID") or "")
+            color = ch.get("Color")
+            if color is not None:
+                v = int(color) & 0xFFFFFFFF
+                info.channel_colors.append(
+                    ((v >> 24 & 255) / 255, (v >> 16 & 255) / 255, (v >> 8 & 255) / 255)
+                )
+    objective = root.find(f".//{q}Objective", ns)
+    if objective is not None:
+        info.magnification = _float(objective.get("NominalMagnification"))
+    return info
+
+
+def _qptiff_info(tif: Any, series: Any) -> FormatInfo:
+    info = FormatInfo("qptiff", fluorescence=True)
+    for page in series.pages:
+        desc = getattr(page, "description", "") or ""
+        try:
+            root = ET.fromstring(desc.encode("utf-16") if "utf-16" in desc[:60] else desc)
+        except ET.ParseError:
+            continue
+        info.channel_names.append((root.findtext("Name") or "").strip())
+        color = root.findtext("Color")
+        if color:
+            rgb = [int(c) / 255 for c in color.split(",")[:3]]
+            info.channel_colors.append((rgb[0], rgb[1], rgb[2]))
+        objective = root.findtext("Objective")
+        if objective and info.magnification is None:
+            info.magnification = _float(objective.lower().rstrip("x"))
+        if root.findtext("ImageType", "").strip().lower() == "brightfield":
+            info.fluorescence = False
+    return info
+
+
+def _bif_info(tif: Any) -> FormatInfo:
+    info = FormatInfo("bif")
+    for page in tif.pages[:4]:
+        xmp = _tiff.tag_value(page, "XMP")
+        if not xmp:
+            continue
+        text = xmp.decode("utf-8", "replace") if isinstance(xmp, bytes) else str(xmp)
+        res = re.search(r'ScanRes="([0-9.eE+-]+)"', text)
+        mag = re.search(r'Magnification="([0-9.]+)"', text)
+        if res and _plausible(_float(res.group(1))):
+            mpp = float(res.group(1))
+            info.mpp, info.calibration_source = (mpp, mpp), "Ventana ScanRes"
+        if mag:
+            info.magnification = _float(mag.group(1))
+        break
+    return info
+
+
+def _scn_info(tif: Any, series: Any) -> FormatInfo:
+    info = FormatInfo("scn")
+    xml = tif.scn_metadata or ""
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError:
+        return info
+    ns = root.tag.split("}")[0] + "}" if root.tag.startswith("{") else ""
+    width = series.shape[series.axes.index("X")]
+    for image in root.iter(f"{ns}image"):
+        view = image.find(f"{ns}view")
+        dims = [d for d in image.iter(f"{ns}dimension") if d.get("r", "0") == "0"]
+        if view is None or not dims:
+            continue
+        if int(dims[0].get("sizeX", -1)) != width:
+            continue
+        mpp = _float(view.get("sizeX"))
+        if mpp:
+            mpp = mpp / 1000.0 / width  # view size is in nanometres
+            if _plausible(mpp):
+                info.mpp, info.calibration_source = (mpp, mpp), "Leica SCN view size"
+        mag = image.find(f".//{ns}objective")
+        if mag is not None and mag.text:
+            info.magnification = _float(mag.text)
+    return info
+
+
+def describe(tif: Any, series: Any, path: str) -> FormatInfo:
+    """Collect format, calibration, magnification and channel metadata of a slide."""
+    fmt = detect_format(tif)
+    page = _tiff.first_page(series)
+    if fmt == "svs":
+        props = parse_aperio_description(page.description or "")
+        info = FormatInfo("svs", properties=dict(props))
+        mpp = _float(props.get("MPP"))
+        if _plausible(mpp):
+            info.mpp, info.calibration_source = (mpp, mpp), "Aperio MPP"  # type: ignore[assignment]
+        info.magnification = _float(props.get("AppMag"))
+    elif fmt == "ndpi":
+        tags = dict(page.ndpi_tags or {})
+        info = FormatInfo("ndpi")
+        info.properties = {
+            k: v for k, v in tags.items() if isinstance(v, str | int | float) and k != "McuStarts"
+        }
+        info.magnification = _float(tags.get("Magnification"))
+        if tags.get("Fluorescence"):
+            info.fluorescence = True
+            info.channel_names = [str(tags["Fluorescence"])]
+    elif fmt == "ome":
+        info = _ome_info(tif)
+    elif fmt == "qptiff":
+        info = _qptiff_info(tif, series)
+    elif fmt == "bif":
+        info = _bif_info(tif)
+    elif fmt == "scn":
+        info = _scn_info(tif, series)
+    else:
+        info = FormatInfo(fmt)
+    if info.mpp is None:
+        mpp_res = resolution_mpp(page)
+        if mpp_res is not None:
+            info.mpp, info.calibration_source = mpp_res, "TIFF resolution tags"
+    if info.mpp is None:
+        warnings.warn(
+            f"{path}: the file carries no pixel size; scale stays 1 and units are pixels",
+            SlidescopeWarning,
+            stacklevel=3,
+        )
+    return info

@@ -1,0 +1,454 @@
+"""The :class:`Slide` object and :func:`open_slide`, the public way to open a slide."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import dask.array as da
+import numpy as np
+
+from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.slide import _tiff
+from napari_slidescope.slide.chunking import choose_chunks, default_chunk_bytes, parse_bytes
+from napari_slidescope.slide.errors import SlideError
+from napari_slidescope.slide.formats import FormatInfo, describe
+
+OnError = Literal["raise", "blank"]
+
+
+class _Associated(Mapping[str, np.ndarray]):
+    """Associated images (label, macro, thumbnail...), decoded on first access."""
+
+    def __init__(self, loaders: dict[str, Callable[[], np.ndarray]]) -> None:
+        self._loaders = loaders
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._cache:
+            self._cache[name] = self._loaders[name]()
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+    def __repr__(self) -> str:
+        return f"<associated images {sorted(self._loaders)}>"
+
+
+class _BaseSlide:
+    """Geometry helpers shared by :class:`Slide` and :class:`ArraySlide`."""
+
+    levels: list[da.Array]
+    axes: str
+    mpp: tuple[float, float] | None
+
+    @property
+    def is_rgb(self) -> bool:
+        """True for RGB(A) slides with axes ``"YXS"``."""
+        return self.axes == "YXS"
+
+    @property
+    def _yx(self) -> tuple[int, int]:
+        return self.axes.index("Y"), self.axes.index("X")
+
+    @property
+    def level_shapes(self) -> list[tuple[int, int]]:
+        """(rows, cols) of each level."""
+        yi, xi = self._yx
+        return [(int(lv.shape[yi]), int(lv.shape[xi])) for lv in self.levels]
+
+    @property
+    def shape0(self) -> tuple[int, int]:
+        """(rows, cols) of level 0."""
+        return self.level_shapes[0]
+
+    @property
+    def downsamples(self) -> list[tuple[float, float]]:
+        """(y, x) level-0 pixels per pixel of each level, from exact shapes."""
+        h0, w0 = self.shape0
+        return [(h0 / h, w0 / w) for h, w in self.level_shapes]
+
+    def level_mpp(self, level: int) -> tuple[float, float] | None:
+        """Micrometres per pixel (y, x) of `level`, or None without calibration."""
+        if self.mpp is None:
+            return None
+        dy, dx = self.downsamples[level]
+        return (self.mpp[0] * dy, self.mpp[1] * dx)
+
+    def level_for_mpp(self, target_mpp: float) -> int:
+        """Return the level whose pixel size is nearest to `target_mpp` (log scale).
+
+        Ties go to the finer level. Without calibration, `target_mpp` is read as a
+        downsample factor relative to level 0.
+        """
+        if not target_mpp > 0:
+            raise ValueError(f"target_mpp must be positive, got {target_mpp!r}")
+        base = self.mpp[1] if self.mpp is not None else 1.0
+        costs = [abs(math.log(base * ds[1] / target_mpp)) for ds in self.downsamples]
+        best = min(costs)
+        return next(i for i, c in enumerate(costs) if c <= best + 1e-9)
+
+    def level_box(self, region: tuple[int, int, int, int], level: int) -> tuple[int, int, int, int]:
+        """Return the `level` pixel box covering the level-0 box `region`, clipped."""
+        y0, x0, y1, x1 = region
+        dy, dx = self.downsamples[level]
+        h, w = self.level_shapes[level]
+        ly0 = min(max(int(math.floor(y0 / dy)), 0), h)
+        lx0 = min(max(int(math.floor(x0 / dx)), 0), w)
+        ly1 = min(max(int(math.ceil(y1 / dy)), ly0), h)
+        lx1 = min(max(int(math.ceil(x1 / dx)), lx0), w)
+        return ly0, lx0, ly1, lx1
+
+    def read_region(self, region: tuple[int, int, int, int], *, level: int = 0) -> np.ndarray:
+        """Read the pixels of `level` covering the level-0 box `region` ``(y0, x0, y1, x1)``.
+
+        Reads on the calling thread. The result keeps the slide's axes order.
+        """
+        ly0, lx0, ly1, lx1 = self.level_box(region, level)
+        index: list[slice] = [slice(None)] * len(self.axes)
+        yi, xi = self._yx
+        index[yi], index[xi] = slice(ly0, ly1), slice(lx0, lx1)
+        return np.asarray(self.levels[level][tuple(index)].compute(scheduler="synchronous"))
+
+
+class Slide(_BaseSlide):
+    """An open whole-slide image: lazy dask levels over the tifffile zarr store.
+
+    Use :func:`open_slide` to make one. A Slide is a context manager; closing it releases
+    the file handle.
+
+    Attributes
+    ----------
+    path : Path
+        The file.
+    levels : list of dask.array.Array
+        Pyramid levels, level 0 first, each backed by the tifffile zarr store.
+    axes : str
+        ``"YXS"`` (RGB), ``"CYX"`` (multichannel) or ``"YX"``.
+    mpp : (float, float) or None
+        Micrometres per pixel (y, x) at level 0, or None when the file has no calibration.
+    format : str
+        ``"svs"``, ``"ndpi"``, ``"ome"``, ``"qptiff"``, ``"scn"``, ``"bif"``, ``"philips"``
+        or ``"generic"``.
+    magnification : float or None
+        Objective magnification the slide was scanned at.
+    channel_names : list of str
+        Channel names (multichannel and fluorescence slides), else empty.
+    associated : Mapping[str, ndarray]
+        Label, macro, thumbnail... images, decoded on access.
+    metadata : dict
+        Format, sizes, calibration, vendor properties and associated image names.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        chunk_bytes: int | str | None = None,
+        on_error: OnError = "raise",
+    ) -> None:
+        self.path = Path(path)
+        if on_error not in ("raise", "blank"):
+            raise ValueError(f"on_error must be 'raise' or 'blank', got {on_error!r}")
+        budget = default_chunk_bytes() if chunk_bytes is None else parse_bytes(chunk_bytes)
+        self._tif = _tiff.open_tiff(self.path)
+        try:
+            self._open(budget, on_error)
+        except SlideError:
+            self.close()
+            raise
+        except Exception as exc:
+            self.close()
+            raise SlideError(self.path, f"cannot be opened as a slide ({exc})") from exc
+
+    def _open(self, budget: int, on_error: OnError) -> None:
+        path = str(self.path)
+        all_series = list(self._tif.series)
+        main = max(all_series, key=lambda s: _area(s))
+        axes = main.axes
+        info: FormatInfo = describe(self._tif, main, path)
+        zarrs = _tiff.open_levels(main, path)
+        self.format = info.format
+        self.mpp = info.mpp
+        self.magnification = info.magnification
+        self.fluorescence = info.fluorescence
+        self.calibration_source = info.calibration_source
+        self.levels, self.axes = [], ""
+        for i, z in enumerate(zarrs):
+            arr, self.axes = _wrap_level(z, axes, budget, path=path, level=i, on_error=on_error)
+            self.levels.append(arr)
+        nch = self.levels[0].shape[0] if self.axes == "CYX" else 0
+        self.channel_names = list(info.channel_names) if nch else []
+        if nch and len(self.channel_names) != nch:
+            self.channel_names = [f"channel {c}" for c in range(nch)]
+        self.channel_colors = info.channel_colors if len(info.channel_colors) == nch else []
+        loaders: dict[str, Callable[[], np.ndarray]] = {}
+        for s in all_series:
+            if s is main:
+                continue
+            name = (s.name or f"series {s.index}").strip().lower()
+            loaders[name] = partial(_tiff.read_page, s)
+        self.associated: Mapping[str, np.ndarray] = _Associated(loaders)
+        self.metadata: dict[str, Any] = {
+            "format": self.format,
+            "path": path,
+            "shape": self.shape0,
+            "level_shapes": self.level_shapes,
+            "downsamples": self.downsamples,
+            "mpp": self.mpp,
+            "calibration_source": self.calibration_source,
+            "magnification": self.magnification,
+            "fluorescence": self.fluorescence,
+            "channel_names": self.channel_names,
+            "properties": info.properties,
+            "associated": sorted(loaders),
+            "axes": self.axes,
+            "dtype": str(self.levels[0].dtype),
+        }
+
+    def close(self) -> None:
+        """Release the file handle (the dask levels can no longer be computed)."""
+        tif = getattr(self, "_tif", None)
+        if tif is not None:
+            tif.close()
+
+    def __enter__(self) -> Slide:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mpp = f"{self.mpp[1]:.4g} µm/px" if self.mpp else "uncalibrated"
+        return (
+            f"<Slide {self.path.name!r} {self.format} {self.shape0[0]}x{self.shape0[1]} "
+            f"{self.axes} levels={len(self.levels)} {mpp}>"
+        )
+
+
+class ArraySlide(_BaseSlide):
+    """An in-memory image presented with the :class:`Slide` interface (one level).
+
+    Parameters
+    ----------
+    array : (M, N, 3) ndarray of uint8
+        An RGB image (or any array-like with a shape and dtype, e.g. a dask array).
+    mpp : float or (float, float) or None
+        Micrometres per pixel; None means uncalibrated (pixel units).
+    name : str
+        Display name used in messages.
+    """
+
+    format = "array"
+    magnification = None
+    fluorescence = False
+    channel_names: list[str] = []  # noqa: RUF012
+
+    def __init__(
+        self, array: Any, *, mpp: float | tuple[float, float] | None, name: str = "array"
+    ) -> None:
+        if array.ndim == 3 and array.shape[-1] in (3, 4):
+            self.axes = "YXS"
+        elif array.ndim == 2:
+            self.axes = "YX"
+        else:
+            raise ValueError(
+                f"{name}: expected an (M, N, 3) RGB or (M, N) image, got shape {array.shape}"
+            )
+        self.path = Path(name)
+        self.mpp = None if mpp is None else _as_pair(mpp, name)
+        self.levels = [array if isinstance(array, da.Array) else da.from_array(array)]
+        self.associated: Mapping[str, np.ndarray] = {}
+        self.metadata = {"format": "array", "shape": self.shape0, "mpp": self.mpp}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __enter__(self) -> ArraySlide:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_slide(
+    path: str | os.PathLike[str],
+    *,
+    chunk_bytes: int | str | None = None,
+    on_error: OnError = "raise",
+) -> Slide:
+    """Open a whole-slide TIFF lazily.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        An Aperio SVS, Hamamatsu NDPI, OME-TIFF, QPTIFF, Leica SCN, Ventana BIF or
+        generic (pyramidal) TIFF file.
+    chunk_bytes : int or str, optional
+        Dask chunk budget in bytes (``4194304`` or ``"4 MiB"``). Default: the
+        ``SLIDESCOPE_CHUNK_BYTES`` environment variable, else 4 MiB.
+    on_error : {"raise", "blank"}
+        What a tile whose compressed bytes are corrupt does when read: ``"raise"`` a
+        :class:`SlideError` naming the file, level and tile (the default, so analysis never
+        runs on invented pixels), or ``"blank"``: return zeros for that native tile only
+        and warn once per level (what the napari reader uses, so panning keeps working).
+
+    Returns
+    -------
+    Slide
+        Use it as a context manager, or call ``close()``.
+
+    Raises
+    ------
+    SlideError
+        If the file is missing, unreadable, empty, not a TIFF, truncated or damaged.
+
+    Examples
+    --------
+    >>> with open_slide("CMU-1.svs") as slide:  # doctest: +SKIP
+    ...     slide.levels[0].shape, slide.mpp
+    ((32914, 46000, 3), (0.499, 0.499))
+    """
+    return Slide(path, chunk_bytes=chunk_bytes, on_error=on_error)
+
+
+def _area(series: Any) -> int:
+    shape = dict(zip(series.axes, series.shape, strict=True))
+    return int(shape.get("Y", 0)) * int(shape.get("X", 0))
+
+
+def _as_pair(mpp: float | tuple[float, float], name: str) -> tuple[float, float]:
+    pair = (mpp, mpp) if np.isscalar(mpp) else tuple(mpp)  # type: ignore[arg-type]
+    if len(pair) != 2 or not all(float(v) > 0 for v in pair):
+        raise ValueError(f"{name}: mpp must be a positive number or (y, x) pair, got {mpp!r}")
+    return (float(pair[0]), float(pair[1]))
+
+
+def _wrap_level(
+    z: Any, axes: str, budget: int, *, path: str, level: int, on_error: OnError
+) -> tuple[da.Array, str]:
+    """Wrap one zarr level in dask; drop singleton axes other than C, Y, X, S."""
+    keep = [ax for ax in axes if ax in "CYXS"]
+    if "Y" not in keep or "X" not in keep:
+        raise SlideError(path, f"has no 2-D image plane (axes {axes!r})")
+    spatial = (axes.index("Y"), axes.index("X"))
+    chunks = choose_chunks(z.shape, z.chunks, z.dtype.itemsize, spatial=spatial, budget=budget)
+    arr = da.from_array(
+        _LevelReader(z, path=path, level=level, on_error=on_error),
+        chunks=chunks,
+        name=f"slidescope-{abs(hash((path, level, budget))):x}",
+        asarray=False,
+        lock=False,
+        inline_array=True,
+        meta=np.empty((0,) * z.ndim, dtype=z.dtype),
+    )
+    index = tuple(slice(None) if ax in "CYXS" else 0 for ax in axes)
+    extra = [ax for ax, n in zip(axes, z.shape, strict=True) if ax not in "CYXS" and n > 1]
+    if extra:
+        warnings.warn(
+            f"{path}: axes {extra} are not supported; showing index 0 of each",
+            SlidescopeWarning,
+            stacklevel=4,
+        )
+    if any(ax not in "CYXS" for ax in axes):
+        arr = arr[index]
+    out_axes = "".join(keep)
+    if out_axes not in ("YXS", "CYX", "YX"):
+        raise SlideError(path, f"has unsupported axes {axes!r}")
+    return arr, out_axes
+
+
+_warned: set[tuple[str, int]] = set()
+_warned_lock = threading.Lock()
+
+
+class _LevelReader:
+    """Array-like view of one zarr level that dask reads chunks from.
+
+    A decode failure raises a :class:`SlideError` naming the file, level and pixels, or
+    in ``"blank"`` mode zeros only the native tiles that fail and warns once per level.
+    """
+
+    def __init__(self, z: Any, *, path: str, level: int, on_error: OnError) -> None:
+        self._z = z
+        self.shape = tuple(z.shape)
+        self.dtype = z.dtype
+        self.ndim = len(self.shape)
+        self.native = tuple(z.chunks)
+        self._path, self._level, self._on_error = path, level, on_error
+
+    def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
+        b = tuple(
+            slice(*s.indices(n)[:2]) if isinstance(s, slice) else slice(s, s + 1)
+            for s, n in zip(key, self.shape, strict=False)
+        )
+        try:
+            return np.asarray(self._z[b])
+        except _decode_errors() as exc:
+            if self._on_error == "raise":
+                raise SlideError(
+                    self._path, f"level {self._level}: cannot decode pixels {_fmt(b)} ({exc})"
+                ) from exc
+        return self._read_blanking(b)
+
+    def _read_blanking(self, b: tuple[slice, ...]) -> np.ndarray:
+        out = np.zeros(tuple(s.stop - s.start for s in b), dtype=self.dtype)
+        bad = []
+        for sub in _native_boxes(b, self.native):
+            dst = tuple(slice(s.start - o.start, s.stop - o.start) for s, o in zip(sub, b, strict=True))
+            try:
+                out[dst] = self._z[sub]
+            except _decode_errors():
+                bad.append(_fmt(sub))
+        if bad:
+            with _warned_lock:
+                first = (self._path, self._level) not in _warned
+                _warned.add((self._path, self._level))
+            if first:
+                warnings.warn(
+                    f"{self._path}: level {self._level}: damaged tile(s) "
+                    f"{', '.join(bad[:4])} shown as blank",
+                    SlidescopeWarning,
+                    stacklevel=2,
+                )
+        return out
+
+
+def _native_boxes(b: tuple[slice, ...], native: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
+    ranges = []
+    for s, n in zip(b, native, strict=True):
+        edges = list(range(s.start - s.start % n, s.stop, n))
+        ranges.append([slice(max(e, s.start), min(e + n, s.stop)) for e in edges])
+    grid = np.stack(np.meshgrid(*[np.arange(len(r)) for r in ranges], indexing="ij"), -1)
+    for idx in grid.reshape(-1, len(ranges)):
+        yield tuple(r[i] for r, i in zip(ranges, idx, strict=True))
+
+
+def _fmt(b: tuple[slice, ...]) -> str:
+    return "[" + ", ".join(f"{s.start}:{s.stop}" for s in b) + "]"
+
+
+_DECODE_ERRORS: tuple[type[BaseException], ...] | None = None
+
+
+def _decode_errors() -> tuple[type[BaseException], ...]:
+    global _DECODE_ERRORS
+    if _DECODE_ERRORS is None:
+        _DECODE_ERRORS = _tiff.decode_error_types()
+    return _DECODE_ERRORS

@@ -99,21 +99,30 @@ def choose_chunks(
     per_pixel = itemsize * math.prod(c for i, c in enumerate(chunks) if i not in (yax, xax))
     budget_px = budget / per_pixel
     ny, nx = chunks[yax], chunks[xax]
-    max_my, max_mx = math.ceil(shape[yax] / ny), math.ceil(shape[xax] / nx)
-    my, mx = _best_multiples(ny, nx, max_my, max_mx, budget_px)
+    my, mx = _best_multiples(ny, nx, int(shape[yax]), int(shape[xax]), budget_px)
     chunks[yax] = min(my * ny, shape[yax])
     chunks[xax] = min(mx * nx, shape[xax])
     return tuple(chunks)
 
 
-def _best_multiples(ny: int, nx: int, max_my: int, max_mx: int, budget_px: float) -> tuple[int, int]:
-    """Pick native-chunk multiples: longest short side in budget, then squarest, then largest."""
+def _best_multiples(ny: int, nx: int, h: int, w: int, budget_px: float) -> tuple[int, int]:
+    """Pick native-chunk multiples: longest short side in budget, then squarest, then largest.
+
+    Sizes are measured after clipping to the level (an edge multiple may overhang it).
+    """
+    max_my, max_mx = -(-h // ny), -(-w // nx)
 
     def fit_x(my: int) -> int:
-        return min(max_mx, max(1, int(budget_px // (my * ny * nx))))
+        cy = min(my * ny, h)
+        if cy * w <= budget_px:
+            return max_mx
+        return min(max_mx, max(1, int(budget_px // (cy * nx))))
 
     def fit_y(mx: int) -> int:
-        return min(max_my, max(1, int(budget_px // (mx * nx * ny))))
+        cx = min(mx * nx, w)
+        if cx * h <= budget_px:
+            return max_my
+        return min(max_my, max(1, int(budget_px // (cx * ny))))
 
     side = math.sqrt(budget_px)
     ys = {1, max_my, *range(max(1, int(side // ny) - 1), int(side // ny) + 3)}
@@ -128,9 +137,9 @@ def _best_multiples(ny: int, nx: int, max_my: int, max_mx: int, budget_px: float
         candidates.add((my, mx))
         candidates.add((min(my, max(1, round(mx * nx / ny))), mx))
 
-    def score(c: tuple[int, int]) -> tuple[float, float, float]:
-        cy, cx = min(c[0] * ny, max_my * ny), min(c[1] * nx, max_mx * nx)
-        fits = c[0] * ny * c[1] * nx <= budget_px or c == (1, 1)
+    def score(c: tuple[int, int]) -> tuple[bool, int, float, int]:
+        cy, cx = min(c[0] * ny, h), min(c[1] * nx, w)
+        fits = cy * cx <= budget_px or c == (1, 1)
         return (fits, min(cy, cx), -max(cy, cx) / min(cy, cx), cy * cx)
 
     my, mx = max(candidates, key=score)

@@ -15,7 +15,8 @@ import importlib, sys
 class Block:
     def find_spec(self, name, path=None, target=None):
         root = name.split('.')[0]
-        if root in {'napari', 'qtpy', 'PyQt5', 'PyQt6', 'PySide2', 'PySide6', 'magicgui', 'superqt', 'vispy'}:
+        if root in {'napari', 'qtpy', 'PyQt5', 'PyQt6', 'PySide2', 'PySide6',
+                    'magicgui', 'superqt', 'vispy'}:
             raise ImportError(f'core imported GUI package {name}')
 sys.meta_path.insert(0, Block())
 import pkgutil, napari_slidescope

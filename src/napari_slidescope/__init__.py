@@ -25,6 +25,10 @@ _LAZY = {
     "Slide": "napari_slidescope.slide",
     "ArraySlide": "napari_slidescope.slide",
     "SlideError": "napari_slidescope.slide",
+    "detect_tissue": "napari_slidescope.pipeline.tissue",
+    "TissueResult": "napari_slidescope.pipeline.tissue",
+    "segment_nuclei": "napari_slidescope.pipeline.nuclei",
+    "NucleiResult": "napari_slidescope.pipeline.nuclei",
 }
 
 __all__ = ["SlidescopeWarning", "__version__", *_LAZY]

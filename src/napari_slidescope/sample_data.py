@@ -106,7 +106,9 @@ def render_region(truth: SampleTruth, y0: int, y1: int, *, seed: int = 0) -> np.
     eosin = np.where(tissue, 0.35, 0.0).astype(np.float32)
     eosin *= 1 + 0.25 * grain
     hema = np.where(tissue, 0.04, 0.0).astype(np.float32)
-    sel = (truth.nuclei[:, 0] + truth.nuclei[:, 2] >= y0) & (truth.nuclei[:, 0] - truth.nuclei[:, 2] < y1)
+    sel = (truth.nuclei[:, 0] + truth.nuclei[:, 2] >= y0) & (
+        truth.nuclei[:, 0] - truth.nuclei[:, 2] < y1
+    )
     for cy, cx, ry, rx in truth.nuclei[sel]:
         by0, by1 = int(max(cy - ry - 1, y0)), int(min(cy + ry + 2, y1))
         bx0, bx1 = int(max(cx - rx - 1, 0)), int(min(cx + rx + 2, w))

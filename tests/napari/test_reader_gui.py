@@ -1,6 +1,5 @@
 """The reader inside a real viewer (run under xvfb-run)."""
 
-import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gui
@@ -24,7 +23,9 @@ def test_viewer_open_shared_svs_and_ndpi(make_napari_viewer, shared_file):
 def test_viewer_open_qptiff_splits_channels(make_napari_viewer, shared_file):
     viewer = make_napari_viewer()
     layers = viewer.open(str(shared_file("small_vectra.qptiff")), plugin="napari-slidescope")
-    assert [ly.name for ly in layers] == [f"small_vectra.qptiff [{c}]" for c in ("DAPI", "FITC", "Cy3")]
+    assert [ly.name for ly in layers] == [
+        f"small_vectra.qptiff [{c}]" for c in ("DAPI", "FITC", "Cy3")
+    ]
 
 
 def test_sample_slide_renders(make_napari_viewer, sample_slide, qtbot):

@@ -12,8 +12,15 @@ from napari_slidescope import SlideError, SlidescopeWarning, open_slide
 def _tiled_tiff(path, *, compression="jpeg", shape=(512, 512, 3)):
     rng = np.random.default_rng(0)
     data = rng.integers(0, 255, shape, dtype=np.uint8)
-    tifffile.imwrite(path, data, tile=(256, 256), photometric="rgb", compression=compression,
-                     resolution=(1e4 / 0.5, 1e4 / 0.5), resolutionunit="CENTIMETER")
+    tifffile.imwrite(
+        path,
+        data,
+        tile=(256, 256),
+        photometric="rgb",
+        compression=compression,
+        resolution=(1e4 / 0.5, 1e4 / 0.5),
+        resolutionunit="CENTIMETER",
+    )
     return data
 
 
@@ -44,7 +51,10 @@ def test_truncated_tile_data(tmp_path):
     path = tmp_path / "short.tif"
     _tiled_tiff(path, compression="zlib")
     with tifffile.TiffFile(path) as tif:
-        end = max(o + n for o, n in zip(tif.pages[0].dataoffsets, tif.pages[0].databytecounts, strict=True))
+        end = max(
+            o + n
+            for o, n in zip(tif.pages[0].dataoffsets, tif.pages[0].databytecounts, strict=True)
+        )
         ifd = tif.pages[0].offset
     data = path.read_bytes()
     assert ifd < end  # tifffile writes the IFD first: cutting the end cuts pixel data only

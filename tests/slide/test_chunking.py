@@ -1,4 +1,3 @@
-import math
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +19,11 @@ def test_ndpi_band_grows_in_rows_only():
 
 
 def test_native_chunk_larger_than_budget_is_kept_whole():
-    assert choose_chunks((100, 5000, 3), (16, 5000, 3), 1, spatial=(0, 1), budget=1000) == (16, 5000, 3)
+    assert choose_chunks((100, 5000, 3), (16, 5000, 3), 1, spatial=(0, 1), budget=1000) == (
+        16,
+        5000,
+        3,
+    )
 
 
 def test_small_image_is_one_chunk():

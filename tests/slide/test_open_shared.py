@@ -8,21 +8,62 @@ from napari_slidescope import SlidescopeWarning, open_slide
 
 # name: (format, level shapes (Y, X), mpp or None, axes, channel names, associated)
 EXPECTED = {
-    "CMU-1-Small-Region.svs": ("svs", [(2967, 2220)], 0.499, "YXS", [], {"thumbnail", "label", "macro"}),
-    "TCGA-CR-7395-01A-01-TS1.svs": ("svs", [(3567, 4443), (1783, 2221)], None, "YXS", [], {"thumbnail"}),
+    "CMU-1-Small-Region.svs": (
+        "svs",
+        [(2967, 2220)],
+        0.499,
+        "YXS",
+        [],
+        {"thumbnail", "label", "macro"},
+    ),
+    "TCGA-CR-7395-01A-01-TS1.svs": (
+        "svs",
+        [(3567, 4443), (1783, 2221)],
+        None,
+        "YXS",
+        [],
+        {"thumbnail"},
+    ),
     "openslide-python_small.svs": ("svs", [(16, 16)], 0.499, "YXS", [], {"thumbnail"}),
     "test3-DAPI-2-387.ndpi": (
-        "ndpi", [(4864, 3968), (2432, 1984), (1216, 992), (608, 496)], 0.22817, "YXS", [], {"macro", "map"}
+        "ndpi",
+        [(4864, 3968), (2432, 1984), (1216, 992), (608, 496)],
+        0.22817,
+        "YXS",
+        [],
+        {"macro", "map"},
     ),
     "test3-TRITC-2-560.ndpi": (
-        "ndpi", [(4864, 3968), (2432, 1984), (1216, 992), (608, 496)], 0.22817, "YXS", [], {"macro", "map"}
+        "ndpi",
+        [(4864, 3968), (2432, 1984), (1216, 992), (608, 496)],
+        0.22817,
+        "YXS",
+        [],
+        {"macro", "map"},
     ),
-    "small_vectra.qptiff": ("qptiff", [(1440, 1920)], 0.49652, "CYX", ["DAPI", "FITC", "Cy3"], {"thumbnail"}),
+    "small_vectra.qptiff": (
+        "qptiff",
+        [(1440, 1920)],
+        0.49652,
+        "CYX",
+        ["DAPI", "FITC", "Cy3"],
+        {"thumbnail"},
+    ),
     "derived/derived_CMU-1-Small-Region_subifd-pyramid.ome.tif": (
-        "ome", [(2967, 2220), (1483, 1110), (741, 555), (370, 277)], 0.499, "YXS", [], set()
+        "ome",
+        [(2967, 2220), (1483, 1110), (741, 555), (370, 277)],
+        0.499,
+        "YXS",
+        [],
+        set(),
     ),
     "derived/derived_CMU-1-Small-Region_generic-pyramid.tif": (
-        "generic", [(2967, 2220), (1483, 1110), (741, 555), (370, 277)], 0.499, "YXS", [], set()
+        "generic",
+        [(2967, 2220), (1483, 1110), (741, 555), (370, 277)],
+        0.499,
+        "YXS",
+        [],
+        set(),
     ),
 }
 
@@ -59,7 +100,9 @@ def test_random_regions_equal_tifffile_decode(shared_file, name):
     rng = np.random.default_rng(0)
     path = shared_file(name)
     with _open(path, mpp) as slide, tifffile.TiffFile(path) as tif:
-        series = max(tif.series, key=lambda s: s.shape[s.axes.index("Y")] * s.shape[s.axes.index("X")])
+        series = max(
+            tif.series, key=lambda s: s.shape[s.axes.index("Y")] * s.shape[s.axes.index("X")]
+        )
         for level, arr in enumerate(slide.levels):
             expected = series.levels[level].asarray()
             assert arr.shape == expected.shape
@@ -73,8 +116,10 @@ def test_random_regions_equal_tifffile_decode(shared_file, name):
                     got, want = arr[y0:y1, x0:x1], expected[y0:y1, x0:x1]
                 np.testing.assert_array_equal(np.asarray(got), want)
             # the last row/col edge chunk
-            np.testing.assert_array_equal(np.asarray(arr[..., -3:, :] if axes == "CYX" else arr[-3:]),
-                                          expected[..., -3:, :] if axes == "CYX" else expected[-3:])
+            np.testing.assert_array_equal(
+                np.asarray(arr[..., -3:, :] if axes == "CYX" else arr[-3:]),
+                expected[..., -3:, :] if axes == "CYX" else expected[-3:],
+            )
 
 
 def test_associated_images_decode_on_access(shared_file):

@@ -102,7 +102,10 @@ def layer_data(slide: Any) -> LayerData:
         kwargs["contrast_limits"] = [limits] * n
         kwargs["blending"] = "additive"
         if len(slide.channel_colors) == n:
-            kwargs["colormap"] = [_colormap(c, name) for c, name in zip(slide.channel_colors, slide.channel_names, strict=True)]
+            kwargs["colormap"] = [
+                _colormap(c, name)
+                for c, name in zip(slide.channel_colors, slide.channel_names, strict=True)
+            ]
     else:
         kwargs["rgb"] = False
         kwargs["contrast_limits"] = limits

@@ -74,9 +74,7 @@ def as_slide(
                 "image: an array source needs its pixel size: pass mpp=<micrometres per pixel>"
             )
         return ArraySlide(source, mpp=mpp, name="image"), False
-    raise TypeError(
-        f"source must be a Slide, a path or an RGB array, got {type(source).__name__}"
-    )
+    raise TypeError(f"source must be a Slide, a path or an RGB array, got {type(source).__name__}")
 
 
 def check_rgb(image: Any, *, name: str = "image") -> None:
@@ -109,7 +107,9 @@ def check_region(
     try:
         y0, x0, y1, x1 = (int(round(float(v))) for v in region)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be (y0, x0, y1, x1) in level-0 pixels, got {region!r}") from None
+        raise ValueError(
+            f"{name} must be (y0, x0, y1, x1) in level-0 pixels, got {region!r}"
+        ) from None
     if y1 <= y0 or x1 <= x0:
         raise ValueError(f"{name} {region!r} is empty: need y1 > y0 and x1 > x0")
     cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y1, h), min(x1, w)

@@ -46,7 +46,7 @@ def detect_format(tif: Any) -> str:
 
 
 def parse_aperio_description(description: str) -> dict[str, str]:
-    """Parse the ``key = value`` pairs of an Aperio ImageDescription.
+    r"""Parse the ``key = value`` pairs of an Aperio ImageDescription.
 
     Examples
     --------

@@ -1,0 +1,504 @@
+"""Masks and labels as polygons in level-0 pixels, GeoJSON for QuPath, tile gating.
+
+Coordinates
+-----------
+A mask (or label image) pixel ``(r, c)`` covers the level-0 area
+``[origin_y + r * downsample_y, origin_y + (r + 1) * downsample_y)`` (same for x).
+Polygons are ``(N, 2)`` float arrays of level-0 ``(row, col)`` vertices, open (the
+first vertex is not repeated, collinear vertices dropped), tracing pixel edges (cutting
+corners diagonally): a polygon encloses exactly the centres of the pixels it was made
+from. GeoJSON files hold ``(x, y)`` = ``(col, row)``
+and closed rings, as QuPath reads and writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import ndimage as ndi
+from skimage import draw, measure
+
+__all__ = [
+    "labels_to_polygons",
+    "mask_to_polygons",
+    "polygons_to_mask",
+    "read_geojson",
+    "read_geojson_rings",
+    "tiles_with_tissue",
+    "tissue_fraction",
+    "write_geojson",
+]
+
+Pair = tuple[float, float]
+#: QuPath's default colour of the "Tissue" class is not fixed; this is a readable green.
+TISSUE_COLOR = (0, 200, 0)
+
+
+def _pair(value: float | Sequence[float], name: str) -> Pair:
+    if isinstance(value, int | float | np.integer | np.floating):
+        out = (float(value), float(value))
+    else:
+        seq = tuple(float(v) for v in value)
+        if len(seq) != 2:
+            raise ValueError(f"{name}: expected a number or a (y, x) pair, got {value!r}")
+        out = (seq[0], seq[1])
+    if not all(math.isfinite(v) for v in out):
+        raise ValueError(f"{name}: expected finite numbers, got {value!r}")
+    return out
+
+
+def _signed_area(ring: np.ndarray) -> float:
+    """Shoelace area of a ring of (row, col) vertices (positive = clockwise on screen)."""
+    r, c = ring[:, 0], ring[:, 1]
+    return 0.5 * float(np.dot(c[:-1], r[1:]) - np.dot(r[:-1], c[1:]) + c[-1] * r[0] - r[-1] * c[0])
+
+
+def _to_level0(
+    contour: np.ndarray, offset: tuple[int, int], downsample: Pair, origin: Pair
+) -> np.ndarray:
+    """Contour in padded-crop pixel-centre units -> open level-0 ring (row, col)."""
+    if len(contour) > 1 and np.array_equal(contour[0], contour[-1]):
+        contour = contour[:-1]
+    # -1 undoes the padding; +0.5 turns pixel-centre units into pixel-edge units
+    scale = np.array(downsample)
+    shift = np.array(origin) + (np.array(offset) - 0.5) * scale
+    return contour * scale + shift
+
+
+def _drop_collinear(ring: np.ndarray) -> np.ndarray:
+    """Remove vertices that lie on the straight line through their neighbours (lossless)."""
+    if len(ring) < 4:
+        return ring
+    prev = np.roll(ring, 1, axis=0)
+    nxt = np.roll(ring, -1, axis=0)
+    a, b = ring - prev, nxt - ring
+    cross = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
+    keep = np.abs(cross) > 1e-9 * (np.abs(a).sum(1) * np.abs(b).sum(1) + 1e-300)
+    return ring[keep] if keep.sum() >= 3 else ring
+
+
+def _rings_of_object(crop: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Exterior and hole contours of one 4-connected object in a 1-px padded crop."""
+    contours = measure.find_contours(crop.astype(np.uint8), 0.5)
+    areas = [_signed_area(c) for c in contours]
+    k = int(np.argmax(np.abs(areas)))
+    sign = math.copysign(1.0, areas[k])
+    holes = [c for i, c in enumerate(contours) if i != k and math.copysign(1.0, areas[i]) != sign]
+    return contours[k], holes
+
+
+def mask_to_polygons(
+    mask: np.ndarray,
+    *,
+    downsample: float | Sequence[float] = 1.0,
+    origin: float | Sequence[float] = (0.0, 0.0),
+    holes: bool = True,
+) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """Outline each 4-connected piece of a mask, with its holes.
+
+    Parameters
+    ----------
+    mask : (M, N) ndarray of bool
+        Binary mask.
+    downsample : float or (float, float)
+        Level-0 pixels per mask pixel, ``(y, x)``.
+    origin : float or (float, float)
+        Level-0 ``(y, x)`` of the top-left corner of ``mask[0, 0]``.
+    holes : bool
+        Also return the interior rings.
+
+    Returns
+    -------
+    exteriors : list of (N, 2) ndarray of float
+        One outer ring per piece, level-0 ``(row, col)``, largest piece first.
+    interiors : list of list of (K, 2) ndarray of float
+        ``interiors[i]`` are the holes of ``exteriors[i]`` (empty lists when
+        ``holes`` is False).
+    """
+    mask = np.asarray(mask)
+    if mask.ndim != 2:
+        raise ValueError(f"mask: expected a 2-D array, got shape {mask.shape}")
+    ds, org = _pair(downsample, "downsample"), _pair(origin, "origin")
+    labels, n = ndi.label(mask.astype(bool))
+    if n == 0:
+        return [], []
+    sizes = np.bincount(labels.ravel())[1:]
+    pieces: list[tuple[int, np.ndarray, list[np.ndarray]]] = []
+    for lab, sl in enumerate(ndi.find_objects(labels), start=1):
+        if sl is None:
+            continue
+        crop = np.pad(labels[sl] == lab, 1)
+        if not holes:
+            crop = ndi.binary_fill_holes(crop)
+        ext, hls = _rings_of_object(crop)
+        off = (sl[0].start, sl[1].start)
+        ring = _drop_collinear(_to_level0(ext, off, ds, org))
+        hole_rings = [_drop_collinear(_to_level0(h, off, ds, org)) for h in hls]
+        pieces.append((int(sizes[lab - 1]), ring, hole_rings if holes else []))
+    pieces.sort(key=lambda p: -p[0])
+    return [p[1] for p in pieces], [p[2] for p in pieces]
+
+
+def labels_to_polygons(
+    labels: np.ndarray,
+    *,
+    downsample: float | Sequence[float] = 1.0,
+    origin: float | Sequence[float] = (0.0, 0.0),
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Outer contour of every label of a label image (e.g. nuclei).
+
+    Each label is outlined in its own bounding-box crop (:func:`scipy.ndimage.find_objects`),
+    so thousands of small objects cost little. A label split in several pieces gets
+    the outline of its largest piece; holes are ignored.
+
+    Parameters
+    ----------
+    labels : (M, N) ndarray of int
+        0 is background.
+    downsample : float or (float, float)
+        Level-0 pixels per label pixel, ``(y, x)``.
+    origin : float or (float, float)
+        Level-0 ``(y, x)`` of the top-left corner of ``labels[0, 0]``.
+
+    Returns
+    -------
+    polygons : list of (N, 2) ndarray of float
+        Level-0 ``(row, col)`` rings, in increasing label order.
+    ids : (K,) ndarray of int
+        The label of each polygon.
+
+    Examples
+    --------
+    >>> lab = np.zeros((6, 6), np.int32)
+    >>> lab[1:3, 1:3] = 7
+    >>> polys, ids = labels_to_polygons(lab, downsample=2, origin=(100, 0))
+    >>> ids.tolist(), float(polys[0][:, 0].min()), float(polys[0][:, 0].max())
+    ([7], 102.0, 106.0)
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 2 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(
+            f"labels: expected a 2-D integer array, got shape {labels.shape} {labels.dtype}"
+        )
+    ds, org = _pair(downsample, "downsample"), _pair(origin, "origin")
+    if labels.size and labels.min() < 0:
+        raise ValueError("labels: expected labels >= 0 (0 = background)")
+    polygons: list[np.ndarray] = []
+    ids: list[int] = []
+    for i, sl in enumerate(ndi.find_objects(labels)):
+        if sl is None:
+            continue
+        lab = i + 1
+        sub = labels[sl]
+        crop = np.zeros((sub.shape[0] + 2, sub.shape[1] + 2), np.uint8)
+        crop[1:-1, 1:-1] = sub == lab
+        contours = measure.find_contours(crop, 0.5)
+        ring = contours[0]
+        if len(contours) > 1:
+            ring = max(contours, key=lambda c: abs(_signed_area(c)))
+        ring = _to_level0(ring, (sl[0].start, sl[1].start), ds, org)
+        polygons.append(_drop_collinear(ring))
+        ids.append(lab)
+    return polygons, np.asarray(ids, dtype=np.int64)
+
+
+def polygons_to_mask(
+    exteriors: Iterable[np.ndarray],
+    interiors: Iterable[Iterable[np.ndarray]] | None = None,
+    *,
+    shape: tuple[int, int],
+    downsample: float | Sequence[float] = 1.0,
+    origin: float | Sequence[float] = (0.0, 0.0),
+) -> np.ndarray:
+    """Rasterise level-0 polygons onto a mask grid (pixel centres inside -> True).
+
+    Parameters
+    ----------
+    exteriors : iterable of (N, 2) ndarray
+        Level-0 ``(row, col)`` outer rings.
+    interiors : iterable of iterable of (K, 2) ndarray, optional
+        Holes of each exterior.
+    shape : (int, int)
+        Shape of the output mask.
+    downsample, origin
+        The mask grid, as in :func:`mask_to_polygons`.
+
+    Returns
+    -------
+    (M, N) ndarray of bool
+    """
+    ds, org = _pair(downsample, "downsample"), _pair(origin, "origin")
+    out = np.zeros(shape, bool)
+    ext_list = list(exteriors)
+    int_list = list(interiors) if interiors is not None else [[] for _ in ext_list]
+
+    def grid(ring: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ring = np.asarray(ring, float)
+        rr = (ring[:, 0] - org[0]) / ds[0] - 0.5
+        cc = (ring[:, 1] - org[1]) / ds[1] - 0.5
+        return draw.polygon(rr, cc, shape=shape)
+
+    for ext, hls in zip(ext_list, int_list, strict=True):
+        piece = np.zeros(shape, bool)
+        piece[grid(ext)] = True
+        for h in hls:
+            piece[grid(h)] = False
+        out |= piece
+    return out
+
+
+def _closed_xy(ring: np.ndarray, *, exterior: bool) -> list[list[float]]:
+    """Level-0 (row, col) ring -> closed GeoJSON (x, y) ring, RFC 7946 winding."""
+    xy = np.asarray(ring, float)[:, ::-1]
+    # shoelace in (x, y): positive = counter-clockwise; exteriors CCW, holes CW
+    area = float(np.dot(xy[:, 0], np.roll(xy[:, 1], -1)) - np.dot(xy[:, 1], np.roll(xy[:, 0], -1)))
+    if (area < 0) == exterior:
+        xy = xy[::-1]
+    xy = np.vstack([xy, xy[:1]])
+    return [[round(float(x), 3), round(float(y), 3)] for x, y in xy]
+
+
+def write_geojson(
+    path: str | os.PathLike[str],
+    exteriors: Sequence[np.ndarray],
+    interiors: Sequence[Sequence[np.ndarray]] | None = None,
+    *,
+    name: str = "Tissue",
+    color: Sequence[int] = TISSUE_COLOR,
+    object_type: str = "annotation",
+    measurements: Sequence[dict[str, float]] | None = None,
+) -> None:
+    """Write polygons as a GeoJSON FeatureCollection that QuPath imports.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        Output ``.geojson`` file.
+    exteriors : sequence of (N, 2) ndarray
+        Level-0 ``(row, col)`` outer rings, one feature each.
+    interiors : sequence of sequence of (K, 2) ndarray, optional
+        Holes of each exterior (interior rings).
+    name : str
+        Classification name (QuPath class), e.g. ``"Tissue"`` or ``"Nucleus"``.
+    color : (int, int, int)
+        Classification colour, RGB 0-255.
+    object_type : {'annotation', 'detection'}
+        QuPath object type.
+    measurements : sequence of dict, optional
+        Per-feature measurements (name -> number), shown by QuPath.
+    """
+    if interiors is None:
+        interiors = [[] for _ in exteriors]
+    if len(interiors) != len(exteriors):
+        raise ValueError(
+            f"interiors: expected one list per exterior ({len(exteriors)}), got {len(interiors)}"
+        )
+    if measurements is not None and len(measurements) != len(exteriors):
+        raise ValueError("measurements: expected one dict per exterior")
+    rgb = [int(v) for v in color]
+    features: list[dict[str, Any]] = []
+    for i, (ext, hls) in enumerate(zip(exteriors, interiors, strict=True)):
+        if len(ext) < 3:
+            continue
+        rings = [_closed_xy(ext, exterior=True)]
+        rings += [_closed_xy(h, exterior=False) for h in hls if len(h) >= 3]
+        props: dict[str, Any] = {
+            "objectType": object_type,
+            "classification": {"name": name, "color": rgb},
+            "isLocked": False,
+        }
+        if measurements is not None:
+            props["measurements"] = {k: float(v) for k, v in measurements[i].items()}
+        features.append(
+            {
+                "type": "Feature",
+                "id": str(uuid.uuid4()),
+                "geometry": {"type": "Polygon", "coordinates": rings},
+                "properties": props,
+            }
+        )
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"type": "FeatureCollection", "features": features}, fh)
+
+
+def _features(doc: Any, path: str) -> list[dict[str, Any]]:
+    if isinstance(doc, list):
+        return [f for f in doc if isinstance(f, dict)]
+    if isinstance(doc, dict):
+        kind = doc.get("type")
+        if kind == "FeatureCollection":
+            return list(doc.get("features", []))
+        if kind == "Feature":
+            return [doc]
+        if kind in ("Polygon", "MultiPolygon"):
+            return [{"type": "Feature", "geometry": doc}]
+    raise ValueError(f"{path}: expected a GeoJSON FeatureCollection, Feature or list of features")
+
+
+def read_geojson_rings(
+    path: str | os.PathLike[str],
+) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """Read the polygons of a GeoJSON file (QuPath export or :func:`write_geojson`).
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A FeatureCollection, a Feature, or a list of features; Polygon and
+        MultiPolygon geometries are read, other geometries skipped.
+
+    Returns
+    -------
+    exteriors : list of (N, 2) ndarray of float
+        Level-0 ``(row, col)`` open rings.
+    interiors : list of list of (K, 2) ndarray of float
+        Holes of each exterior.
+
+    Raises
+    ------
+    ValueError
+        If the file is not JSON or not GeoJSON.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{os.fspath(path)}: not a GeoJSON file ({exc})") from exc
+    exteriors: list[np.ndarray] = []
+    interiors: list[list[np.ndarray]] = []
+
+    def ring(coords: Any) -> np.ndarray:
+        xy = np.asarray(coords, float).reshape(-1, 2)
+        if len(xy) > 1 and np.array_equal(xy[0], xy[-1]):
+            xy = xy[:-1]
+        return np.ascontiguousarray(xy[:, ::-1])
+
+    for feat in _features(doc, os.fspath(path)):
+        geom = feat.get("geometry") or {}
+        kind, coords = geom.get("type"), geom.get("coordinates")
+        polys = [coords] if kind == "Polygon" else coords if kind == "MultiPolygon" else []
+        for poly in polys:
+            if poly:
+                exteriors.append(ring(poly[0]))
+                interiors.append([ring(h) for h in poly[1:]])
+    return exteriors, interiors
+
+
+def read_geojson(path: str | os.PathLike[str]) -> list[np.ndarray]:
+    """Read the outer rings of the polygons of a GeoJSON file.
+
+    See :func:`read_geojson_rings` (which also returns the holes).
+
+    Returns
+    -------
+    list of (N, 2) ndarray of float
+        Level-0 ``(row, col)`` open rings.
+    """
+    return read_geojson_rings(path)[0]
+
+
+def _grid_of(mask: Any, downsample: Any, origin: Any) -> tuple[np.ndarray, Pair, Pair]:
+    if hasattr(mask, "mask") and not isinstance(mask, np.ndarray):
+        downsample = mask.downsample if downsample is None else downsample
+        origin = mask.origin if origin is None else origin
+        mask = mask.mask
+    arr = np.asarray(mask, bool)
+    if arr.ndim != 2:
+        raise ValueError(f"mask: expected a 2-D mask, got shape {arr.shape}")
+    return (
+        arr,
+        _pair(1.0 if downsample is None else downsample, "downsample"),
+        _pair((0.0, 0.0) if origin is None else origin, "origin"),
+    )
+
+
+def tissue_fraction(
+    mask: Any,
+    boxes: Any,
+    *,
+    downsample: float | Sequence[float] | None = None,
+    origin: float | Sequence[float] | None = None,
+) -> np.ndarray:
+    """Fraction of each level-0 box covered by tissue mask pixels.
+
+    A mask pixel counts for a box when it overlaps the box at all, so a box with
+    any tissue never gets 0 (gating errs on the side of reading).
+
+    Parameters
+    ----------
+    mask : (M, N) ndarray of bool, or an object with ``mask``, ``downsample`` and ``origin``
+        The tissue mask (e.g. a ``TissueResult``).
+    boxes : (K, 4) array_like
+        Level-0 boxes ``(y0, x0, y1, x1)``, half-open, e.g. a tile grid at any level
+        expressed in level-0 pixels.
+    downsample, origin : optional
+        The mask grid (see :func:`mask_to_polygons`); taken from ``mask`` when it is
+        a result object. Default 1 and (0, 0).
+
+    Returns
+    -------
+    (K,) ndarray of float
+        In 0..1; 0 for boxes outside the mask.
+    """
+    arr, ds, org = _grid_of(mask, downsample, origin)
+    b = np.asarray(boxes, float).reshape(-1, 4)
+    if len(b) and np.any((b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1])):
+        raise ValueError("boxes: expected (y0, x0, y1, x1) with y1 >= y0 and x1 >= x0")
+    h, w = arr.shape
+    sat = np.zeros((h + 1, w + 1), np.int64)
+    sat[1:, 1:] = arr.cumsum(0, dtype=np.int64).cumsum(1)
+    eps = 1e-9
+    r0 = np.floor((b[:, 0] - org[0]) / ds[0] + eps)
+    c0 = np.floor((b[:, 1] - org[1]) / ds[1] + eps)
+    r1 = np.ceil((b[:, 2] - org[0]) / ds[0] - eps)
+    c1 = np.ceil((b[:, 3] - org[1]) / ds[1] - eps)
+    area = np.maximum(r1 - r0, 0) * np.maximum(c1 - c0, 0)
+    r0c, r1c = np.clip(r0, 0, h).astype(np.int64), np.clip(r1, 0, h).astype(np.int64)
+    c0c, c1c = np.clip(c0, 0, w).astype(np.int64), np.clip(c1, 0, w).astype(np.int64)
+    r1c, c1c = np.maximum(r1c, r0c), np.maximum(c1c, c0c)
+    count = sat[r1c, c1c] - sat[r0c, c1c] - sat[r1c, c0c] + sat[r0c, c0c]
+    return np.divide(count, area, out=np.zeros(len(b)), where=area > 0)
+
+
+def tiles_with_tissue(
+    mask: Any,
+    boxes: Any,
+    *,
+    min_fraction: float = 0.0,
+    downsample: float | Sequence[float] | None = None,
+    origin: float | Sequence[float] | None = None,
+) -> np.ndarray:
+    """Which level-0 boxes (tiles of a grid at any level) contain tissue.
+
+    Parameters
+    ----------
+    mask : (M, N) ndarray of bool, or an object with ``mask``, ``downsample`` and ``origin``
+        The tissue mask (e.g. a ``TissueResult``).
+    boxes : (K, 4) array_like
+        Level-0 boxes ``(y0, x0, y1, x1)``.
+    min_fraction : float
+        A box is kept when it has tissue and its tissue fraction
+        (:func:`tissue_fraction`) is at least this. 0 keeps every box with any tissue.
+    downsample, origin : optional
+        The mask grid, taken from ``mask`` when it is a result object.
+
+    Returns
+    -------
+    (K,) ndarray of bool
+
+    Examples
+    --------
+    >>> m = np.zeros((4, 4), bool)
+    >>> m[0, 0] = True
+    >>> tiles_with_tissue(m, [(0, 0, 32, 32), (32, 32, 64, 64)], downsample=16).tolist()
+    [True, False]
+    """
+    if not 0.0 <= min_fraction <= 1.0:
+        raise ValueError(f"min_fraction: expected a fraction in [0, 1], got {min_fraction!r}")
+    frac = tissue_fraction(mask, boxes, downsample=downsample, origin=origin)
+    return (frac > 0) & (frac >= min_fraction)

@@ -1,0 +1,472 @@
+"""Tissue detection on an in-memory image at a coarse working resolution.
+
+The functions here see one array (a slide thumbnail or a level read at about
+8 µm/px) and return a boolean tissue mask. Every size is given in physical units
+(µm, µm²) and converted with the image's ``mpp``, so the same defaults work at any
+working resolution.
+
+Two modes:
+
+``"brightfield"`` (H&E, IHC)
+    Tissue is darker and more saturated than the glass. The feature is
+    ``max(saturation, relative darkness)``, smoothed, and thresholded by Otsu over
+    plausible pixels; the threshold is clipped to :data:`BRIGHTFIELD_THRESHOLD_RANGE`
+    so that an all-glass image stays empty and an all-tissue image stays full.
+    Pen marks (saturated blue/green) and near-black debris are rejected.
+``"fluorescence"``
+    Tissue is brighter than a dark background. The feature is the maximum over
+    channels, smoothed, thresholded by Otsu in the log domain, never below the
+    background level plus a few noise widths.
+
+Both modes then close and open with a disk of the smoothing radius, drop pieces
+smaller than ``min_tissue_um2`` and fill holes smaller than ``max_hole_um2``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from scipy import ndimage as ndi
+from skimage import filters, morphology
+
+__all__ = [
+    "BRIGHTFIELD_THRESHOLD_RANGE",
+    "DEFAULT_MAX_HOLE_UM2",
+    "DEFAULT_MIN_TISSUE_UM2",
+    "DEFAULT_SMOOTH_UM",
+    "Mode",
+    "artifact_mask",
+    "block_mean",
+    "brightfield_feature",
+    "fill_small_holes",
+    "fluorescence_feature",
+    "infer_mode",
+    "remove_small_pieces",
+    "tissue_mask",
+]
+
+Mode = Literal["brightfield", "fluorescence"]
+
+#: The automatic brightfield threshold is clipped into this range (feature units, 0..1):
+#: glass with JPEG tint stays below the low end, stained tissue above the high end.
+BRIGHTFIELD_THRESHOLD_RANGE: tuple[float, float] = (0.08, 0.30)
+#: Gaussian smoothing sigma (µm) per mode; fluorescence needs more to bridge nuclei.
+DEFAULT_SMOOTH_UM: dict[str, float] = {"brightfield": 8.0, "fluorescence": 20.0}
+#: Pieces of tissue smaller than this (µm², a 50 µm square) are dropped as dust.
+DEFAULT_MIN_TISSUE_UM2 = 2_500.0
+#: Holes smaller than this (µm², gaps of a few cells) are filled; lumens and tears stay.
+DEFAULT_MAX_HOLE_UM2 = 1_000.0
+
+_MODES = ("brightfield", "fluorescence")
+_DARK_MEAN = 0.2  # an RGB image darker than this on average is fluorescence
+_GLASS_MAX = 0.12  # a class of pixels whose mean feature is below this is glass
+_FLUO_MIN_LOG_CONTRAST = math.log(1.5)  # tissue is at least 1.5x brighter than background
+
+
+def _check_image(image: np.ndarray, *, name: str = "image") -> np.ndarray:
+    image = np.asarray(image)
+    if image.ndim not in (2, 3) or image.size == 0:
+        raise ValueError(
+            f"{name}: expected a non-empty (M, N) or (M, N, C) array, got shape {image.shape}"
+        )
+    if image.dtype == bool or not (
+        np.issubdtype(image.dtype, np.integer) or np.issubdtype(image.dtype, np.floating)
+    ):
+        raise ValueError(f"{name}: expected an integer or float array, got dtype {image.dtype}")
+    return image
+
+
+def _unit_scale(image: np.ndarray) -> float:
+    """Value that maps the image's range to 1 (255 for uint8, the max for floats > 1)."""
+    if image.dtype == np.uint8:
+        return 255.0
+    if np.issubdtype(image.dtype, np.integer):
+        return float(max(int(image.max()), 1))
+    mx = float(np.nanmax(image)) if image.size else 1.0
+    return mx if mx > 1.0 else 1.0
+
+
+def block_mean(image: np.ndarray, factor: int) -> np.ndarray:
+    """Downsample by averaging ``factor x factor`` blocks (partial edge blocks too).
+
+    Parameters
+    ----------
+    image : (M, N) or (M, N, C) ndarray
+        Image to downsample.
+    factor : int
+        Block size, >= 1. Output pixel ``(i, j)`` is the mean of input pixels
+        ``[i*factor, (i+1)*factor) x [j*factor, (j+1)*factor)``.
+
+    Returns
+    -------
+    (ceil(M / factor), ceil(N / factor)[, C]) ndarray
+        Same dtype as the input (rounded for integers).
+
+    Examples
+    --------
+    >>> block_mean(np.arange(16, dtype=np.uint8).reshape(4, 4), 2)
+    array([[ 2,  4],
+           [10, 12]], dtype=uint8)
+    """
+    image = _check_image(image)
+    if int(factor) != factor or factor < 1:
+        raise ValueError(f"factor: expected an integer >= 1, got {factor!r}")
+    factor = int(factor)
+    if factor == 1:
+        return image
+    f = factor
+    h, w = -(-image.shape[0] // f), -(-image.shape[1] // f)
+    if image.shape[0] % f or image.shape[1] % f:
+        padded = np.zeros((h * f, w * f, *image.shape[2:]), image.dtype)
+        padded[: image.shape[0], : image.shape[1]] = image
+    else:
+        padded = image
+    integer = np.issubdtype(image.dtype, np.integer)
+    if integer and image.dtype.itemsize == 1 and f <= 16:
+        acc_dtype: type = np.uint16
+    elif integer and image.dtype.itemsize <= 2:
+        acc_dtype = np.uint32
+    else:
+        acc_dtype = np.float64
+    # summing strided slices is several times faster than reshape().sum() or reduceat
+    rows = padded[0::f].astype(acc_dtype)
+    for i in range(1, f):
+        rows += padded[i::f]
+    acc = rows[:, 0::f].copy()
+    for j in range(1, f):
+        acc += rows[:, j::f]
+    nr = np.minimum(f, image.shape[0] - f * np.arange(h))
+    nc = np.minimum(f, image.shape[1] - f * np.arange(w))
+    count = np.multiply.outer(nr, nc).astype(np.float64)
+    mean = acc / (count if image.ndim == 2 else count[..., None])
+    if integer:
+        return np.rint(mean).astype(image.dtype)
+    return mean.astype(image.dtype)
+
+
+def infer_mode(image: np.ndarray) -> Mode:
+    """Guess the imaging mode of a working-resolution image.
+
+    Parameters
+    ----------
+    image : (M, N) or (M, N, C) ndarray
+        RGB(A) images are brightfield unless very dark on average; grayscale and
+        multichannel (C != 3, 4) images are fluorescence.
+
+    Returns
+    -------
+    {'brightfield', 'fluorescence'}
+    """
+    image = _check_image(image)
+    if image.ndim == 2 or image.shape[-1] not in (3, 4):
+        return "fluorescence"
+    mean = float(image[..., :3].mean()) / _unit_scale(image)
+    return "fluorescence" if mean < _DARK_MEAN else "brightfield"
+
+
+def _rgb_planes(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """R, G, B as separate float32 planes in 0..1 (faster than reducing a last axis of 3)."""
+    rgb = _check_image(rgb, name="rgb")
+    if rgb.ndim != 3 or rgb.shape[-1] not in (3, 4):
+        raise ValueError(f"rgb: expected an (M, N, 3) RGB image, got shape {rgb.shape}")
+    scale = np.float32(1.0 / _unit_scale(rgb))
+    return tuple(rgb[..., i].astype(np.float32) * scale for i in range(3))  # type: ignore[return-value]
+
+
+def _brightfield(rgb: np.ndarray, *, artifacts: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    r, g, b = _rgb_planes(rgb)
+    mx = np.maximum(np.maximum(r, g), b)
+    mn = np.minimum(np.minimum(r, g), b)
+    chroma = mx - mn
+    sat = chroma / np.maximum(mx, np.float32(0.05))
+    gray = np.float32(0.299) * r + np.float32(0.587) * g + np.float32(0.114) * b
+    white = max(float(np.percentile(gray[::2, ::2], 99)), 0.8)
+    dark = np.clip(1.0 - gray / np.float32(white), 0.0, 1.0)
+    feature = np.maximum(sat, dark)
+    if not artifacts:
+        return feature, None
+    safe = np.maximum(chroma, np.float32(1e-6))
+    # hue in degrees where green or blue is the largest channel (red-dominant: not ink)
+    hue = np.where(g >= b, 120.0 + 60.0 * (b - r) / safe, 240.0 + 60.0 * (r - g) / safe)
+    ink = (mx > r) & (hue >= 75.0) & (hue <= 250.0) & (sat > 0.25) & (chroma > 0.08)
+    # near-black and grey (not the deep purple of dense hematoxylin): marker, debris
+    return feature, ink | ((mx < 0.25) & (sat < 0.35))
+
+
+def brightfield_feature(rgb: np.ndarray) -> np.ndarray:
+    """Tissue-ness of brightfield pixels: ``max(saturation, relative darkness)``.
+
+    Parameters
+    ----------
+    rgb : (M, N, 3) ndarray
+        RGB image (uint8, or float in 0..1).
+
+    Returns
+    -------
+    (M, N) ndarray of float32
+        In 0..1: about 0 on glass, 0.3-0.6 on stained tissue. Darkness is relative
+        to the glass, estimated as the 99th percentile of brightness (never below 0.8).
+    """
+    return _brightfield(rgb, artifacts=False)[0]
+
+
+def artifact_mask(rgb: np.ndarray) -> np.ndarray:
+    """Pixels that are pen ink or debris rather than tissue (brightfield).
+
+    Parameters
+    ----------
+    rgb : (M, N, 3) ndarray
+        RGB image (uint8, or float in 0..1).
+
+    Returns
+    -------
+    (M, N) ndarray of bool
+        True for saturated blue or green ink (hue 75°-250°, where neither H&E nor
+        DAB lies), and for near-black, unsaturated pixels (brightest channel < 0.25,
+        saturation < 0.35: black marker, dust, debris; dense hematoxylin is more
+        saturated and stays).
+    """
+    bad = _brightfield(rgb, artifacts=True)[1]
+    assert bad is not None
+    return bad
+
+
+def fluorescence_feature(image: np.ndarray) -> np.ndarray:
+    """Brightness of fluorescence pixels: the maximum over channels, scaled to 0..1.
+
+    Parameters
+    ----------
+    image : (M, N) or (M, N, C) ndarray
+        Channels last.
+
+    Returns
+    -------
+    (M, N) ndarray of float32
+        The channel maximum divided by its 99.5th percentile, clipped to 0..1.
+    """
+    image = _check_image(image)
+    m = image if image.ndim == 2 else image.max(axis=-1)
+    m = m.astype(np.float32)
+    hi = float(np.percentile(m, 99.5))
+    if hi <= 0:
+        hi = float(m.max()) or 1.0
+    return np.clip(m / np.float32(hi), 0.0, 1.0)
+
+
+def _two_classes(values: np.ndarray) -> tuple[float, float, float]:
+    """Otsu refined to the midpoint of the two class means (Ridler-Calvard).
+
+    The midpoint puts the boundary of a blurred step edge where the step was, which
+    Otsu alone does not when the classes differ in size. Returns the threshold and
+    the means of the lower and upper classes.
+    """
+    t = float(filters.threshold_otsu(values))
+    low_mean, high_mean = t, t
+    for _ in range(10):
+        low = values[values <= t]
+        high = values[values > t]
+        if low.size == 0 or high.size == 0:
+            break
+        low_mean, high_mean = float(low.mean()), float(high.mean())
+        new = 0.5 * (low_mean + high_mean)
+        if abs(new - t) < 1e-4:
+            return new, low_mean, high_mean
+        t = new
+    return t, low_mean, high_mean
+
+
+def _brightfield_threshold(feature: np.ndarray, valid: np.ndarray) -> float:
+    lo, hi = BRIGHTFIELD_THRESHOLD_RANGE
+    values = feature[valid]
+    if values.size < 2 or float(values.max() - values.min()) < 1e-6:
+        return lo
+    t, low_mean, high_mean = _two_classes(values)
+    if low_mean > _GLASS_MAX:  # both classes are tissue: no glass in view
+        return lo
+    if high_mean < _GLASS_MAX:  # both classes are glass: no tissue in view
+        return max(t, hi)
+    return float(np.clip(t, lo, hi))
+
+
+def _fluorescence_threshold(feature: np.ndarray) -> float:
+    eps = np.float32(1e-3)
+    logf = np.log(feature + eps)
+    if float(logf.max() - logf.min()) < 1e-6:
+        return 1.0
+    t, low_mean, high_mean = _two_classes(logf)
+    if high_mean - low_mean < _FLUO_MIN_LOG_CONTRAST:  # uniform: treat as background
+        return 1.0
+    # classes split in the log domain (dim tissue is far from the background there);
+    # the threshold is the linear midpoint of their medians, where a blurred edge was
+    low = float(np.median(feature[logf <= t]))
+    high = float(np.median(feature[logf > t]))
+    return 0.5 * (low + high)
+
+
+def _px(value_um: float, mpp: float) -> float:
+    return value_um / mpp
+
+
+def remove_small_pieces(mask: np.ndarray, min_area: float) -> np.ndarray:
+    """Drop 4-connected pieces of ``mask`` with fewer than ``min_area`` pixels.
+
+    Parameters
+    ----------
+    mask : (M, N) ndarray of bool
+        Binary mask.
+    min_area : float
+        Area in pixels.
+
+    Returns
+    -------
+    (M, N) ndarray of bool
+    """
+    labels, n = ndi.label(mask)
+    if n == 0:
+        return mask.astype(bool, copy=True)
+    sizes = np.bincount(labels.ravel())
+    keep = sizes >= min_area
+    keep[0] = False
+    return keep[labels]
+
+
+def fill_small_holes(mask: np.ndarray, max_area: float) -> np.ndarray:
+    """Fill holes of ``mask`` with fewer than ``max_area`` pixels.
+
+    A hole is an 8-connected piece of background that does not touch the image
+    border (the connectivity :func:`skimage.measure.find_contours` implies for the
+    background, so the polygons of the mask have exactly these holes).
+
+    Parameters
+    ----------
+    mask : (M, N) ndarray of bool
+        Binary mask.
+    max_area : float
+        Area in pixels.
+
+    Returns
+    -------
+    (M, N) ndarray of bool
+    """
+    mask = np.asarray(mask, bool)
+    labels, n = ndi.label(~mask, structure=np.ones((3, 3), bool))
+    if n == 0:
+        return mask.copy()
+    sizes = np.bincount(labels.ravel())
+    fill = sizes < max_area
+    fill[0] = False
+    border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
+    fill[border] = False
+    return mask | fill[labels]
+
+
+def tissue_mask(
+    image: np.ndarray,
+    *,
+    mpp: float,
+    mode: Mode = "brightfield",
+    threshold: float | None = None,
+    smooth_um: float | None = None,
+    min_tissue_um2: float = DEFAULT_MIN_TISSUE_UM2,
+    max_hole_um2: float = DEFAULT_MAX_HOLE_UM2,
+    outer_only: bool = False,
+    reject_artifacts: bool = True,
+) -> tuple[np.ndarray, float]:
+    """Detect tissue in a low-resolution image.
+
+    Parameters
+    ----------
+    image : (M, N) or (M, N, C) ndarray
+        The image at working resolution; RGB for brightfield, channels last for
+        fluorescence.
+    mpp : float
+        Pixel size of ``image`` in µm/px.
+    mode : {'brightfield', 'fluorescence'}
+        See the module docstring; :func:`infer_mode` guesses it.
+    threshold : float, optional
+        Manual threshold on the feature (0..1; see :func:`brightfield_feature`
+        and :func:`fluorescence_feature`). Default: automatic.
+    smooth_um : float, optional
+        Gaussian sigma (µm) of the feature smoothing, also the radius of the
+        morphological closing and opening. Default :data:`DEFAULT_SMOOTH_UM`.
+    min_tissue_um2 : float
+        Smaller tissue pieces are removed.
+    max_hole_um2 : float
+        Smaller holes are filled.
+    outer_only : bool
+        Fill every hole (keep outer contours only).
+    reject_artifacts : bool
+        Brightfield only: remove pen ink and near-black debris (:func:`artifact_mask`).
+
+    Returns
+    -------
+    mask : (M, N) ndarray of bool
+        True on tissue.
+    threshold : float
+        The feature threshold used.
+
+    Raises
+    ------
+    ValueError
+        For an unknown mode, a non-positive ``mpp``, negative sizes, or an image
+        that is not 2-D or 3-D.
+
+    Examples
+    --------
+    >>> rgb = np.full((64, 64, 3), 240, np.uint8)
+    >>> rgb[16:48, 16:48] = (220, 120, 170)
+    >>> mask, thr = tissue_mask(rgb, mpp=8.0, min_tissue_um2=0)
+    >>> bool(mask[32, 32]), bool(mask[4, 4])
+    (True, False)
+    """
+    image = _check_image(image)
+    if mode not in _MODES:
+        raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
+    if not (isinstance(mpp, int | float) and math.isfinite(mpp) and mpp > 0):
+        raise ValueError(f"mpp: expected a positive number of µm per pixel, got {mpp!r}")
+    for name, v in (("min_tissue_um2", min_tissue_um2), ("max_hole_um2", max_hole_um2)):
+        if v < 0:
+            raise ValueError(f"{name}: expected a size >= 0 µm², got {v!r}")
+    if smooth_um is None:
+        smooth_um = DEFAULT_SMOOTH_UM[mode]
+    if smooth_um < 0:
+        raise ValueError(f"smooth_um: expected a sigma >= 0 µm, got {smooth_um!r}")
+
+    sigma = _px(smooth_um, mpp)
+    if mode == "brightfield":
+        feature, maybe_bad = _brightfield(image, artifacts=reject_artifacts)
+        bad = maybe_bad if maybe_bad is not None else np.zeros(feature.shape, bool)
+        if bad.any():
+            bad = ndi.binary_dilation(bad, iterations=1)
+            # ink must not pull the smoothed feature of its neighbours up
+            feature = np.where(bad, np.float32(0.0), feature)
+    else:
+        feature = fluorescence_feature(image)
+        bad = np.zeros(feature.shape, bool)
+    if sigma >= 0.3:
+        feature = ndi.gaussian_filter(feature, sigma, mode="nearest")
+
+    if threshold is None:
+        if mode == "brightfield":
+            threshold = _brightfield_threshold(feature, ~bad)
+        else:
+            threshold = _fluorescence_threshold(feature)
+    mask = (feature > threshold) & ~bad
+
+    radius = int(round(sigma))
+    if radius >= 1:
+        disk = morphology.disk(radius).astype(bool)
+        # the image border is neither tissue nor glass: it must not erode or grow the mask
+        closed = ndi.binary_erosion(ndi.binary_dilation(mask, disk), disk, border_value=1)
+        mask = ndi.binary_dilation(ndi.binary_erosion(closed, disk, border_value=1), disk)
+        mask &= ~bad
+    px_area = mpp * mpp
+    if min_tissue_um2 > 0:
+        mask = remove_small_pieces(mask, min_tissue_um2 / px_area)
+    if outer_only:
+        mask = ndi.binary_fill_holes(mask)
+    elif max_hole_um2 > 0:
+        mask = fill_small_holes(mask, max_hole_um2 / px_area)
+    return mask, float(threshold)

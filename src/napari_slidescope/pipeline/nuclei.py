@@ -1,0 +1,462 @@
+"""Public nuclei segmentation: :func:`segment_nuclei` and its streaming variant.
+
+A region of a slide (or an RGB array) is cut into overlapping tiles at the
+segmenter's working resolution (:mod:`~napari_slidescope.pipeline.tiling`); tiles
+without tissue are skipped unread; the others run through the staged
+read -> model -> post-process runner (:mod:`~napari_slidescope.pipeline.runner`)
+and are stitched into one label image with a measurement table
+(:class:`NucleiResult`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.analysis.measure import concat_tables, measure_nuclei, write_csv
+from napari_slidescope.analysis.stains import estimate_stains
+from napari_slidescope.pipeline.runner import TileResult, iter_tiles
+from napari_slidescope.pipeline.tiling import (
+    Box,
+    Tile,
+    TilePlan,
+    choose_level,
+    make_plan,
+    paste_owned,
+)
+
+__all__ = ["NucleiResult", "NucleiStep", "iter_segment_nuclei", "segment_nuclei"]
+
+#: Tissue detection runs first (``tissue="auto"``) when the plan has more tiles than this.
+AUTO_TISSUE_TILES = 4
+#: Most pixels of the low-resolution image used to estimate stains.
+_REFERENCE_PIXELS = 1_000_000
+#: Finest and coarsest resolution (µm/px) of that image.
+_REFERENCE_MPP = (1.0, 2.0)
+
+TissueArg = Literal["auto"] | bool | Any
+
+
+@dataclass
+class NucleiResult:
+    """Nuclei of a region: labels, geometry and one table row per nucleus.
+
+    Attributes
+    ----------
+    labels : (M, N) ndarray of int32
+        Nuclei ids (0 = background) covering the region at the working level.
+    mpp : float or (float, float)
+        µm per pixel of ``labels``.
+    origin : (int, int)
+        Level-0 ``(y, x)`` of the top-left corner of ``labels[0, 0]``.
+    downsample : (float, float)
+        Level-0 pixels per ``labels`` pixel, ``(y, x)``.
+    count : int
+        Number of nuclei.
+    table : dict of str to (count,) ndarray
+        Columns of :data:`~napari_slidescope.analysis.measure.COLUMNS`; ``id`` is the
+        label value. Centroids in level-0 px ``(row, col)`` and in µm, area µm²,
+        perimeter µm, eccentricity, solidity, mean H and E optical density.
+    region : (int, int, int, int)
+        The level-0 box segmented.
+    segmenter : str
+        Name of the segmenter used.
+    source : Path or None
+        Slide path, None for arrays.
+    """
+
+    labels: np.ndarray
+    mpp: float | tuple[float, float]
+    origin: tuple[int, int]
+    downsample: tuple[float, float]
+    count: int
+    table: dict[str, np.ndarray]
+    region: Box
+    segmenter: str = ""
+    source: Path | None = None
+
+    def to_pandas(self) -> Any:
+        """Return the table as a ``pandas.DataFrame`` (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.table)
+
+    def to_csv(self, path: str | os.PathLike[str]) -> Path:
+        """Write the table as CSV (header row of column names); return the path."""
+        return write_csv(self.table, path)
+
+    def to_geojson(self, path: str | os.PathLike[str]) -> Path:
+        """Write the nuclei as a GeoJSON FeatureCollection QuPath imports as detections.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            Output ``.geojson`` file.
+
+        Returns
+        -------
+        path : Path
+            One ``Polygon`` feature per nucleus in level-0 pixel ``(x, y)``,
+            ``objectType: "detection"``, class ``"Nucleus"``, the table row as
+            ``measurements``.
+        """
+        from napari_slidescope.analysis.geometry import labels_to_polygons, write_geojson
+
+        polys, ids = labels_to_polygons(self.labels, downsample=self.downsample, origin=self.origin)
+        rows = {int(i): k for k, i in enumerate(self.table["id"])}
+        keep = [j for j, i in enumerate(ids) if int(i) in rows]
+        meas = []
+        for j in keep:
+            k = rows[int(ids[j])]
+            values = {c: float(self.table[c][k]) for c in self.table}
+            meas.append({c: v for c, v in values.items() if math.isfinite(v)})
+        write_geojson(
+            path,
+            [polys[j] for j in keep],
+            name="Nucleus",
+            color=(30, 30, 200),
+            object_type="detection",
+            measurements=meas,
+        )
+        return Path(path)
+
+
+@dataclass
+class NucleiStep:
+    """One step of :func:`iter_segment_nuclei`: a finished tile and the progress.
+
+    Attributes
+    ----------
+    result : TileResult
+        The tile's owned nuclei (region-unique ids) and their table rows.
+    done, total : int
+        Tiles finished so far and tiles to segment (tiles with tissue).
+    plan : TilePlan
+        The plan of the whole run (working grid of the output labels).
+    """
+
+    result: TileResult
+    done: int
+    total: int
+    plan: TilePlan
+
+
+@dataclass
+class _Run:
+    slide: Any
+    owned: bool
+    plan: TilePlan
+    tiles: tuple[Tile, ...]
+    segmenter: Any
+    measure: Callable[[np.ndarray, np.ndarray, Tile], dict[str, np.ndarray]]
+    array_shape: tuple[int, int] | None
+    runner_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _as_source(source: Any, mpp: float | tuple[float, float] | None) -> tuple[Any, bool, bool]:
+    """Return ``(slide, owned, is_array)`` for a Slide, a path or an RGB array."""
+    from napari_slidescope.pipeline.regions import as_slide
+
+    is_array = (
+        not isinstance(source, str | os.PathLike)
+        and not hasattr(source, "read_region")
+        and (hasattr(source, "shape") and hasattr(source, "dtype"))
+    )
+    slide, owned = as_slide(source, mpp=mpp)
+    return slide, owned, is_array
+
+
+def _reference_rgb(slide: Any, region: Box, mpp0: tuple[float, float]) -> np.ndarray:
+    """Read a low-resolution RGB view of the region for stain estimation.
+
+    Taken at 1-2 µm/px (about 512 px across the region, at most ``_REFERENCE_PIXELS``)
+    from the coarsest level fine enough, sub-sampled with a stride: level 0 is read at
+    full resolution only when the slide has no coarser level.
+    """
+    y0, x0, y1, x1 = region
+    extent_um = max((y1 - y0) * mpp0[0], (x1 - x0) * mpp0[1])
+    ref_mpp = min(max(extent_um / 512, _REFERENCE_MPP[0]), _REFERENCE_MPP[1])
+    ds_ref = (ref_mpp / mpp0[0], ref_mpp / mpp0[1])
+    level = choose_level(slide.downsamples, ds_ref)
+    dy, dx = slide.downsamples[level]
+    ly0, lx0 = math.floor(y0 / dy), math.floor(x0 / dx)
+    ly1, lx1 = max(ly0 + 1, math.ceil(y1 / dy)), max(lx0 + 1, math.ceil(x1 / dx))
+    budget = math.ceil(math.sqrt((ly1 - ly0) * (lx1 - lx0) / _REFERENCE_PIXELS))
+    step = max(1, budget, math.floor(min(ds_ref[0] / dy, ds_ref[1] / dx)))
+    if step == 1:
+        return np.asarray(slide.read_region(region, level=level))[..., :3]
+    view = slide.levels[level][ly0:ly1:step, lx0:lx1:step, :3]
+    return np.asarray(view.compute() if hasattr(view, "compute") else view)
+
+
+def _tissue_tiles(plan: TilePlan, tissue: Any) -> tuple[Tile, ...]:
+    """Tiles whose core touches tissue in a ``TissueResult``-like mask."""
+    from napari_slidescope.analysis.geometry import tiles_with_tissue
+
+    if not plan.tiles:
+        return ()
+    cores = [plan.working_to_level0(t.core) for t in plan.tiles]
+    keep = tiles_with_tissue(tissue, cores)
+    return tuple(t for t, k in zip(plan.tiles, keep, strict=True) if k)
+
+
+def _setup(
+    source: Any,
+    *,
+    region: Box | None,
+    mpp: Any,
+    target_mpp: float | None,
+    tissue: TissueArg,
+    segmenter: Any,
+    tile_size_um: float,
+    **runner_kwargs: Any,
+) -> _Run:
+    from napari_slidescope.pipeline.models import get_segmenter
+    from napari_slidescope.pipeline.regions import check_region
+
+    if isinstance(segmenter, str):
+        segmenter = get_segmenter(segmenter)
+    for attr in ("predict", "postprocess"):
+        if not callable(getattr(segmenter, attr, None)):
+            raise TypeError(
+                f"segmenter: expected a name or an object with {attr}(), got {segmenter!r}"
+            )
+    slide, owned, is_array = _as_source(source, mpp)
+    try:
+        slide_mpp = slide.mpp
+        if slide_mpp is None:
+            raise ValueError(f"mpp: {slide.path} has no pixel size; pass mpp= (µm per pixel)")
+        if region is None:
+            region = (0, 0, *slide.shape0)
+        region = check_region(region, slide.shape0, name="region")
+        work_mpp = float(target_mpp or getattr(segmenter, "target_mpp", 0.5))
+        if work_mpp < 0.66 * min(slide_mpp):
+            warnings.warn(
+                f"target_mpp={work_mpp} is finer than the slide ({min(slide_mpp)} µm/px): "
+                "tiles are upsampled",
+                SlidescopeWarning,
+                stacklevel=3,
+            )
+        path = None if is_array or getattr(slide, "format", "") == "array" else str(slide.path)
+        plan = make_plan(
+            region,
+            slide_mpp=slide_mpp,
+            target_mpp=work_mpp,
+            tile_size_um=tile_size_um,
+            min_overlap_um=float(getattr(segmenter, "min_overlap_um", 0.0)),
+            path=path,
+        )
+        if tissue == "auto":
+            tissue = len(plan) > AUTO_TISSUE_TILES
+        if tissue is True:
+            from napari_slidescope.pipeline.tissue import detect_tissue
+
+            tissue = detect_tissue(slide, region=region)
+        tiles = plan.tiles if tissue is False or tissue is None else _tissue_tiles(plan, tissue)
+        reference = _reference_rgb(slide, region, slide_mpp)
+        if callable(getattr(segmenter, "prepare", None)):
+            segmenter.prepare(reference)
+        stains = getattr(segmenter, "stains", None)
+        if not callable(getattr(stains, "separate", None)):
+            stains = estimate_stains(reference)
+    except BaseException:
+        if owned:
+            slide.close()
+        raise
+
+    def measure(owned_labels: np.ndarray, rgb: np.ndarray, tile: Tile) -> dict[str, np.ndarray]:
+        dy, dx = plan.downsample
+        origin = (plan.origin[0] + tile.box[0] * dy, plan.origin[1] + tile.box[1] * dx)
+        od = stains.separate(rgb) if owned_labels.any() else None
+        return measure_nuclei(
+            owned_labels, mpp=plan.mpp, od=od, origin=origin, downsample=plan.downsample
+        )
+
+    return _Run(
+        slide,
+        owned,
+        plan,
+        tiles,
+        segmenter,
+        measure,
+        tuple(slide.shape0) if is_array else None,
+        runner_kwargs,
+    )
+
+
+def _steps(run: _Run) -> Generator[NucleiStep, None, None]:
+    try:
+        gen = iter_tiles(
+            run.slide,
+            run.plan,
+            run.segmenter,
+            tiles=run.tiles,
+            measure=run.measure,
+            **run.runner_kwargs,
+        )
+        try:
+            for done, res in enumerate(gen, 1):
+                yield NucleiStep(res, done, len(run.tiles), run.plan)
+        finally:
+            gen.close()
+    finally:
+        if run.owned:
+            run.slide.close()
+
+
+def iter_segment_nuclei(
+    source: Any,
+    *,
+    region: Box | None = None,
+    mpp: float | tuple[float, float] | None = None,
+    target_mpp: float | None = None,
+    tissue: TissueArg = "auto",
+    segmenter: Any = "builtin",
+    tile_size_um: float = 512.0,
+    workers: int | None = None,
+    **runner_kwargs: Any,
+) -> Generator[NucleiStep, None, None]:
+    """Segment nuclei tile by tile, yielding each finished tile (see :func:`segment_nuclei`).
+
+    Set-up (validation, tissue detection, stain estimation) runs on the first
+    ``next()``. Closing the generator stops the run and joins its threads.
+    ``runner_kwargs`` go to :func:`~napari_slidescope.pipeline.runner.iter_tiles`
+    (``batch_size``, ``queue_size``, ``read_threads``, ``max_in_flight``, ``monitor``).
+
+    Yields
+    ------
+    step : NucleiStep
+        Tiles in plan order; ``step.result.labels`` covers ``step.result.tile.box``
+        of the working grid ``step.plan``.
+    """
+    run = _setup(
+        source,
+        region=region,
+        mpp=mpp,
+        target_mpp=target_mpp,
+        tissue=tissue,
+        segmenter=segmenter,
+        tile_size_um=tile_size_um,
+        workers=workers,
+        **runner_kwargs,
+    )
+    yield from _steps(run)
+
+
+def segment_nuclei(
+    source: Any,
+    *,
+    region: Box | None = None,
+    mpp: float | tuple[float, float] | None = None,
+    target_mpp: float | None = None,
+    tissue: TissueArg = "auto",
+    segmenter: Any = "builtin",
+    tile_size_um: float = 512.0,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    **runner_kwargs: Any,
+) -> NucleiResult:
+    """Segment and measure the nuclei of a region of an H&E slide.
+
+    Parameters
+    ----------
+    source : Slide, str, Path or (M, N, 3) ndarray of uint8
+        A slide, a slide path, or an RGB array (then ``mpp`` is required).
+    region : tuple of int, optional
+        Level-0 box ``(y0, x0, y1, x1)``; default the whole slide.
+    mpp : float or (float, float), optional
+        µm per pixel of an array source (required); for a slide, supplies a missing
+        calibration.
+    target_mpp : float, optional
+        Working resolution in µm/px; default the segmenter's ``target_mpp``.
+    tissue : "auto", bool or TissueResult
+        Skip tiles without tissue (never read at full resolution). ``"auto"`` runs
+        :func:`~napari_slidescope.pipeline.tissue.detect_tissue` first when the
+        region spans more than ``AUTO_TISSUE_TILES`` tiles.
+    segmenter : str or object
+        A name from :func:`~napari_slidescope.pipeline.models.available_segmenters`
+        or an object with ``predict``/``postprocess`` (and optionally ``prepare``,
+        ``target_mpp``, ``min_overlap_um``).
+    tile_size_um : float
+        Size of the part of each tile it owns; tiles add the segmenter's overlap.
+    workers : int, optional
+        Post-processing threads; default ``os.cpu_count()``.
+    progress : callable, optional
+        ``progress(done, total)`` called after each tile.
+    **runner_kwargs
+        Passed to :func:`~napari_slidescope.pipeline.runner.iter_tiles`.
+
+    Returns
+    -------
+    NucleiResult
+        Labels at the working resolution over the region (for an array source:
+        in the array's own pixels over the region) and the measurement table.
+
+    Raises
+    ------
+    ValueError
+        Bad array, missing ``mpp``, or an empty / out-of-bounds region.
+
+    Examples
+    --------
+    >>> res = segment_nuclei("slide.svs", region=(0, 0, 4096, 4096))  # doctest: +SKIP
+    >>> res.count, res.table["area_um2"].mean()  # doctest: +SKIP
+    """
+    run = _setup(
+        source,
+        region=region,
+        mpp=mpp,
+        target_mpp=target_mpp,
+        tissue=tissue,
+        segmenter=segmenter,
+        tile_size_um=tile_size_um,
+        workers=workers,
+        **runner_kwargs,
+    )
+    plan = run.plan
+    labels = np.zeros(plan.shape, np.int32)
+    tables = []
+    if progress is not None:
+        progress(0, len(run.tiles))
+    for step in _steps(run):
+        paste_owned(labels, step.result.labels, step.result.tile)
+        tables.append(step.result.table)
+        if progress is not None:
+            progress(step.done, step.total)
+    table = concat_tables(tables)
+    origin, downsample = plan.origin, plan.downsample
+    out_mpp: float | tuple[float, float] = plan.mpp
+    if run.array_shape is not None and plan.downsample != (1.0, 1.0):
+        labels = _to_level0(labels, plan)
+        downsample = (1.0, 1.0)
+        out_mpp = (plan.mpp / plan.downsample[0], plan.mpp / plan.downsample[1])
+        if out_mpp[0] == out_mpp[1]:
+            out_mpp = out_mpp[0]
+    return NucleiResult(
+        labels=labels,
+        mpp=out_mpp,
+        origin=origin,
+        downsample=downsample,
+        count=int(table["id"].size),
+        table=table,
+        region=plan.region,
+        segmenter=str(getattr(run.segmenter, "name", type(run.segmenter).__name__)),
+        source=None if plan.path is None else Path(plan.path),
+    )
+
+
+def _to_level0(labels: np.ndarray, plan: TilePlan) -> np.ndarray:
+    """Nearest-neighbour labels on the level-0 pixels of the plan's region."""
+    y0, x0, y1, x1 = plan.region
+    dy, dx = plan.downsample
+    rows = np.minimum(((np.arange(y1 - y0) + 0.5) / dy).astype(np.intp), labels.shape[0] - 1)
+    cols = np.minimum(((np.arange(x1 - x0) + 0.5) / dx).astype(np.intp), labels.shape[1] - 1)
+    return labels[rows[:, None], cols[None, :]]

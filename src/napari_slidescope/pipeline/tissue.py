@@ -1,0 +1,324 @@
+"""Public tissue detection on a slide, a path or an RGB array: :func:`detect_tissue`.
+
+The slide is read at the pyramid level nearest to ``target_mpp`` (never level 0 of a
+pyramid at the default working resolution), block-averaged down to the working
+resolution when that level is finer, and handed to
+:func:`napari_slidescope.analysis.tissue.tissue_mask`. The result is a
+:class:`TissueResult`: the mask, its place in level-0 pixels, polygons, areas, and a
+GeoJSON export for QuPath. The same mask gates later tile work
+(:meth:`TissueResult.tiles_with_tissue`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.analysis import geometry
+from napari_slidescope.analysis.tissue import (
+    DEFAULT_MAX_HOLE_UM2,
+    DEFAULT_MIN_TISSUE_UM2,
+    Mode,
+    block_mean,
+    infer_mode,
+    tissue_mask,
+)
+from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region
+
+__all__ = ["DEFAULT_TARGET_MPP", "TissueResult", "detect_tissue"]
+
+#: Working resolution of tissue detection, µm/px (1.25x objective).
+DEFAULT_TARGET_MPP = 8.0
+#: Level-0 pixel size assumed for a slide without calibration (a 20x scan).
+NOMINAL_MPP = 0.5
+#: Largest block of a level read at once, in bytes (bounds peak memory).
+_READ_BYTES = 64 * 2**20
+_FLUO_NAMES = re.compile(
+    r"dapi|hoechst|fitc|tritc|texas|\bcy[2-7]|alexa|\baf\d{3}|opal|[gry]fp\b|fluor", re.I
+)
+
+Box = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True, eq=False)
+class TissueResult:
+    """Tissue found on a slide or region.
+
+    Attributes
+    ----------
+    mask : (M, N) ndarray of bool
+        Tissue at the working resolution, covering ``region``.
+    mpp : float or None
+        µm per mask pixel, or None for an uncalibrated slide.
+    origin : (float, float)
+        Level-0 ``(y, x)`` of the top-left corner of ``mask[0, 0]``.
+    downsample : (float, float)
+        Level-0 pixels per mask pixel, ``(y, x)``.
+    polygons : list of (N, 2) ndarray of float
+        Outer contour of each tissue piece, level-0 ``(row, col)``, largest first.
+    holes : list of list of (K, 2) ndarray of float
+        ``holes[i]``: the interior rings of ``polygons[i]`` (empty with ``outer_only``).
+    area_um2 : float or None
+        Tissue area in µm² (None when uncalibrated).
+    area_px : float
+        Tissue area in level-0 pixels.
+    fraction : float
+        Tissue area over region area.
+    region : (int, int, int, int)
+        The level-0 box analysed ``(y0, x0, y1, x1)``.
+    level : int
+        Pyramid level read.
+    mode : {'brightfield', 'fluorescence'}
+        Mode used.
+    threshold : float
+        Feature threshold used.
+    """
+
+    mask: np.ndarray = field(repr=False)
+    mpp: float | None
+    origin: tuple[float, float]
+    downsample: tuple[float, float]
+    polygons: list[np.ndarray] = field(repr=False)
+    holes: list[list[np.ndarray]] = field(repr=False)
+    area_um2: float | None
+    area_px: float
+    fraction: float
+    region: Box
+    level: int
+    mode: Mode
+    threshold: float
+
+    def to_geojson(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str = "Tissue",
+        color: Sequence[int] = geometry.TISSUE_COLOR,
+    ) -> None:
+        """Write the polygons as a GeoJSON FeatureCollection that QuPath imports.
+
+        One ``"annotation"`` feature per tissue piece, classified as ``name``, with
+        holes as interior rings, in level-0 pixel ``(x, y)``. Read it back with
+        :func:`napari_slidescope.analysis.geometry.read_geojson`.
+        """
+        geometry.write_geojson(
+            path, self.polygons, self.holes, name=name, color=color, object_type="annotation"
+        )
+
+    def tiles_with_tissue(self, boxes: Any, *, min_fraction: float = 0.0) -> np.ndarray:
+        """Which level-0 boxes ``(K, 4)`` hold tissue (see ``geometry.tiles_with_tissue``)."""
+        return geometry.tiles_with_tissue(self, boxes, min_fraction=min_fraction)
+
+
+def _auto_mode(slide: SlideLike) -> Mode | None:
+    """Mode from the slide's metadata, or None when it does not say."""
+    if getattr(slide, "fluorescence", False) or slide.axes == "CYX":
+        return "fluorescence"
+    names = " ".join(str(n) for n in getattr(slide, "channel_names", []) or [])
+    if names and _FLUO_NAMES.search(names):
+        return "fluorescence"
+    return None
+
+
+def _read_working(slide: SlideLike, level: int, box: Box, factor: int) -> np.ndarray:
+    """Read a level box (channels last) and block-average it, in bounded strips."""
+    ly0, lx0, ly1, lx1 = box
+    arr = slide.levels[level]
+    axes = slide.axes
+    yi, xi = axes.index("Y"), axes.index("X")
+    per_px = arr.dtype.itemsize * int(np.prod(arr.shape)) // max(arr.shape[yi] * arr.shape[xi], 1)
+    row_bytes = max(per_px * (lx1 - lx0), 1)
+    step = max(factor, (_READ_BYTES // row_bytes) // factor * factor)
+    strips = []
+    for y in range(ly0, ly1, step):
+        sl = {"Y": slice(y, min(y + step, ly1)), "X": slice(lx0, lx1)}
+        index = tuple(sl.get(a, slice(None)) for a in axes)
+        pix = np.asarray(arr[index].compute(scheduler="threads"))
+        if axes == "CYX":
+            pix = np.moveaxis(pix, 0, -1)
+        strips.append(block_mean(pix, factor))
+    return np.concatenate(strips, axis=0)
+
+
+def _covered(n: int, start: float, step: float, lo: int, hi: int) -> np.ndarray:
+    """Level-0 length of each of `n` mask pixels inside [lo, hi)."""
+    edges = start + step * np.arange(n + 1)
+    return np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
+
+
+def detect_tissue(
+    source: Any,
+    *,
+    region: Sequence[int] | None = None,
+    mpp: float | tuple[float, float] | None = None,
+    target_mpp: float = DEFAULT_TARGET_MPP,
+    mode: Literal["auto", "brightfield", "fluorescence"] = "auto",
+    threshold: float | None = None,
+    smooth_um: float | None = None,
+    min_tissue_um2: float = DEFAULT_MIN_TISSUE_UM2,
+    max_hole_um2: float = DEFAULT_MAX_HOLE_UM2,
+    outer_only: bool = False,
+    reject_artifacts: bool = True,
+) -> TissueResult:
+    """Find the tissue on a whole slide or a region of it.
+
+    Parameters
+    ----------
+    source : Slide, str, PathLike or (M, N, 3) ndarray of uint8
+        An open slide, a path to one, or an RGB image (then ``mpp`` is required).
+    region : (int, int, int, int), optional
+        Level-0 box ``(y0, x0, y1, x1)``, half-open, clipped to the slide. Default:
+        the whole slide.
+    mpp : float or (float, float), optional
+        µm/px of an array source; for a slide, supplies a missing calibration.
+    target_mpp : float
+        Working resolution, µm/px. The level nearest to it is read and, when finer,
+        block-averaged by the largest integer factor that stays at or below it.
+    mode : {'auto', 'brightfield', 'fluorescence'}
+        ``'auto'`` takes fluorescence when the metadata say so (NDPI fluorescence
+        tag, multichannel ``CYX`` slides such as QPTIFF, fluorophore channel names)
+        or the image is very dark, else brightfield.
+    threshold : float, optional
+        Manual feature threshold (0..1); default automatic.
+    smooth_um : float, optional
+        Smoothing sigma, µm (default depends on the mode).
+    min_tissue_um2 : float
+        Tissue pieces smaller than this (µm²) are dropped.
+    max_hole_um2 : float
+        Holes smaller than this (µm²) are filled.
+    outer_only : bool
+        Fill every hole; polygons are outer contours only.
+    reject_artifacts : bool
+        Brightfield: drop pen marks and near-black debris.
+
+    Returns
+    -------
+    TissueResult
+
+    Raises
+    ------
+    ValueError
+        If the region is empty, outside the slide, or smaller than one working
+        pixel; if ``target_mpp`` is not positive or ``mode`` unknown.
+
+    Warns
+    -----
+    SlidescopeWarning
+        When the slide has no calibration: sizes then assume a nominal level-0 pixel
+        (from the magnification, else 0.5 µm/px) and ``mpp``/``area_um2`` are None.
+
+    Examples
+    --------
+    >>> with open_slide("slide.svs") as slide:  # doctest: +SKIP
+    ...     tissue = detect_tissue(slide)
+    ...     tissue.to_geojson("slide_tissue.geojson")
+    """
+    if mode not in ("auto", "brightfield", "fluorescence"):
+        raise ValueError(f"mode: expected 'auto', 'brightfield' or 'fluorescence', got {mode!r}")
+    if not (isinstance(target_mpp, int | float) and math.isfinite(target_mpp) and target_mpp > 0):
+        raise ValueError(f"target_mpp: expected a positive number of µm/px, got {target_mpp!r}")
+    slide, owned = as_slide(source, mpp=mpp)
+    try:
+        return _detect(
+            slide,
+            region=None if region is None else tuple(region),
+            target_mpp=float(target_mpp),
+            mode=mode,
+            options={
+                "threshold": threshold,
+                "smooth_um": smooth_um,
+                "min_tissue_um2": min_tissue_um2,
+                "max_hole_um2": max_hole_um2,
+                "outer_only": outer_only,
+                "reject_artifacts": reject_artifacts,
+            },
+        )
+    finally:
+        if owned:
+            slide.close()
+
+
+def _detect(
+    slide: SlideLike,
+    *,
+    region: Any,
+    target_mpp: float,
+    mode: str,
+    options: dict[str, Any],
+) -> TissueResult:
+    name = str(getattr(slide, "path", "slide"))
+    reg = check_region(region, slide.shape0, name="region")
+    calibrated = slide.mpp is not None
+    if slide.mpp is not None:
+        mpp0 = (float(slide.mpp[0]), float(slide.mpp[1]))
+    else:
+        mag = getattr(slide, "magnification", None)
+        nominal = 10.0 / mag if mag else NOMINAL_MPP
+        mpp0 = (nominal, nominal)
+        warnings.warn(
+            f"{name}: no pixel size; tissue sizes assume {nominal:g} µm/px at level 0, "
+            "results are in pixels (mpp and area_um2 are None); pass mpp= to calibrate",
+            SlidescopeWarning,
+            stacklevel=3,
+        )
+    # level_for_mpp reads the target as a downsample factor when uncalibrated
+    level = slide.level_for_mpp(target_mpp if calibrated else target_mpp / mpp0[1])
+    dy, dx = slide.downsamples[level]
+    level_mpp = max(mpp0[0] * dy, mpp0[1] * dx)
+    factor = max(1, int(math.floor(target_mpp / level_mpp + 1e-6)))
+    wdy, wdx = dy * factor, dx * factor
+    y0, x0, y1, x1 = reg
+    if region is not None and (y1 - y0 < wdy or x1 - x0 < wdx):
+        raise ValueError(
+            f"region {tuple(region)!r} is {y1 - y0} x {x1 - x0} level-0 px, smaller than one "
+            f"working pixel ({wdy:g} x {wdx:g} px at target_mpp={target_mpp:g} µm/px); "
+            "pass a smaller target_mpp or a larger region"
+        )
+    ly0, lx0 = int(math.floor(y0 / dy)), int(math.floor(x0 / dx))
+    lvl = slide.levels[level]
+    lh, lw = int(lvl.shape[slide.axes.index("Y")]), int(lvl.shape[slide.axes.index("X")])
+    ly1, lx1 = min(int(math.ceil(y1 / dy)), lh), min(int(math.ceil(x1 / dx)), lw)
+    image = _read_working(slide, level, (ly0, lx0, ly1, lx1), factor)
+
+    use: Mode
+    if mode == "auto":
+        use = _auto_mode(slide) or infer_mode(image)
+    else:
+        use = mode  # type: ignore[assignment]
+    work_mpp = math.sqrt(mpp0[0] * wdy * mpp0[1] * wdx)
+    mask, thr = tissue_mask(image, mpp=work_mpp, mode=use, **options)
+
+    origin = (ly0 * dy, lx0 * dx)
+    ds = (wdy, wdx)
+    exteriors, holes = geometry.mask_to_polygons(
+        mask, downsample=ds, origin=origin, holes=not options["outer_only"]
+    )
+    lo, hi = np.array([y0, x0], float), np.array([y1, x1], float)
+    exteriors = [np.clip(p, lo, hi) for p in exteriors]
+    holes = [[np.clip(h, lo, hi) for h in hs] for hs in holes]
+    rows = _covered(mask.shape[0], origin[0], wdy, y0, y1)
+    cols = _covered(mask.shape[1], origin[1], wdx, x0, x1)
+    area_px = float(rows @ mask.astype(np.float64) @ cols)
+    return TissueResult(
+        mask=mask,
+        mpp=work_mpp if calibrated else None,
+        origin=origin,
+        downsample=ds,
+        polygons=exteriors,
+        holes=holes,
+        area_um2=area_px * mpp0[0] * mpp0[1] if calibrated else None,
+        area_px=area_px,
+        fraction=area_px / float((y1 - y0) * (x1 - x0)),
+        region=reg,
+        level=level,
+        mode=use,
+        threshold=thr,
+    )

@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+
+from napari_slidescope.analysis.measure import (
+    COLUMNS,
+    concat_tables,
+    empty_table,
+    measure_nuclei,
+    write_csv,
+)
+
+
+def disc(lab, cy, cx, r, value):
+    yy, xx = np.mgrid[: lab.shape[0], : lab.shape[1]]
+    lab[(yy - cy) ** 2 + (xx - cx) ** 2 <= r**2] = value
+
+
+def test_physical_units_and_level0_centroids():
+    lab = np.zeros((100, 120), np.int32)
+    disc(lab, 30, 40, 12, 1)
+    disc(lab, 70, 90, 6, 2)
+    t = measure_nuclei(lab, mpp=0.5, origin=(1000, 2000), downsample=2.0)
+    assert list(t) == list(COLUMNS) and t["id"].tolist() == [1, 2]
+    np.testing.assert_allclose(t["area_um2"], np.pi * (np.array([12, 6]) * 0.5) ** 2, rtol=0.1)
+    np.testing.assert_allclose(t["perimeter_um"], 2 * np.pi * np.array([12, 6]) * 0.5, rtol=0.15)
+    # working pixel (30, 40) covers level-0 [1060, 1062) x [2080, 2082): centre index 1060.5
+    np.testing.assert_allclose(t["centroid_row"], [1060.5, 1140.5])
+    np.testing.assert_allclose(t["centroid_col"], [2080.5, 2180.5])
+    np.testing.assert_allclose(t["centroid_y_um"], (t["centroid_row"] + 0.5) * 0.25)
+    np.testing.assert_allclose(t["centroid_x_um"], (t["centroid_col"] + 0.5) * 0.25)
+    assert (t["eccentricity"] < 0.3).all() and (t["solidity"] > 0.9).all()
+    assert np.isnan(t["hematoxylin_od_mean"]).all()
+
+
+def test_mean_optical_density_per_nucleus():
+    lab = np.zeros((20, 20), np.int32)
+    lab[2:6, 2:6] = 1
+    lab[10:15, 10:15] = 3
+    od = np.zeros((20, 20, 3), np.float32)
+    od[lab == 1] = (0.8, 0.1, 0)
+    od[lab == 3] = (0.2, 0.5, 0)
+    t = measure_nuclei(lab, mpp=(0.5, 0.25), od=od)
+    np.testing.assert_allclose(t["hematoxylin_od_mean"], [0.8, 0.2], rtol=1e-6)
+    np.testing.assert_allclose(t["eosin_od_mean"], [0.1, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(t["area_um2"], [16 * 0.125, 25 * 0.125])
+
+
+def test_empty_and_errors(tmp_path):
+    t = measure_nuclei(np.zeros((8, 8), np.int32), mpp=0.5)
+    assert list(t) == list(COLUMNS) and all(v.size == 0 for v in t.values())
+    with pytest.raises(ValueError, match="labels"):
+        measure_nuclei(np.zeros((8, 8), float), mpp=0.5)
+    with pytest.raises(ValueError, match="mpp"):
+        measure_nuclei(np.zeros((8, 8), np.int32), mpp=0)
+    with pytest.raises(ValueError, match="od"):
+        measure_nuclei(np.ones((8, 8), np.int32), mpp=1, od=np.zeros((4, 4, 3)))
+    both = concat_tables([empty_table(), {}, measure_nuclei(np.ones((4, 4), np.int32), mpp=1)])
+    assert both["id"].tolist() == [1]
+    path = write_csv(both, tmp_path / "t.csv")
+    lines = path.read_text().splitlines()
+    assert lines[0].split(",") == list(COLUMNS) and len(lines) == 2

@@ -1,0 +1,251 @@
+import csv
+import json
+import sys
+import threading
+import types
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+
+from napari_slidescope.analysis.measure import COLUMNS
+from napari_slidescope.analysis.stains import RUIFROK_HE
+from napari_slidescope.pipeline.nuclei import iter_segment_nuclei, segment_nuclei
+from napari_slidescope.slide import ArraySlide
+
+MPP = 0.25
+BG, NUC = (235, 225, 235), (80, 50, 140)
+
+
+def discs(shape=(480, 560), radii=(16, 10), spacing=60, seed=0):
+    """Background with discs of alternating radii on a jittered grid; returns (img, truth)."""
+    rng = np.random.default_rng(seed)
+    img = np.empty((*shape, 3), np.uint8)
+    img[:] = BG
+    truth = []
+    for cy in range(spacing // 2, shape[0] - spacing // 2 + 1, spacing):
+        for cx in range(spacing // 2, shape[1] - spacing // 2 + 1, spacing):
+            r = radii[len(truth) % len(radii)]
+            y, x = cy + rng.integers(-4, 5), cx + rng.integers(-4, 5)
+            yy, xx = np.mgrid[-r : r + 1, -r : r + 1]
+            img[y - r : y + r + 1, x - r : x + r + 1][yy**2 + xx**2 <= r**2] = NUC
+            truth.append((y, x, r))
+    return img, np.array(truth, float)
+
+
+class ThresholdSegmenter:
+    name = "threshold"
+    target_mpp = 0.5
+    min_overlap_um = 12.0
+    stains = RUIFROK_HE
+
+    def predict(self, tiles, *, mpp):
+        return (255.0 - tiles.mean(axis=-1, keepdims=True)).astype(np.float32) / 255.0
+
+    def postprocess(self, raw, *, mpp):
+        return ndi.label(raw[..., 0] > 0.4)[0].astype(np.int32)
+
+
+class RecordingSlide(ArraySlide):
+    """Two-level in-memory slide that records every read_region call."""
+
+    def __init__(self, img, mpp=MPP):
+        super().__init__(img, mpp=mpp)
+        low = img[::8, ::8]
+        self.levels = [da.from_array(img), da.from_array(low)]
+        self.reads = []
+        self._lock = threading.Lock()
+
+    def read_region(self, region, *, level=0):
+        with self._lock:
+            self.reads.append((tuple(region), level))
+        return super().read_region(region, level=level)
+
+
+@pytest.fixture(scope="module")
+def disc_result():
+    img, truth = discs()
+    res = segment_nuclei(
+        img, mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False, workers=2
+    )
+    return img, truth, res
+
+
+def test_table_columns_units_and_known_sizes(disc_result):
+    img, truth, res = disc_result
+    assert res.count == len(truth) == len(res.table["id"])
+    assert list(res.table) == list(COLUMNS)
+    assert all(v.shape == (res.count,) for v in res.table.values())
+    # array source: labels in the array's own pixels
+    assert res.labels.shape == img.shape[:2] and res.labels.dtype == np.int32
+    assert res.downsample == (1.0, 1.0) and res.mpp == MPP and res.origin == (0, 0)
+    assert set(np.unique(res.labels)) == {0, *res.table["id"].tolist()}
+    # match each truth disc to the nearest centroid
+    cents = np.stack([res.table["centroid_row"], res.table["centroid_col"]], axis=1)
+    d = np.linalg.norm(cents[:, None] - truth[None, :, :2], axis=2)
+    k = d.argmin(axis=0)
+    assert len(set(k.tolist())) == len(truth) and d.min(axis=0).max() < 1.5
+    area_true = np.pi * (truth[:, 2] * MPP) ** 2
+    np.testing.assert_allclose(res.table["area_um2"][k], area_true, rtol=0.1)
+    np.testing.assert_allclose(
+        res.table["perimeter_um"][k], 2 * np.pi * truth[:, 2] * MPP, rtol=0.15
+    )
+    np.testing.assert_allclose(res.table["centroid_y_um"], (cents[:, 0] + 0.5) * MPP)
+    assert (res.table["eccentricity"] < 0.5).all() and (res.table["solidity"] > 0.9).all()
+    assert (res.table["hematoxylin_od_mean"] > 0.1).all()
+    assert np.isfinite(res.table["eosin_od_mean"]).all()
+    pd = pytest.importorskip("pandas")
+    assert isinstance(res.to_pandas(), pd.DataFrame) and len(res.to_pandas()) == res.count
+
+
+def test_csv_and_geojson_round_trip(tmp_path):
+    img, _ = discs()
+    region = (100, 150, 420, 520)
+    res = segment_nuclei(
+        ArraySlide(img, mpp=MPP),
+        region=region,
+        segmenter=ThresholdSegmenter(),
+        tile_size_um=30,
+        tissue=False,
+        workers=2,
+    )
+    assert res.origin == (100, 150) and res.downsample == (2.0, 2.0) and res.mpp == 0.5
+    assert res.labels.shape == (160, 185)
+    with open(res.to_csv(tmp_path / "n.csv"), newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == res.count > 5
+    assert list(rows[0]) == list(COLUMNS)
+    np.testing.assert_allclose([float(r["area_um2"]) for r in rows], res.table["area_um2"])
+    doc = json.loads((res.to_geojson(tmp_path / "n.geojson")).read_text())
+    assert doc["type"] == "FeatureCollection" and len(doc["features"]) == res.count
+    by_id = {int(i): k for k, i in enumerate(res.table["id"])}
+    for f in doc["features"]:
+        p = f["properties"]
+        assert p["objectType"] == "detection" and p["classification"]["name"] == "Nucleus"
+        k = by_id[int(p["measurements"]["id"])]
+        ring = np.array(f["geometry"]["coordinates"][0])
+        assert (ring[0] == ring[-1]).all()
+        x, y = ring[:, 0].mean(), ring[:, 1].mean()  # (x, y) level-0, origin applied
+        assert (
+            abs(x - res.table["centroid_col"][k]) < 3 and abs(y - res.table["centroid_row"][k]) < 3
+        )
+        assert region[1] <= ring[:, 0].min() and ring[:, 0].max() <= region[3]
+        assert region[0] <= ring[:, 1].min() and ring[:, 1].max() <= region[2]
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (np.zeros((50, 50), np.uint8), "grayscale"),
+        (np.zeros((50, 50, 4), np.uint8), "RGBA"),
+        (np.zeros((50, 50, 3), np.float32), "uint8"),
+    ],
+)
+def test_bad_arrays_rejected(bad, match):
+    with pytest.raises(ValueError, match=match):
+        segment_nuclei(bad, mpp=MPP, segmenter=ThresholdSegmenter())
+
+
+def test_array_needs_mpp_and_region_must_not_be_empty():
+    img, _ = discs((64, 64))
+    with pytest.raises(ValueError, match="mpp"):
+        segment_nuclei(img, segmenter=ThresholdSegmenter())
+    with pytest.raises(ValueError, match="empty"):
+        segment_nuclei(img, mpp=MPP, region=(10, 10, 10, 40), segmenter=ThresholdSegmenter())
+    with pytest.raises(TypeError, match="segmenter"):
+        segment_nuclei(img, mpp=MPP, segmenter=object())
+
+
+def test_all_background_gives_no_nuclei():
+    img = np.full((200, 240, 3), BG, np.uint8)
+    calls = []
+    res = segment_nuclei(
+        img,
+        mpp=MPP,
+        segmenter=ThresholdSegmenter(),
+        tissue=False,
+        tile_size_um=20,
+        progress=lambda d, t: calls.append((d, t)),
+    )
+    assert res.count == 0 and not res.labels.any()
+    assert list(res.table) == list(COLUMNS) and all(v.size == 0 for v in res.table.values())
+    assert calls[0] == (0, calls[-1][1]) and calls[-1][0] == calls[-1][1] > 1
+
+
+def tissue_half(img):
+    """A TissueResult-like object: tissue only in the left ~40% of the image."""
+    mask = np.zeros((img.shape[0] // 16, img.shape[1] // 16), bool)
+    mask[:, : int(mask.shape[1] * 0.4)] = True
+    return types.SimpleNamespace(mask=mask, downsample=16.0, origin=(0, 0), mpp=16 * MPP)
+
+
+def test_tiles_without_tissue_are_never_read():
+    img, _ = discs()
+    slide = RecordingSlide(img)
+    tissue = tissue_half(img)
+    res = segment_nuclei(
+        slide, segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=tissue, workers=2
+    )
+    limit = tissue.mask.shape[1] * 0.4 * 16 + 24 * 2 + 16  # tissue edge + overlap + margins
+    level0 = [box for box, level in slide.reads if level == 0]
+    assert level0 and all(box[1] < limit for box in level0)
+    assert max(box[3] for box, _ in slide.reads if _ == 0) < img.shape[1] * 0.7
+    assert res.count > 0 and res.table["centroid_col"].max() < limit
+
+
+@pytest.mark.parametrize("size_um,expect_detect", [(20, True), (1000, False)])
+def test_auto_tissue_runs_detection_for_large_regions(monkeypatch, size_um, expect_detect):
+    img, _ = discs()
+    slide = RecordingSlide(img)
+    called = []
+
+    def detect_tissue(source, *, region=None, mpp=None, **kw):
+        called.append(region)
+        return tissue_half(img)
+
+    fake = types.ModuleType("napari_slidescope.pipeline.tissue")
+    fake.detect_tissue = detect_tissue
+    monkeypatch.setitem(sys.modules, "napari_slidescope.pipeline.tissue", fake)
+    segment_nuclei(slide, segmenter=ThresholdSegmenter(), tile_size_um=size_um, workers=1)
+    assert bool(called) == expect_detect
+
+
+def test_streaming_steps_and_early_close():
+    img, _ = discs()
+    baseline = threading.active_count()
+    gen = iter_segment_nuclei(
+        img, mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=20, tissue=False, workers=2
+    )
+    steps = [next(gen), next(gen)]
+    assert [s.done for s in steps] == [1, 2] and steps[0].total == len(steps[0].plan) > 4
+    assert steps[1].result.offset == steps[0].result.count
+    gen.close()
+    assert threading.active_count() == baseline
+    full = list(
+        iter_segment_nuclei(
+            img, mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=20, tissue=False, workers=2
+        )
+    )
+    assert [s.done for s in full] == list(range(1, len(full) + 1))
+    assert threading.active_count() == baseline
+
+
+def test_builtin_segmenter_on_discs():
+    pytest.importorskip("napari_slidescope.analysis.nuclei")
+    img, truth = discs()
+    with warnings.catch_warnings():  # two flat colours: stain estimation falls back (warns)
+        warnings.simplefilter("ignore", UserWarning)
+        res = segment_nuclei(img, mpp=MPP, tissue=False, tile_size_um=1000, workers=1)
+    assert res.segmenter == "builtin" and res.labels.shape == img.shape[:2]
+    assert abs(res.count - len(truth)) <= 0.1 * len(truth)
+
+
+def test_upsampling_warns():
+    from napari_slidescope import SlidescopeWarning
+
+    img, _ = discs((120, 140))
+    with pytest.warns(SlidescopeWarning, match="upsampled"):
+        res = segment_nuclei(img, mpp=1.0, segmenter=ThresholdSegmenter(), tissue=False)
+    assert res.labels.shape == img.shape[:2]

@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         f"builtin predict+postprocess only (stains and threshold prepared once per slide): "
         f"{stage:.2f} Mpx/s, median over images, single thread"
     )
+    if hasattr(os, "getloadavg"):  # shared machines: timings depend on what else runs
+        load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+        print(f"load average (1, 5, 15 min): {load} on {os.cpu_count()} CPUs")
     b, t = results["builtin"], results["textbook"]
     print("ratio builtin/textbook: " + " ".join(f"{k.upper()}={b[k] / t[k]:.2f}" for k in _KEYS))
     return 0

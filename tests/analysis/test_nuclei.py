@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from napari_slidescope.analysis.nuclei import (
     NucleiParams,
     segment_nuclei_array,
 )
-from napari_slidescope.analysis.stains import RUIFROK_HE
+from napari_slidescope.analysis.stains import RUIFROK_HE, estimate_stains
 
 MPP = 0.25
 RADIUS_UM = 3.5
@@ -99,6 +100,41 @@ def test_predict_without_prepare_warns(grid_image):
         seg.predict(grid_image[np.newaxis], mpp=MPP)
     assert any("prepare" in str(w.message) for w in record)
     assert seg.stains is not None
+
+
+def _two_stain_image(hematoxylin, eosin, *, seed) -> np.ndarray:
+    """Random mixtures of two stains, dense enough in both for Macenko estimation."""
+    rng = np.random.default_rng(seed)
+    conc = rng.uniform([0.0, 0.3], [1.0, 1.0], size=(64, 64, 2))
+    od = conc[..., :1] * np.asarray(hematoxylin) + conc[..., 1:] * np.asarray(eosin)
+    return np.clip(np.round(255 * 10.0 ** (-od)), 0, 255).astype(np.uint8)
+
+
+def test_prepare_reestimates_stains_for_each_slide():
+    e = RUIFROK_HE.eosin
+    h_b = np.array([0.45, 0.80, 0.40]) / np.linalg.norm([0.45, 0.80, 0.40])
+    slide_a = _two_stain_image(RUIFROK_HE.hematoxylin, e, seed=1)
+    slide_b = _two_stain_image(h_b, e, seed=2)
+    seg = BuiltinSegmenter()
+    seg.prepare(slide_a)
+    first = seg.stains
+    seg.prepare(slide_b)  # a new slide: its own stains, not the first slide's
+    assert seg.stains is not first
+    np.testing.assert_allclose(seg.stains.matrix, estimate_stains(slide_b).matrix)
+    assert not np.allclose(seg.stains.hematoxylin, first.hematoxylin, atol=0.02)
+    fixed = BuiltinSegmenter(stains=RUIFROK_HE)  # stains passed explicitly are kept
+    fixed.prepare(slide_a)
+    fixed.prepare(slide_b)
+    assert fixed.stains is RUIFROK_HE
+
+
+def test_predict_may_run_in_parallel(grid_image):
+    seg = BuiltinSegmenter(stains=RUIFROK_HE)
+    assert seg.parallel_predict is True  # the runner then gives predict `workers` threads
+    seg.prepare(grid_image)
+    with ThreadPoolExecutor(2) as pool:
+        outs = list(pool.map(lambda _: seg.predict(grid_image[np.newaxis], mpp=MPP), range(2)))
+    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 @pytest.mark.parametrize(

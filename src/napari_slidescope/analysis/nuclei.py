@@ -172,7 +172,15 @@ class BuiltinSegmenter:
     params : NucleiParams, optional
         Parameters; the defaults suit H&E in general.
     stains : StainMatrix, optional
-        Slide-level stain vectors; when None, :meth:`prepare` estimates them.
+        Stain vectors to use for every slide. When None, every call of :meth:`prepare`
+        estimates them afresh from its reference, so one segmenter can be reused over
+        slides (or regions) of different staining.
+
+    Attributes
+    ----------
+    parallel_predict : bool
+        True: ``predict`` is CPU numpy work that only reads what :meth:`prepare` set, so
+        the staged runner gives it ``workers`` threads instead of one model thread.
 
     Examples
     --------
@@ -184,10 +192,12 @@ class BuiltinSegmenter:
 
     name = "builtin"
     raw_channels = RAW_CHANNELS
+    parallel_predict = True
 
     def __init__(self, params: NucleiParams | None = None, *, stains: StainMatrix | None = None):
         self.params = params if params is not None else NucleiParams()
         self.stains = stains
+        self._fixed_stains = stains is not None
         self.threshold: float | None = self.params.threshold
 
     @property
@@ -205,7 +215,9 @@ class BuiltinSegmenter:
     def prepare(self, reference_rgb: np.ndarray, *, mpp: float | None = None) -> None:
         """Estimate slide-level stain vectors and hematoxylin threshold from a reference.
 
-        Stains given to the constructor and a ``params.threshold`` are kept.
+        Call it once per slide or region, before its tiles: both are re-estimated on every
+        call, except stains given to the constructor and a ``params.threshold``, which are
+        kept.
 
         Parameters
         ----------
@@ -217,7 +229,7 @@ class BuiltinSegmenter:
             reference is already averaged over at least that scale.
         """
         ref = _check_rgb(reference_rgb, "reference_rgb", 3)
-        if self.stains is None:
+        if not self._fixed_stains:
             self.stains = estimate_stains(ref)
         if self.params.threshold is None:
             h = self.stains.separate(ref)[..., 0]

@@ -1,7 +1,17 @@
 """Opening whole-slide images: the only package that imports tifffile and zarr."""
 
+from napari_slidescope.slide.cache import set_cache_bytes, tile_cache
 from napari_slidescope.slide.chunking import DEFAULT_CHUNK_BYTES, choose_chunks
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.slide import ArraySlide, Slide, open_slide
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "ArraySlide", "Slide", "SlideError", "choose_chunks", "open_slide"]
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "ArraySlide",
+    "Slide",
+    "SlideError",
+    "choose_chunks",
+    "open_slide",
+    "set_cache_bytes",
+    "tile_cache",
+]

@@ -8,13 +8,22 @@ tifffile comes in two generations that users have both:
   ``attrs['ome']['multiscales']``.
 
 :func:`open_levels` hides the difference and returns one zarr array per pyramid level.
+
+Reading pixels goes through :func:`native_chunks`: one object per level that reads and
+decodes *native* chunks (tiles, strips, NDPI restart bands) by their grid index. Where the
+level is a plain tiled or stripped page (SVS, NDPI, OME, generic pyramids, QPTIFF channel
+pages) it reads the raw segments with ``FileHandle.read_segments`` and decodes them with
+``TiffPage.decode``, exactly what the zarr store does per chunk but without zarr's
+per-request machinery; everywhere else it asks the zarr array for the chunk's box. Both
+give the pixels tifffile decodes, and both are safe to call from several threads.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import tifffile
@@ -60,7 +69,9 @@ def open_tiff(path: str | os.PathLike[str]) -> tifffile.TiffFile:
         tif = tifffile.TiffFile(path)
         series = tif.series
     except Exception as exc:  # tifffile raises many types on damaged files
-        raise SlideError(path, f"is a damaged or truncated TIFF ({type(exc).__name__}: {exc})") from exc
+        raise SlideError(
+            path, f"is a damaged or truncated TIFF ({type(exc).__name__}: {exc})"
+        ) from exc
     if not series:
         tif.close()
         raise SlideError(path, "contains no image")
@@ -125,13 +136,236 @@ def tag_value(page: Any, name: str, default: Any = None) -> Any:
     return default if tag is None else tag.value
 
 
+@functools.cache
 def decode_error_types() -> tuple[type[BaseException], ...]:
     """Exception types a damaged tile raises while decoding."""
     import imagecodecs
 
-    types: list[type[BaseException]] = [ValueError, RuntimeError, OSError, IndexError]
+    types: list[type[BaseException]] = [
+        ValueError,
+        RuntimeError,
+        OSError,
+        IndexError,
+        tifffile.TiffFileError,
+    ]
     for name in dir(imagecodecs):
         obj = getattr(imagecodecs, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             types.append(obj)
     return tuple(types)
+
+
+class NativeChunks(Protocol):
+    """Reads native chunks of one level by grid index (axes of the level as shown)."""
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: np.dtype[Any]
+    fast: bool
+
+    def read(self, indices: Sequence[tuple[int, ...]]) -> list[np.ndarray | BaseException]:
+        """Return each native chunk (clipped to the level) or the error decoding it raised."""
+        ...
+
+
+def native_chunks(
+    level: tifffile.TiffPageSeries, z: Any, index: tuple[int | slice, ...]
+) -> NativeChunks:
+    """Return the native-chunk reader of one level.
+
+    Parameters
+    ----------
+    level : TiffPageSeries
+        The pyramid level (``series.levels[i]``).
+    z : zarr.Array
+        The same level opened through the tifffile zarr store (gives shape and chunks).
+    index : tuple of int or slice
+        Selection of the shown axes in `z`: ``slice(None)`` keeps an axis, ``0`` drops it.
+
+    Returns
+    -------
+    NativeChunks
+        The direct page decoder when the level's layout allows it, else a reader that asks
+        the zarr array for each chunk.
+    """
+    try:
+        fast = _PageChunks.create(level, z, index)
+    except Exception:  # any surprise in the layout: use the general path
+        fast = None
+    return fast if fast is not None else _ZarrChunks(z, index)
+
+
+def zarr_chunks(z: Any, index: tuple[int | slice, ...]) -> NativeChunks:
+    """Return a native-chunk reader that asks the zarr array for each chunk."""
+    return _ZarrChunks(z, index)
+
+
+def _kept(values: Sequence[int], index: tuple[int | slice, ...]) -> tuple[int, ...]:
+    return tuple(int(v) for v, i in zip(values, index, strict=True) if isinstance(i, slice))
+
+
+class _ZarrChunks:
+    """Native chunks read through the zarr array, one request per chunk."""
+
+    fast = False
+
+    def __init__(self, z: Any, index: tuple[int | slice, ...]) -> None:
+        self._z = z
+        self._index = index
+        self.shape = _kept(z.shape, index)
+        self.chunks = tuple(
+            min(c, n) for c, n in zip(_kept(z.chunks, index), self.shape, strict=True)
+        )
+        self.dtype = np.dtype(z.dtype)
+
+    def read(self, indices: Sequence[tuple[int, ...]]) -> list[np.ndarray | BaseException]:
+        out: list[np.ndarray | BaseException] = []
+        errors = decode_error_types()
+        for idx in indices:
+            box = iter(
+                slice(i * c, min((i + 1) * c, n))
+                for i, c, n in zip(idx, self.chunks, self.shape, strict=True)
+            )
+            key = tuple(next(box) if isinstance(i, slice) else i for i in self._index)
+            try:
+                out.append(np.asarray(self._z[key]))
+            except errors as exc:
+                out.append(exc)
+        return out
+
+
+class _PageChunks:
+    """Native chunks decoded straight from the TIFF pages with ``TiffPage.decode``.
+
+    Handles a level that is one page shown as ``YXS`` or ``YX`` (tiles, strips or NDPI
+    restart bands), or one ``YX`` page per channel shown as ``CYX``.
+    """
+
+    fast = True
+
+    def __init__(
+        self,
+        pages: list[Any],
+        shape: tuple[int, ...],
+        chunks: tuple[int, ...],
+        dtype: np.dtype[Any],
+        *,
+        tiled: bool,
+    ) -> None:
+        self.shape, self.chunks, self.dtype = shape, chunks, dtype
+        self._pages = pages
+        self._keyframe = pages[0].keyframe
+        self._channels = len(shape) == 3 and len(pages) > 1
+        self._spatial = (1, 2) if self._channels else (0, 1)
+        h, w = (shape[a] for a in self._spatial)
+        ch, cw = (chunks[a] for a in self._spatial)
+        self._tiles_across = -(-w // cw) if tiled else 1
+        self._nodata = self._keyframe.nodata
+        self._decode = self._keyframe.decode  # resolves (and caches) the decode closure
+        self._kwargs: list[dict[str, Any]] = []
+        for page in pages:
+            kwargs: dict[str, Any] = {}
+            if getattr(page, "jpegtables", None) is not None:
+                kwargs["jpegtables"] = page.jpegtables
+            if self._keyframe.jpegheader is not None:
+                kwargs["jpegheader"] = self._keyframe.jpegheader
+            self._kwargs.append(kwargs)
+        self._offsets = [page.dataoffsets for page in pages]
+        self._counts = [page.databytecounts for page in pages]
+        fh = pages[0].parent.filehandle
+        fh.set_lock(True)
+        self._fh = fh
+
+    @classmethod
+    def create(
+        cls, level: tifffile.TiffPageSeries, z: Any, index: tuple[int | slice, ...]
+    ) -> _PageChunks | None:
+        """Return the direct decoder for `level`, or None if its layout needs the zarr path."""
+        if getattr(level, "transform", None) is not None:
+            return None
+        pages = list(level.pages)
+        if not pages or any(p is None or p.keyframe is None for p in pages):
+            return None
+        key = pages[0].keyframe
+        if any(p.parent.filehandle is not key.parent.filehandle for p in pages):
+            return None
+        shape = _kept(z.shape, index)
+        chunks = tuple(min(c, n) for c, n in zip(_kept(z.chunks, index), shape, strict=True))
+        if any(isinstance(i, int) and n != 1 for i, n in zip(index, z.shape, strict=True)):
+            return None  # dropped axes with more than one plane: leave them to zarr
+        nsep, depth, h, w, samples = key.shaped
+        if nsep != 1 or depth != 1 or key.is_tiled and key.tiledepth != 1:
+            return None
+        tiled = bool(key.is_tiled)
+        native = (key.tilelength, key.tilewidth) if tiled else (key.rowsperstrip, w)
+        if len(shape) == 3 and len(pages) == 1 and samples > 1:  # YXS
+            want_shape, want_chunks = (h, w, samples), (*native, samples)
+        elif len(shape) == 2 and len(pages) == 1 and samples == 1:  # YX
+            want_shape, want_chunks = (h, w), native
+        elif len(shape) == 3 and len(pages) > 1 and samples == 1:  # CYX, a page per channel
+            if any(p.shaped != key.shaped for p in pages):
+                return None
+            want_shape, want_chunks = (len(pages), h, w), (1, *native)
+        else:
+            return None
+        want_chunks = tuple(min(c, n) for c, n in zip(want_chunks, want_shape, strict=True))
+        if shape != want_shape or chunks != want_chunks:
+            return None
+        nsegments = -(-h // native[0]) * (-(-w // native[1]) if tiled else 1)
+        if any(
+            len(p.dataoffsets) != nsegments or len(p.databytecounts) != nsegments for p in pages
+        ):
+            return None
+        return cls(pages, shape, chunks, np.dtype(z.dtype), tiled=tiled)
+
+    def read(self, indices: Sequence[tuple[int, ...]]) -> list[np.ndarray | BaseException]:
+        ya, xa = self._spatial
+        per_page: dict[int, list[tuple[int, int]]] = {}
+        for n, idx in enumerate(indices):
+            page = idx[0] if self._channels else 0
+            per_page.setdefault(page, []).append((n, idx[ya] * self._tiles_across + idx[xa]))
+        out: list[np.ndarray | BaseException] = [None] * len(indices)  # type: ignore[list-item]
+        errors = decode_error_types()
+        for page, items in per_page.items():
+            offsets, counts = self._offsets[page], self._counts[page]
+            segs = [s for _, s in items]
+            raw = self._fh.read_segments(
+                [offsets[s] for s in segs],
+                [counts[s] for s in segs],
+                list(range(len(segs))),
+                lock=self._fh.lock,
+            )
+            for data, k in raw:
+                n, seg = items[k]
+                try:
+                    out[n] = self._decode_one(data, seg, indices[n], self._kwargs[page])
+                except errors as exc:
+                    out[n] = exc
+        return out
+
+    def _decode_one(
+        self, data: bytes | None, seg: int, idx: tuple[int, ...], kwargs: dict[str, Any]
+    ) -> np.ndarray:
+        ya, xa = self._spatial
+        rows = min(self.chunks[ya], self.shape[ya] - idx[ya] * self.chunks[ya])
+        cols = min(self.chunks[xa], self.shape[xa] - idx[xa] * self.chunks[xa])
+        samples = self.shape[2] if not self._channels and len(self.shape) == 3 else 1
+        if data is None or not data:
+            return np.full(self._chunk_shape(rows, cols, samples), self._nodata, self.dtype)
+        decoded = self._decode(data, seg, **kwargs)[0]
+        if decoded is None:
+            return np.full(self._chunk_shape(rows, cols, samples), self._nodata, self.dtype)
+        tile = decoded[0]  # (length, width, samples)
+        if tile.shape[0] < rows or tile.shape[1] < cols:  # short data: tifffile pads with nodata
+            full = np.full((rows, cols, tile.shape[2]), self._nodata, self.dtype)
+            full[: tile.shape[0], : tile.shape[1]] = tile[:rows, :cols]
+            tile = full
+        tile = tile[:rows, :cols]
+        if self._channels:
+            return tile[np.newaxis, :, :, 0]
+        return tile if len(self.shape) == 3 else tile[:, :, 0]
+
+    def _chunk_shape(self, rows: int, cols: int, samples: int) -> tuple[int, ...]:
+        if self._channels:
+            return (1, rows, cols)
+        return (rows, cols, samples) if len(self.shape) == 3 else (rows, cols)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
@@ -15,9 +13,9 @@ from typing import Any, Literal
 import dask.array as da
 import numpy as np
 
-from napari_slidescope._warnings import SlidescopeWarning
-from napari_slidescope.slide import _tiff
-from napari_slidescope.slide.chunking import choose_chunks, default_chunk_bytes, parse_bytes
+from napari_slidescope.slide import _levels, _tiff
+from napari_slidescope.slide.cache import tile_cache
+from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import FormatInfo, describe
 
@@ -162,6 +160,7 @@ class Slide(_BaseSlide):
         if on_error not in ("raise", "blank"):
             raise ValueError(f"on_error must be 'raise' or 'blank', got {on_error!r}")
         budget = default_chunk_bytes() if chunk_bytes is None else parse_bytes(chunk_bytes)
+        self._owner = _levels.new_owner()
         self._tif = _tiff.open_tiff(self.path)
         try:
             self._open(budget, on_error)
@@ -179,15 +178,22 @@ class Slide(_BaseSlide):
         axes = main.axes
         info: FormatInfo = describe(self._tif, main, path)
         zarrs = _tiff.open_levels(main, path)
+        series_levels: list[Any] = _tiff.series_levels(main)
+        if len(series_levels) != len(zarrs):  # unexpected layout: read through zarr only
+            series_levels = [None] * len(zarrs)
         self.format = info.format
         self.mpp = info.mpp
         self.magnification = info.magnification
         self.fluorescence = info.fluorescence
         self.calibration_source = info.calibration_source
         self.levels, self.axes = [], ""
-        for i, z in enumerate(zarrs):
-            arr, self.axes = _wrap_level(z, axes, budget, path=path, level=i, on_error=on_error)
+        self._readers: list[_levels.LevelReader] = []
+        for i, (z, lv) in enumerate(zip(zarrs, series_levels, strict=True)):
+            arr, self.axes, reader = _levels.wrap_level(
+                lv, z, axes, budget, path=path, level=i, on_error=on_error, owner=self._owner
+            )
             self.levels.append(arr)
+            self._readers.append(reader)
         nch = self.levels[0].shape[0] if self.axes == "CYX" else 0
         self.channel_names = list(info.channel_names) if nch else []
         if nch and len(self.channel_names) != nch:
@@ -222,6 +228,22 @@ class Slide(_BaseSlide):
         tif = getattr(self, "_tif", None)
         if tif is not None:
             tif.close()
+        owner = getattr(self, "_owner", None)
+        if owner is not None:
+            tile_cache().discard(owner)
+
+    def read_region(self, region: tuple[int, int, int, int], *, level: int = 0) -> np.ndarray:
+        """Read the pixels of `level` covering the level-0 box `region` ``(y0, x0, y1, x1)``.
+
+        Reads on the calling thread (through the shared decoded-tile cache). The result
+        keeps the slide's axes order.
+        """
+        ly0, lx0, ly1, lx1 = self.level_box(region, level)
+        reader = self._readers[level]
+        box = [(0, n) for n in reader.shape]
+        yi, xi = self._yx
+        box[yi], box[xi] = (ly0, ly1), (lx0, lx1)
+        return reader.read(tuple(box), parallel=False)
 
     def __enter__(self) -> Slide:
         return self
@@ -314,6 +336,14 @@ def open_slide(
     Slide
         Use it as a context manager, or call ``close()``.
 
+    Notes
+    -----
+    ``np.asarray(slide.levels[i][y0:y1, x0:x1])`` (what napari does) reads the box directly,
+    decoding its native tiles on every core, whatever the number of dask chunks in the level.
+    Decoded tiles are kept in one cache shared by all open slides, bounded in bytes (256 MiB
+    by default; ``$SLIDESCOPE_CACHE_BYTES`` or
+    :func:`napari_slidescope.slide.cache.set_cache_bytes` changes it).
+
     Raises
     ------
     SlideError
@@ -338,117 +368,3 @@ def _as_pair(mpp: float | tuple[float, float], name: str) -> tuple[float, float]
     if len(pair) != 2 or not all(float(v) > 0 for v in pair):
         raise ValueError(f"{name}: mpp must be a positive number or (y, x) pair, got {mpp!r}")
     return (float(pair[0]), float(pair[1]))
-
-
-def _wrap_level(
-    z: Any, axes: str, budget: int, *, path: str, level: int, on_error: OnError
-) -> tuple[da.Array, str]:
-    """Wrap one zarr level in dask; drop singleton axes other than C, Y, X, S."""
-    keep = [ax for ax in axes if ax in "CYXS"]
-    if "Y" not in keep or "X" not in keep:
-        raise SlideError(path, f"has no 2-D image plane (axes {axes!r})")
-    spatial = (axes.index("Y"), axes.index("X"))
-    chunks = choose_chunks(z.shape, z.chunks, z.dtype.itemsize, spatial=spatial, budget=budget)
-    arr = da.from_array(
-        _LevelReader(z, path=path, level=level, on_error=on_error),
-        chunks=chunks,
-        name=f"slidescope-{abs(hash((path, level, budget))):x}",
-        asarray=False,
-        lock=False,
-        inline_array=True,
-        meta=np.empty((0,) * z.ndim, dtype=z.dtype),
-    )
-    index = tuple(slice(None) if ax in "CYXS" else 0 for ax in axes)
-    extra = [ax for ax, n in zip(axes, z.shape, strict=True) if ax not in "CYXS" and n > 1]
-    if extra:
-        warnings.warn(
-            f"{path}: axes {extra} are not supported; showing index 0 of each",
-            SlidescopeWarning,
-            stacklevel=4,
-        )
-    if any(ax not in "CYXS" for ax in axes):
-        arr = arr[index]
-    out_axes = "".join(keep)
-    if out_axes not in ("YXS", "CYX", "YX"):
-        raise SlideError(path, f"has unsupported axes {axes!r}")
-    return arr, out_axes
-
-
-_warned: set[tuple[str, int]] = set()
-_warned_lock = threading.Lock()
-
-
-class _LevelReader:
-    """Array-like view of one zarr level that dask reads chunks from.
-
-    A decode failure raises a :class:`SlideError` naming the file, level and pixels, or
-    in ``"blank"`` mode zeros only the native tiles that fail and warns once per level.
-    """
-
-    def __init__(self, z: Any, *, path: str, level: int, on_error: OnError) -> None:
-        self._z = z
-        self.shape = tuple(z.shape)
-        self.dtype = z.dtype
-        self.ndim = len(self.shape)
-        self.native = tuple(z.chunks)
-        self._path, self._level, self._on_error = path, level, on_error
-
-    def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
-        b = tuple(
-            slice(*s.indices(n)[:2]) if isinstance(s, slice) else slice(s, s + 1)
-            for s, n in zip(key, self.shape, strict=False)
-        )
-        try:
-            return np.asarray(self._z[b])
-        except _decode_errors() as exc:
-            if self._on_error == "raise":
-                raise SlideError(
-                    self._path, f"level {self._level}: cannot decode pixels {_fmt(b)} ({exc})"
-                ) from exc
-        return self._read_blanking(b)
-
-    def _read_blanking(self, b: tuple[slice, ...]) -> np.ndarray:
-        out = np.zeros(tuple(s.stop - s.start for s in b), dtype=self.dtype)
-        bad = []
-        for sub in _native_boxes(b, self.native):
-            dst = tuple(slice(s.start - o.start, s.stop - o.start) for s, o in zip(sub, b, strict=True))
-            try:
-                out[dst] = self._z[sub]
-            except _decode_errors():
-                bad.append(_fmt(sub))
-        if bad:
-            with _warned_lock:
-                first = (self._path, self._level) not in _warned
-                _warned.add((self._path, self._level))
-            if first:
-                warnings.warn(
-                    f"{self._path}: level {self._level}: damaged tile(s) "
-                    f"{', '.join(bad[:4])} shown as blank",
-                    SlidescopeWarning,
-                    stacklevel=2,
-                )
-        return out
-
-
-def _native_boxes(b: tuple[slice, ...], native: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
-    ranges = []
-    for s, n in zip(b, native, strict=True):
-        edges = list(range(s.start - s.start % n, s.stop, n))
-        ranges.append([slice(max(e, s.start), min(e + n, s.stop)) for e in edges])
-    grid = np.stack(np.meshgrid(*[np.arange(len(r)) for r in ranges], indexing="ij"), -1)
-    for idx in grid.reshape(-1, len(ranges)):
-        yield tuple(r[i] for r, i in zip(ranges, idx, strict=True))
-
-
-def _fmt(b: tuple[slice, ...]) -> str:
-    return "[" + ", ".join(f"{s.start}:{s.stop}" for s in b) + "]"
-
-
-_DECODE_ERRORS: tuple[type[BaseException], ...] | None = None
-
-
-def _decode_errors() -> tuple[type[BaseException], ...]:
-    global _DECODE_ERRORS
-    if _DECODE_ERRORS is None:
-        _DECODE_ERRORS = _tiff.decode_error_types()
-    return _DECODE_ERRORS

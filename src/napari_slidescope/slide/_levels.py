@@ -1,0 +1,501 @@
+"""Pyramid levels as dask arrays that stay fast however many chunks a level has.
+
+napari shows a level by slicing its dask array to the visible box and calling
+``np.asarray`` on the slice. A plain ``da.from_array`` level walks its whole task graph on
+every such call (about 1 s for a level of a million chunks) and decodes through one zarr
+request per native chunk. Here instead:
+
+* :class:`LevelReader` turns a box of level pixels into the native chunks (tiles, strips,
+  NDPI restart bands) it touches, takes the ones it can from the shared decoded-tile cache
+  (:mod:`napari_slidescope.slide.cache`), decodes the others with the adapter in
+  :mod:`napari_slidescope.slide._tiff`, and copies only the requested pixels out;
+* a level is a :class:`LevelArray`, a dask array whose graph is one lazy layer (nothing
+  is built per chunk at open time). A basic slice of it (ints and step-1 slices, what
+  napari does) returns a :class:`RegionArray` with the same chunks a dask slice would have
+  and a lazy graph of only those chunks; ``np.asarray`` of a region reads it directly,
+  decoding its missing native chunks on a small module-level thread pool, with no dask
+  scheduler in the way. ``compute()``, ``map_blocks`` and every other dask operation still
+  work on the ordinary graph.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
+
+import dask.array as da
+import numpy as np
+
+from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.slide import _tiff
+from napari_slidescope.slide.cache import tile_cache
+from napari_slidescope.slide.chunking import choose_chunks
+from napari_slidescope.slide.errors import SlideError
+
+OnError = Literal["raise", "blank"]
+Box = tuple[tuple[int, int], ...]
+
+#: Native chunks decoded per raw read (bounds the compressed bytes held at once).
+_BATCH = 64
+
+_POOL_PREFIX = "slidescope-decode"
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def decode_workers() -> int:
+    """Threads used to decode one viewport: the CPUs this process may use, at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(decode_workers(), thread_name_prefix=_POOL_PREFIX)
+    return _pool
+
+
+_uid_lock = threading.Lock()
+_uid = itertools.count(1)
+
+
+def new_owner() -> int:
+    """Return a fresh id that keys one open slide's entries in the tile cache."""
+    with _uid_lock:
+        return next(_uid)
+
+
+_warned: set[tuple[str, int]] = set()
+_warned_lock = threading.Lock()
+
+
+class LevelReader:
+    """Reads boxes of one level from its native chunks, through the shared tile cache.
+
+    Parameters
+    ----------
+    source : NativeChunks
+        The adapter's native-chunk reader of this level.
+    path : str
+        The file, for messages.
+    level : int
+        Level index, for messages and cache keys.
+    on_error : {"raise", "blank"}
+        A native chunk that fails to decode raises a :class:`SlideError` naming the file,
+        level and pixels, or (``"blank"``) reads as zeros with one warning per level.
+    owner : int
+        Id of the open slide (see :func:`new_owner`).
+    """
+
+    def __init__(
+        self, source: _tiff.NativeChunks, *, path: str, level: int, on_error: OnError, owner: int
+    ) -> None:
+        self._source = source
+        self.shape: tuple[int, ...] = tuple(source.shape)
+        self.dtype = np.dtype(source.dtype)
+        self.ndim = len(self.shape)
+        self.native: tuple[int, ...] = tuple(source.chunks)
+        self._path, self._level, self._on_error = path, level, on_error
+        self._key = (owner, level)
+
+    # dask's getter calls this for each chunk: decode on the calling (dask) thread
+    def __getitem__(self, key: Any) -> np.ndarray:
+        sel = _basic_selection(key, self.shape)
+        if sel is None:  # strides, index arrays...: read their bounding box, let numpy index it
+            hull, rel = _hull(key, self.shape)
+            return np.asarray(self.read(hull, parallel=False)[rel])
+        box, keep = sel
+        out = self.read(box, parallel=False)
+        if all(keep):
+            return out
+        return out.reshape(tuple(n for n, k in zip(out.shape, keep, strict=True) if k))
+
+    def read(self, box: Box, *, parallel: bool) -> np.ndarray:
+        """Return the pixels of `box` (one ``(start, stop)`` per axis, clipped to the level).
+
+        Parameters
+        ----------
+        box : tuple of (int, int)
+            Half-open pixel range of each axis.
+        parallel : bool
+            Decode missing native chunks on the module's thread pool as well as on the
+            calling thread; False decodes on the calling thread only.
+        """
+        box = tuple(
+            (min(max(a, 0), n), min(max(b, a, 0), n))
+            for (a, b), n in zip(box, self.shape, strict=True)
+        )
+        out = np.empty(tuple(b - a for a, b in box), dtype=self.dtype)
+        if out.size == 0:
+            return out
+        grid = [range(a // c, -(-b // c)) for (a, b), c in zip(box, self.native, strict=True)]
+        cache = tile_cache()
+        cached, missing = [], []
+        for idx in itertools.product(*grid):
+            chunk = cache.get((*self._key, idx))
+            if chunk is None:
+                missing.append(idx)
+            else:
+                cached.append((idx, chunk))
+        workers = decode_workers() if parallel else 1
+        if workers > 1 and len(missing) > 1 and not _in_pool():
+            # Work sharing: the caller and up to workers - 1 pool threads take small batches
+            # from one queue, so a pool thread that gets no CPU (a busy machine) costs nothing.
+            size = max(1, min(_BATCH, -(-len(missing) // (4 * workers))))
+            job = _Job([missing[i : i + size] for i in range(0, len(missing), size)])
+            pool = _get_pool()
+            for _ in range(min(workers, len(job)) - 1):
+                pool.submit(job.run, self._fill, out, box)
+            for idx, chunk in cached:  # while the pool decodes
+                self._paste(out, box, idx, chunk)
+            job.run(self._fill, out, box)
+            bad = job.wait()
+        else:
+            for idx, chunk in cached:
+                self._paste(out, box, idx, chunk)
+            bad = self._fill(out, box, missing) if missing else []
+        if bad:
+            self._warn_blank(bad)
+        return out
+
+    def _fill(self, out: np.ndarray, box: Box, indices: list[tuple[int, ...]]) -> list[str]:
+        """Decode `indices` into `out`; return the names of native chunks shown blank."""
+        cache = tile_cache()
+        bad: list[str] = []
+        for start in range(0, len(indices), _BATCH):
+            batch = indices[start : start + _BATCH]
+            for idx, chunk in zip(batch, self._source.read(batch), strict=True):
+                if isinstance(chunk, BaseException):
+                    where = _fmt(self._chunk_box(idx))
+                    if self._on_error == "raise":
+                        raise SlideError(
+                            self._path,
+                            f"level {self._level}: cannot decode pixels {where} ({chunk})",
+                        ) from chunk
+                    bad.append(where)
+                    chunk = np.zeros(
+                        tuple(b - a for a, b in self._chunk_box(idx)), dtype=self.dtype
+                    )
+                else:
+                    cache.put((*self._key, idx), chunk)
+                self._paste(out, box, idx, chunk)
+        return bad
+
+    def _chunk_box(self, idx: tuple[int, ...]) -> Box:
+        return tuple(
+            (i * c, min((i + 1) * c, n))
+            for i, c, n in zip(idx, self.native, self.shape, strict=True)
+        )
+
+    def _paste(self, out: np.ndarray, box: Box, idx: tuple[int, ...], chunk: np.ndarray) -> None:
+        dst, src = [], []
+        for (a, b), i, c in zip(box, idx, self.native, strict=True):
+            lo, hi = max(a, i * c), min(b, (i + 1) * c)
+            dst.append(slice(lo - a, hi - a))
+            src.append(slice(lo - i * c, hi - i * c))
+        out[tuple(dst)] = chunk[tuple(src)]
+
+    def _warn_blank(self, bad: list[str]) -> None:
+        with _warned_lock:
+            first = (self._path, self._level) not in _warned
+            _warned.add((self._path, self._level))
+        if first:
+            warnings.warn(
+                f"{self._path}: level {self._level}: damaged tile(s) "
+                f"{', '.join(bad[:4])} shown as blank",
+                SlidescopeWarning,
+                stacklevel=4,
+            )
+
+
+class _Job:
+    """A queue of batches of native chunks that several threads decode into one array."""
+
+    def __init__(self, batches: list[list[tuple[int, ...]]]) -> None:
+        self._batches = collections.deque(batches)
+        self._cv = threading.Condition()
+        self._busy = 0
+        self._errors: list[BaseException] = []
+        self._bad: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def run(self, fill: Any, out: np.ndarray, box: Box) -> None:
+        """Decode batches until the queue is empty (or a batch failed)."""
+        while True:
+            with self._cv:
+                if not self._batches or self._errors:
+                    return
+                batch = self._batches.popleft()
+                self._busy += 1
+            try:
+                bad = fill(out, box, batch)
+            except BaseException as exc:
+                with self._cv:
+                    self._errors.append(exc)
+                    self._busy -= 1
+                    self._cv.notify_all()
+                return
+            with self._cv:
+                self._bad += bad
+                self._busy -= 1
+                self._cv.notify_all()
+
+    def wait(self) -> list[str]:
+        """Wait until no batch is left or in flight; raise the first error, else return blanks."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._busy == 0 and (not self._batches or self._errors))
+            if self._errors:
+                raise self._errors[0]
+            return self._bad
+
+
+def _in_pool() -> bool:
+    return threading.current_thread().name.startswith(_POOL_PREFIX)
+
+
+def _fmt(box: Box) -> str:
+    return "[" + ", ".join(f"{a}:{b}" for a, b in box) + "]"
+
+
+class _BoxView:
+    """Array-like over one box of a level, with some axes dropped (dask's chunk getter)."""
+
+    def __init__(self, reader: LevelReader, box: Box, keep: tuple[bool, ...]) -> None:
+        self._reader, self._box, self._keep = reader, box, keep
+        self.shape = tuple(b - a for (a, b), k in zip(box, keep, strict=True) if k)
+        self.dtype = reader.dtype
+        self.ndim = len(self.shape)
+
+    def read(self, sub: Box | None, *, parallel: bool) -> np.ndarray:
+        parts = iter(sub) if sub is not None else None
+        full: list[tuple[int, int]] = []
+        for (a, b), k in zip(self._box, self._keep, strict=True):
+            if k and parts is not None:
+                s0, s1 = next(parts)
+                full.append((a + s0, a + s1))
+            else:
+                full.append((a, b))
+        arr = self._reader.read(tuple(full), parallel=parallel)
+        drop = tuple(i for i, k in enumerate(self._keep) if not k)
+        return (
+            arr.reshape(tuple(n for n, k in zip(arr.shape, self._keep, strict=True) if k))
+            if drop
+            else arr
+        )
+
+    def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
+        sub = tuple(s.indices(n)[:2] for s, n in zip(key, self.shape, strict=True))
+        return self.read(sub, parallel=False)
+
+
+class LevelArray(da.Array):
+    """A pyramid level: a lazy dask array whose basic slices touch only their own chunks.
+
+    See the module docstring. Behaves as any dask array; slicing with ints and step-1
+    slices returns a :class:`RegionArray`, anything else falls back to dask's slicing.
+    """
+
+    __slots__ = ()
+    _reader: LevelReader
+
+    def __getitem__(self, index: Any) -> Any:
+        sel = _basic_selection(index, self.shape)
+        if sel is None:
+            return super().__getitem__(index)
+        box, keep = sel
+        return _region(self, box, keep)
+
+    def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
+        x = self._reader.read(tuple((0, n) for n in self.shape), parallel=True)
+        return x if dtype is None else x.astype(dtype, copy=False)
+
+
+class RegionArray(da.Array):
+    """A basic slice of a :class:`LevelArray`; ``np.asarray`` reads it in one parallel call."""
+
+    __slots__ = ()
+    _view: _BoxView
+
+    def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
+        x = self._view.read(None, parallel=True)
+        return x if dtype is None else x.astype(dtype, copy=False)
+
+
+def _basic_selection(index: Any, shape: tuple[int, ...]) -> tuple[Box, tuple[bool, ...]] | None:
+    """Return (box, kept axes) for ints and step-1 slices, else None (dask handles it)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if any(i is Ellipsis for i in index):
+        if sum(i is Ellipsis for i in index) > 1:
+            return None
+        at = next(k for k, i in enumerate(index) if i is Ellipsis)
+        fill = (slice(None),) * (len(shape) - len(index) + 1)
+        index = index[:at] + fill + index[at + 1 :]
+    if len(index) > len(shape):
+        return None
+    index = index + (slice(None),) * (len(shape) - len(index))
+    box, keep = [], []
+    for i, n in zip(index, shape, strict=True):
+        if isinstance(i, slice):
+            if i.step not in (None, 1):
+                return None
+            a, b, _ = i.indices(n)
+            if b <= a:
+                return None
+            box.append((a, b))
+            keep.append(True)
+        elif isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
+            k = int(i)
+            if not -n <= k < n:
+                return None  # let dask raise its IndexError
+            k %= n
+            box.append((k, k + 1))
+            keep.append(False)
+        else:
+            return None
+    return tuple(box), tuple(keep)
+
+
+def _hull(key: Any, shape: tuple[int, ...]) -> tuple[Box, tuple[Any, ...]]:
+    """Return the bounding box of an index and the same index relative to that box."""
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in key):
+        at = next(i for i, k in enumerate(key) if k is Ellipsis)
+        key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1 :]
+    key = key + (slice(None),) * (len(shape) - len(key))
+    box: list[tuple[int, int]] = []
+    rel: list[Any] = []
+    for k, n in zip(key, shape, strict=True):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            idx = range(start, stop, step)
+            if len(idx) == 0:
+                box.append((0, 0))
+                rel.append(slice(0, 0))
+            else:
+                lo, hi = min(idx[0], idx[-1]), max(idx[0], idx[-1]) + 1
+                box.append((lo, hi))
+                end = idx[-1] - lo + (1 if step > 0 else -1)
+                rel.append(slice(idx[0] - lo, end if end >= 0 else None, step))
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            i = int(k) % n if -n <= int(k) < n else int(k)
+            box.append((i, i + 1))
+            rel.append(0)
+        else:
+            arr = np.asarray(k)
+            if arr.dtype.kind in "iu" and arr.size:
+                arr = np.where(arr < 0, arr + n, arr)
+                lo, hi = int(arr.min()), int(arr.max()) + 1
+                box.append((lo, hi))
+                rel.append(arr - lo)
+            else:
+                box.append((0, n))
+                rel.append(k)
+    return tuple(box), tuple(rel)
+
+
+def _region(level: LevelArray, box: Box, keep: tuple[bool, ...]) -> RegionArray:
+    chunks = []
+    for (a, b), axis_chunks, k in zip(box, level.chunks, keep, strict=True):
+        if not k:
+            continue
+        c = axis_chunks[0]  # the level's chunks are regular: all equal but the last
+        chunks.append(tuple(min(b, (i + 1) * c) - max(a, i * c) for i in range(a // c, -(-b // c))))
+    view = _BoxView(level._reader, box, keep)
+    name = f"{level.name}-{'-'.join(f'{a}.{b}' for a, b in box)}"
+    arr = da.from_array(
+        view,
+        chunks=tuple(chunks),
+        name=name,
+        asarray=False,
+        lock=False,
+        inline_array=True,
+        meta=np.empty((0,) * view.ndim, dtype=view.dtype),
+    )
+    arr.__class__ = RegionArray  # same layout; cheaper than building a second Array
+    arr._view = view
+    return arr  # type: ignore[return-value]
+
+
+def wrap_level(
+    series_level: Any,
+    z: Any,
+    axes: str,
+    budget: int,
+    *,
+    path: str,
+    level: int,
+    on_error: OnError,
+    owner: int,
+) -> tuple[LevelArray, str, LevelReader]:
+    """Wrap one zarr level as a :class:`LevelArray`; drop singleton axes other than C, Y, X, S.
+
+    Parameters
+    ----------
+    series_level : TiffPageSeries or None
+        The tifffile level (for the direct decoder); None uses the zarr path only.
+    z : zarr.Array
+        The level through the tifffile zarr store.
+    axes : str
+        tifffile's axes of `z`.
+    budget : int
+        Dask chunk budget in bytes (see :func:`choose_chunks`).
+
+    Returns
+    -------
+    array : LevelArray
+    axes : str
+        ``"YXS"``, ``"CYX"`` or ``"YX"``.
+    reader : LevelReader
+    """
+    keep = [ax for ax in axes if ax in "CYXS"]
+    if "Y" not in keep or "X" not in keep:
+        raise SlideError(path, f"has no 2-D image plane (axes {axes!r})")
+    out_axes = "".join(keep)
+    if out_axes not in ("YXS", "CYX", "YX"):
+        raise SlideError(path, f"has unsupported axes {axes!r}")
+    extra = [ax for ax, n in zip(axes, z.shape, strict=True) if ax not in "CYXS" and n > 1]
+    if extra:
+        warnings.warn(
+            f"{path}: axes {extra} are not supported; showing index 0 of each",
+            SlidescopeWarning,
+            stacklevel=4,
+        )
+    index = tuple(slice(None) if ax in "CYXS" else 0 for ax in axes)
+    source = (
+        _tiff.native_chunks(series_level, z, index)
+        if series_level is not None
+        else _tiff.zarr_chunks(z, index)
+    )
+    reader = LevelReader(source, path=path, level=level, on_error=on_error, owner=owner)
+    spatial = (out_axes.index("Y"), out_axes.index("X"))
+    chunks = choose_chunks(
+        reader.shape, reader.native, reader.dtype.itemsize, spatial=spatial, budget=budget
+    )
+    arr = da.from_array(
+        reader,
+        chunks=chunks,
+        name=f"slidescope-{owner}-level{level}",
+        asarray=False,
+        lock=False,
+        inline_array=True,
+        meta=np.empty((0,) * reader.ndim, dtype=reader.dtype),
+    )
+    out = LevelArray(
+        arr.dask, arr.name, arr.chunks, meta=np.empty((0,) * reader.ndim, reader.dtype)
+    )
+    out._reader = reader
+    return out, out_axes, reader

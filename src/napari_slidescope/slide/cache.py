@@ -1,0 +1,159 @@
+"""The decoded-tile cache shared by every open slide, level and layer.
+
+Panning reuses most native chunks (tiles, NDPI restart bands) of the previous
+viewport, and switching layers or levels back and forth reuses them too, so the
+reader keeps recently decoded native chunks in one least-recently-used cache whose
+size in bytes never exceeds its bound.
+
+The bound defaults to :data:`DEFAULT_CACHE_BYTES`; the ``SLIDESCOPE_CACHE_BYTES``
+environment variable (read when the cache is first used) or :func:`set_cache_bytes`
+changes it; ``0`` disables caching.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+
+from napari_slidescope.slide.chunking import parse_bytes
+
+#: Default bound of the decoded-tile cache: 256 MiB. A 4K screen of NDPI restart bands
+#: (the worst case: a band is decoded whole, 3840 px wide) is about 50 MiB.
+DEFAULT_CACHE_BYTES = 256 * 2**20
+
+#: Environment variable that overrides the default bound (bytes, or with a KiB/MiB suffix).
+CACHE_BYTES_ENV = "SLIDESCOPE_CACHE_BYTES"
+
+
+class TileCache:
+    """A thread-safe LRU cache of decoded native chunks, bounded in bytes.
+
+    Parameters
+    ----------
+    maxbytes : int
+        Upper bound of :attr:`nbytes`. An array larger than the bound is never stored.
+
+    Notes
+    -----
+    Stored arrays are made read-only: a caller that wants to modify pixels copies them.
+    """
+
+    def __init__(self, maxbytes: int) -> None:
+        if maxbytes < 0:
+            raise ValueError(f"cache size must be >= 0 bytes, got {maxbytes!r}")
+        self._maxbytes = int(maxbytes)
+        self._nbytes = 0
+        self._items: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def maxbytes(self) -> int:
+        """The bound in bytes."""
+        return self._maxbytes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes currently held (never more than :attr:`maxbytes`)."""
+        return self._nbytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> np.ndarray | None:
+        """Return the array stored under `key` (marking it recently used), or None."""
+        with self._lock:
+            value = self._items.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: Hashable, value: np.ndarray) -> None:
+        """Store `value` under `key`, evicting least recently used arrays to stay in bound."""
+        size = int(value.nbytes)
+        if size > self._maxbytes:
+            return
+        value.flags.writeable = False
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._nbytes -= int(old.nbytes)
+            while self._items and self._nbytes + size > self._maxbytes:
+                _, evicted = self._items.popitem(last=False)
+                self._nbytes -= int(evicted.nbytes)
+            self._items[key] = value
+            self._nbytes += size
+
+    def resize(self, maxbytes: int) -> None:
+        """Change the bound, evicting least recently used arrays if needed."""
+        if maxbytes < 0:
+            raise ValueError(f"cache size must be >= 0 bytes, got {maxbytes!r}")
+        with self._lock:
+            self._maxbytes = int(maxbytes)
+            while self._items and self._nbytes > self._maxbytes:
+                _, evicted = self._items.popitem(last=False)
+                self._nbytes -= int(evicted.nbytes)
+
+    def discard(self, owner: Hashable) -> None:
+        """Drop every array whose key is a tuple starting with `owner` (a closed slide)."""
+        with self._lock:
+            for key in [k for k in self._items if isinstance(k, tuple) and k[:1] == (owner,)]:
+                self._nbytes -= int(self._items.pop(key).nbytes)
+
+    def clear(self) -> None:
+        """Drop everything and reset the hit and miss counters."""
+        with self._lock:
+            self._items.clear()
+            self._nbytes = 0
+            self.hits = self.misses = 0
+
+    def __repr__(self) -> str:
+        return f"<TileCache {self._nbytes}/{self._maxbytes} bytes, {len(self._items)} chunks>"
+
+
+_cache: TileCache | None = None
+_cache_lock = threading.Lock()
+
+
+def default_cache_bytes() -> int:
+    """Return the bound from ``$SLIDESCOPE_CACHE_BYTES`` or :data:`DEFAULT_CACHE_BYTES`."""
+    env = os.environ.get(CACHE_BYTES_ENV)
+    if not env:
+        return DEFAULT_CACHE_BYTES
+    if env.strip() == "0":
+        return 0
+    return parse_bytes(env)
+
+
+def tile_cache() -> TileCache:
+    """Return the process-wide decoded-tile cache (created on first use)."""
+    global _cache
+    if _cache is None:
+        with _cache_lock:
+            if _cache is None:
+                _cache = TileCache(default_cache_bytes())
+    return _cache
+
+
+def set_cache_bytes(maxbytes: int | str) -> None:
+    """Set the bound of the shared decoded-tile cache (``0`` disables it).
+
+    Parameters
+    ----------
+    maxbytes : int or str
+        Bytes, e.g. ``2**28`` or ``"256 MiB"``.
+
+    Examples
+    --------
+    >>> set_cache_bytes("64 MiB")  # doctest: +SKIP
+    """
+    n = 0 if maxbytes in (0, "0") else parse_bytes(maxbytes)
+    tile_cache().resize(n)

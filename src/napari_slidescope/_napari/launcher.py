@@ -7,7 +7,19 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Open napari with `PATH` (or the bundled sample slide) and dock "Slide analysis"."""
+    """Open napari with `PATH` (or the bundled sample slide) and dock "Slide analysis".
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Command-line arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status, 0 once the napari window is closed. A slide that cannot be
+        opened exits with status 2 and a message naming the file.
+    """
     parser = argparse.ArgumentParser(
         prog="napari-slidescope",
         description="Open a whole-slide image in napari with the Slide analysis widget.",
@@ -16,7 +28,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import napari
-
     from napari_slidescope.slide import SlideError
 
     viewer = napari.Viewer(title="napari-slidescope")
@@ -33,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dock_analysis_widget(viewer: object) -> object | None:
-    """Dock the plugin's "Slide analysis" widget, when the manifest contributes it."""
+    """Dock the plugin's "Slide analysis" widget; return it (None without the contribution)."""
     from npe2 import PluginManager
 
     manifest = PluginManager.instance().get_manifest("napari-slidescope")

@@ -1,0 +1,360 @@
+"""Result layers: tissue and nuclei painted into Labels layers aligned with the slide.
+
+Geometry. A result raster has an ``origin`` (level-0 ``(y, x)`` of the top-left corner
+of its pixel ``[0, 0]``, level-0 pixel ``i`` spanning ``[i, i + 1)``) and a
+``downsample`` (level-0 pixels per raster pixel). napari centres image pixel ``i`` on
+data coordinate ``i``, so a raster drawn over an image layer with ``scale`` ``s`` and
+``translate`` ``t`` gets ``scale = s * downsample`` and
+``translate = t + s * (origin + downsample / 2 - 1 / 2)``; for level-0 rasters this is
+``t + s * origin``.
+
+Nuclei accumulate on a :class:`ResultCanvas` (a dense int32 raster on a fixed grid)
+that grows when a run covers new ground. Tiles are mapped onto the canvas grid on the
+worker thread (:func:`tile_patch`); the main thread only pastes patches and refreshes
+the changed part of the texture (:func:`paint_patch`).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Box = tuple[int, int, int, int]
+Pair = tuple[float, float]
+
+__all__ = [
+    "Patch",
+    "ResultCanvas",
+    "aligned_transform",
+    "canvas_of",
+    "paint_patch",
+    "prepare_nuclei_layer",
+    "resample_to_grid",
+    "show_tissue",
+    "tile_patch",
+]
+
+#: Most pixels of a nuclei canvas (int32: 256 MiB); larger runs draw at a coarser grid.
+MAX_CANVAS_PIXELS = 64 * 2**20
+
+_CANVASES: weakref.WeakKeyDictionary[Any, ResultCanvas] = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class Patch:
+    """Nuclei of one finished tile, already on a canvas grid (made on the worker thread).
+
+    Attributes
+    ----------
+    box : (int, int, int, int)
+        Canvas pixels ``(y0, x0, y1, x1)`` covered by ``labels``.
+    labels : (M, N) ndarray of int32
+        Final nucleus ids (0 = none), duplicates of earlier runs removed.
+    table : dict of str to ndarray
+        Table rows of the new nuclei, ``id`` final.
+    done, total : int
+        Progress of the run in tiles.
+    """
+
+    box: Box
+    labels: np.ndarray
+    table: dict[str, np.ndarray]
+    done: int
+    total: int
+
+
+@dataclass
+class ResultCanvas:
+    """Nuclei found so far for one image layer: a raster, its grid and its table.
+
+    Attributes
+    ----------
+    data : (M, N) ndarray of int32
+        Nucleus ids on the grid.
+    origin, downsample : (float, float)
+        The grid: level-0 corner of ``data[0, 0]`` and level-0 pixels per pixel.
+    mpp : (float, float)
+        µm per level-0 pixel of the image.
+    regions : list of box
+        Level-0 boxes analysed so far (a nucleus whose centroid lies in one was found).
+    tables : list of dict
+        Table chunks, in arrival order.
+    next_id : int
+        Largest id used so far.
+    """
+
+    data: np.ndarray
+    origin: Pair
+    downsample: Pair
+    mpp: Pair
+    regions: list[Box] = field(default_factory=list)
+    tables: list[dict[str, np.ndarray]] = field(default_factory=list)
+    next_id: int = 0
+    drawn: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def for_region(
+        cls, region: Box, downsample: Pair, mpp: Pair, *, max_pixels: int = MAX_CANVAS_PIXELS
+    ) -> ResultCanvas:
+        """Make an empty canvas over a level-0 `region`, coarser than `downsample` if too large."""
+        y0, x0, y1, x1 = region
+        dy, dx = downsample
+        k = max(1.0, math.sqrt((y1 - y0) / dy * (x1 - x0) / dx / max_pixels))
+        k = float(math.ceil(k - 1e-9))
+        ds = (dy * k, dx * k)
+        shape = (math.ceil((y1 - y0) / ds[0] - 1e-9), math.ceil((x1 - x0) / ds[1] - 1e-9))
+        return cls(np.zeros(shape, np.int32), (float(y0), float(x0)), ds, mpp)
+
+    @property
+    def box0(self) -> tuple[float, float, float, float]:
+        """Level-0 extent ``(y0, x0, y1, x1)`` of the raster."""
+        (oy, ox), (dy, dx) = self.origin, self.downsample
+        return (oy, ox, oy + self.data.shape[0] * dy, ox + self.data.shape[1] * dx)
+
+    def grown(self, region: Box, *, max_pixels: int = MAX_CANVAS_PIXELS) -> ResultCanvas | None:
+        """Return this canvas grown (same grid) to hold `region`; None when too large."""
+        (oy, ox), (dy, dx) = self.origin, self.downsample
+        r0 = min(0, math.floor((region[0] - oy) / dy + 1e-9))
+        c0 = min(0, math.floor((region[1] - ox) / dx + 1e-9))
+        r1 = max(self.data.shape[0], math.ceil((region[2] - oy) / dy - 1e-9))
+        c1 = max(self.data.shape[1], math.ceil((region[3] - ox) / dx - 1e-9))
+        if (r0, c0, r1, c1) == (0, 0, *self.data.shape):
+            return self
+        if (r1 - r0) * (c1 - c0) > max_pixels:
+            return None
+        data = np.zeros((r1 - r0, c1 - c0), np.int32)
+        data[-r0 : -r0 + self.data.shape[0], -c0 : -c0 + self.data.shape[1]] = self.data
+        return ResultCanvas(
+            data, (oy + r0 * dy, ox + c0 * dx), self.downsample, self.mpp,
+            list(self.regions), list(self.tables), self.next_id,
+        )  # fmt: skip
+
+    def table(self) -> dict[str, np.ndarray]:
+        """All table rows so far (one per nucleus on the canvas)."""
+        from napari_slidescope.analysis.measure import concat_tables, empty_table
+
+        return concat_tables(self.tables) if self.tables else empty_table()
+
+    def to_result(self) -> Any:
+        """Return the canvas as a ``NucleiResult`` (for export)."""
+        from napari_slidescope.pipeline.nuclei import NucleiResult
+
+        table = self.table()
+        (oy, ox), (y0, x0, y1, x1) = self.origin, self.box0
+        return NucleiResult(
+            labels=self.data,
+            mpp=(self.mpp[0] * self.downsample[0], self.mpp[1] * self.downsample[1]),
+            origin=(int(round(oy)), int(round(ox))),
+            downsample=self.downsample,
+            count=int(table["id"].size),
+            table=table,
+            region=(int(y0), int(x0), int(math.ceil(y1)), int(math.ceil(x1))),
+        )
+
+
+def aligned_transform(image: Any, origin: Sequence[float], downsample: Sequence[float]) -> tuple:
+    """``(scale, translate)`` that draw a raster exactly over `image` in world coordinates."""
+    s = np.asarray(image.scale, float)[-2:]
+    t = np.asarray(image.translate, float)[-2:]
+    o, d = np.asarray(origin, float), np.asarray(downsample, float)
+    return tuple(s * d), tuple(t + s * (o + d / 2 - 0.5))
+
+
+def resample_to_grid(
+    src: np.ndarray,
+    *,
+    src_origin: Sequence[float],
+    src_downsample: Sequence[float],
+    dst_origin: Sequence[float],
+    dst_downsample: Sequence[float],
+    dst_shape: Sequence[int],
+) -> tuple[Box, np.ndarray] | None:
+    """Nearest-neighbour sample a raster at the pixel centres of another grid.
+
+    Returns
+    -------
+    (box, patch) or None
+        The destination pixels ``(y0, x0, y1, x1)`` whose centres fall inside `src`,
+        clipped to `dst_shape`, and the sampled values; None when there are none.
+    """
+    index = []
+    for ax in (0, 1):
+        so, sd = float(src_origin[ax]), float(src_downsample[ax])
+        do, dd = float(dst_origin[ax]), float(dst_downsample[ax])
+        lo = max(0, math.ceil((so - do) / dd - 0.5 - 1e-9))
+        hi = min(int(dst_shape[ax]), math.ceil((so + src.shape[ax] * sd - do) / dd - 0.5 - 1e-9))
+        if hi <= lo:
+            return None
+        centres = do + (np.arange(lo, hi) + 0.5) * dd
+        idx = np.clip(np.floor((centres - so) / sd).astype(np.intp), 0, src.shape[ax] - 1)
+        index.append((lo, hi, idx))
+    (r0, r1, ri), (c0, c1, ci) = index
+    return (r0, c0, r1, c1), src[ri[:, None], ci[None, :]]
+
+
+def tile_patch(
+    step: Any,
+    *,
+    origin: Pair,
+    downsample: Pair,
+    shape: tuple[int, int],
+    covered: Sequence[Box] = (),
+    id_offset: int = 0,
+) -> Patch | None:
+    """Map a finished tile (a ``NucleiStep``) onto a canvas grid; runs on the worker thread.
+
+    Parameters
+    ----------
+    step : NucleiStep
+        The tile's labels (region-unique ids over ``tile.box`` of ``step.plan``) and table.
+    origin, downsample, shape
+        The canvas grid (see :class:`ResultCanvas`).
+    covered : sequence of box
+        Level-0 boxes of earlier runs: nuclei whose centroid lies in one are dropped.
+    id_offset : int
+        Added to the ids of this run (ids already on the canvas).
+    """
+    res, plan = step.result, step.plan
+    labels, table = res.labels, dict(res.table)
+    if "id" in table and covered and table["id"].size:
+        rows, cols = table["centroid_row"], table["centroid_col"]
+        dup = np.zeros(rows.shape, bool)
+        for y0, x0, y1, x1 in covered:
+            dup |= (rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)
+        if dup.any():
+            labels = np.where(np.isin(labels, table["id"][dup]), 0, labels)
+            table = {k: np.asarray(v)[~dup] for k, v in table.items()}
+    if id_offset:
+        labels = np.where(labels > 0, labels + np.int32(id_offset), 0).astype(np.int32)
+        if "id" in table:
+            table["id"] = np.asarray(table["id"]) + id_offset
+    (dy, dx), box = plan.downsample, res.tile.box
+    out = resample_to_grid(
+        labels,
+        src_origin=(plan.origin[0] + box[0] * dy, plan.origin[1] + box[1] * dx),
+        src_downsample=plan.downsample,
+        dst_origin=origin,
+        dst_downsample=downsample,
+        dst_shape=shape,
+    )
+    if out is None:
+        return None
+    return Patch(out[0], out[1].astype(np.int32, copy=False), table, step.done, step.total)
+
+
+def canvas_of(layer: Any) -> ResultCanvas | None:
+    """Return the canvas behind a nuclei layer (None if its data was replaced)."""
+    canvas = _CANVASES.get(layer)
+    return canvas if canvas is not None and layer.data is canvas.data else None
+
+
+def prepare_nuclei_layer(
+    viewer: Any, image: Any, region: Box, downsample: Pair, *, mode: str = "add"
+) -> tuple[Any, ResultCanvas, list[Box], int]:
+    """Create or grow ``"<image> nuclei"`` for a run over `region` (main thread).
+
+    Parameters
+    ----------
+    mode : {"add", "replace"}
+        Add to the nuclei already found (skipping duplicates), or start afresh.
+
+    Returns
+    -------
+    layer, canvas, covered, id_offset
+        What :func:`tile_patch` needs: the regions analysed before and the ids used.
+    """
+    name = f"{image.name} nuclei"
+    mpp = (float(image.scale[-2]), float(image.scale[-1]))
+    layer = viewer.layers[name] if name in viewer.layers else None
+    old = canvas_of(layer) if layer is not None and mode == "add" else None
+    canvas = old.grown(region) if old is not None else None  # any grid works (resampled)
+    if canvas is None:
+        canvas = ResultCanvas.for_region(region, downsample, mpp)
+    covered, offset = list(canvas.regions), canvas.next_id
+    canvas.regions.append(tuple(int(v) for v in region))  # type: ignore[arg-type]
+    scale, translate = aligned_transform(image, canvas.origin, canvas.downsample)
+    if layer is None:
+        layer = viewer.add_labels(
+            canvas.data, name=name, scale=scale, translate=translate, opacity=0.6, **_units(image)
+        )
+    else:  # each assignment re-slices the layer: only make those that change something
+        if not np.allclose(layer.scale, scale) or not np.allclose(layer.translate, translate):
+            layer.scale, layer.translate = scale, translate
+        layer.data = canvas.data
+        if canvas is not old:
+            set_features(layer, canvas)
+    _CANVASES[layer] = canvas
+    return layer, canvas, covered, offset
+
+
+def paint_patch(layer: Any, canvas: ResultCanvas, patch: Patch) -> None:
+    """Paste a patch where the canvas is still empty and refresh only that part (main thread)."""
+    y0, x0, y1, x1 = patch.box
+    dst = canvas.data[y0:y1, x0:x1]
+    new = (patch.labels > 0) & (dst == 0)
+    if patch.table and "id" in patch.table and patch.table["id"].size:
+        canvas.tables.append(patch.table)
+        canvas.next_id = max(canvas.next_id, int(patch.table["id"].max()))
+    if not new.any():
+        return
+    dst[new] = patch.labels[new]
+    if canvas.drawn is not layer:  # a new raster: upload it whole once, then in parts
+        canvas.drawn = layer
+        layer.refresh()
+    else:
+        _refresh_box(layer, (slice(y0, y1), slice(x0, x1)))
+
+
+def _refresh_box(layer: Any, sl: tuple[slice, slice]) -> None:
+    """Upload only the changed part of a Labels texture; full refresh where that fails.
+
+    The same event napari's own painting emits (``labels_update`` with the texture
+    values of the box), sent with a private copy of the values, without undo history.
+    """
+    try:
+        view = layer._slice.image.view
+        if view.shape != layer.data.shape or layer.data.ndim != 2 or layer.contour:
+            raise ValueError("displayed slice is not the whole 2D raster")
+        colors = np.ascontiguousarray(layer.colormap._data_to_texture(layer.data[sl]))
+        view[sl] = colors
+        layer.events.labels_update(data=colors, offset=(sl[0].start, sl[1].start))
+    except (AttributeError, ValueError, TypeError, IndexError):
+        layer.refresh()
+
+
+def set_features(layer: Any, canvas: ResultCanvas) -> None:
+    """Attach the nuclei table as the layer's ``features`` (hover shows measurements)."""
+    table = canvas.table()
+    columns = {k: v for k, v in table.items() if k != "id"}
+    layer.features = {"index": np.asarray(table["id"]), **columns}
+
+
+def _units(image: Any) -> dict[str, Any]:
+    units = getattr(image, "units", None)
+    return {} if units is None else {"units": tuple(units)[-2:]}
+
+
+def show_tissue(viewer: Any, image: Any, result: Any) -> Any:
+    """Show a ``TissueResult`` as ``"<image> tissue"`` (outline, replacing an older one)."""
+    from napari.utils.colormaps import DirectLabelColormap
+
+    name = f"{image.name} tissue"
+    data = np.asarray(result.mask, np.uint8)
+    scale, translate = aligned_transform(image, result.origin, result.downsample)
+    if name in viewer.layers:
+        layer = viewer.layers[name]
+        layer.data = data
+        layer.scale, layer.translate = scale, translate
+    else:
+        cmap = DirectLabelColormap(color_dict={None: (0, 0, 0, 0), 1: (0.1, 0.75, 0.35, 1.0)})
+        layer = viewer.add_labels(
+            data, name=name, scale=scale, translate=translate, colormap=cmap, **_units(image)
+        )
+        layer.contour = 1
+    layer.metadata["slidescope_tissue"] = result
+    return layer

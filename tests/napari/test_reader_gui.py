@@ -1,5 +1,6 @@
 """The reader inside a real viewer (run under xvfb-run)."""
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gui
@@ -41,3 +42,47 @@ def test_sample_slide_renders(make_napari_viewer, sample_slide, qtbot):
     pink = (rgb[:, 0] > 180) & (rgb[:, 1] < 190) & (rgb[:, 2] > 170)
     assert pink.mean() > 0.05
     assert layer.multiscale
+
+
+SHARED = {
+    "CMU-1-Small-Region.svs": (1, 0.499),
+    "TCGA-CR-7395-01A-01-TS1.svs": (2, None),
+    "openslide-python_small.svs": (1, 0.499),
+    "test3-DAPI-2-387.ndpi": (4, 0.22817),
+    "test3-TRITC-2-560.ndpi": (4, 0.22817),
+    "small_vectra.qptiff": (1, 0.49652),
+    "derived/derived_CMU-1-Small-Region_subifd-pyramid.ome.tif": (4, 0.499),
+    "derived/derived_CMU-1-Small-Region_generic-pyramid.tif": (4, 0.499),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_every_shared_slide_opens_in_the_viewer(make_napari_viewer, shared_file, name):
+    from napari_slidescope import SlidescopeWarning
+
+    nlevels, mpp = SHARED[name]
+    viewer = make_napari_viewer()
+    path = str(shared_file(name))
+    if mpp is None:
+        with pytest.warns(SlidescopeWarning, match="no pixel size"):
+            layers = viewer.open(path, plugin="napari-slidescope")
+    else:
+        layers = viewer.open(path, plugin="napari-slidescope")
+    for layer in layers:
+        data = layer.data if layer.multiscale else [layer.data]
+        assert len(data) == nlevels
+        expected_scale = (1.0, 1.0) if mpp is None else (mpp, mpp)
+        assert tuple(layer.scale[-2:]) == pytest.approx(expected_scale, rel=1e-3)
+    # the smallest level napari would show equals tifffile's decode of that level
+    import tifffile
+
+    layer = layers[0]
+    top = np.asarray(layer.data[-1] if layer.multiscale else layer.data)
+    with tifffile.TiffFile(path) as tif:
+        series = max(
+            tif.series, key=lambda s: s.shape[s.axes.index("Y")] * s.shape[s.axes.index("X")]
+        )
+        expected = series.levels[nlevels - 1].asarray()
+    if expected.ndim == 3 and series.axes.startswith("C"):
+        expected = expected[0]
+    np.testing.assert_array_equal(top, expected)

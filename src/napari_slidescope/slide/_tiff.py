@@ -78,10 +78,17 @@ def open_tiff(path: str | os.PathLike[str]) -> tifffile.TiffFile:
     return tif
 
 
-def format_flags(tif: tifffile.TiffFile) -> set[str]:
-    """Return tifffile's format flags, e.g. ``{'svs'}``, ``{'ndpi'}``, ``{'ome'}``."""
-    return set(tif.flags)
+#: Slide dialects we recognise, in order of precedence (an SVS may also look generic).
+SLIDE_FLAGS = ("svs", "ndpi", "qpi", "scn", "bif", "ome", "philips")
 
+
+def format_flags(tif: tifffile.TiffFile) -> set[str]:
+    """Return the slide dialect flags that apply, e.g. ``{'svs'}``, ``{'ndpi'}``, ``{'ome'}``.
+
+    Only the slide flags are evaluated: ``TiffFile.flags`` evaluates every flag, and some
+    (``is_mdgel``) re-read pages, which costs tens of ms on a 1M-tile level.
+    """
+    return {flag for flag in SLIDE_FLAGS if getattr(tif, f"is_{flag}", False)}
 
 def series_levels(series: tifffile.TiffPageSeries) -> list[tifffile.TiffPageSeries]:
     """Return the pyramid levels of a series, level 0 first."""
@@ -113,7 +120,9 @@ def multiscale_paths(attrs: Mapping[str, Any]) -> list[str] | None:
 def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array]:
     """Open the zarr arrays of every level of a series (no pixel is decoded)."""
     try:
-        store = series.aszarr()
+        # maxworkers given: tifffile would otherwise walk every tile offset to choose it
+        # (tens of ms on a 1M-tile level); our level reader parallelises decoding itself.
+        store = series.aszarr(maxworkers=1)
         node = zarr.open(store, mode="r")
     except Exception as exc:
         raise SlideError(path, f"cannot map the image into a zarr store ({exc})") from exc

@@ -44,3 +44,14 @@ def test_import_linter_contracts():
     exe = Path(sys.executable).with_name("lint-imports")
     out = subprocess.run([str(exe)], cwd=root, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_core_type_checks():
+    """mypy over the GUI-free core (the files listed in pyproject's [tool.mypy])."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental"], cwd=root, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr

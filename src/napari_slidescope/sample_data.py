@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import ndimage as ndi
@@ -182,7 +183,7 @@ def write_sample_slide(
         f"|AppMag = {round(10 / mpp)}|MPP = {mpp:.4f}|Filename = napari-slidescope sample"
     )
     tmp = path.with_name(path.name + ".part")
-    opts = {
+    opts: dict[str, Any] = {
         "photometric": "rgb",
         "compression": "jpeg",
         "compressionargs": {"level": quality},

@@ -381,7 +381,9 @@ def read_geojson_rings(
     for feat in _features(doc, os.fspath(path)):
         geom = feat.get("geometry") or {}
         kind, coords = geom.get("type"), geom.get("coordinates")
-        polys = [coords] if kind == "Polygon" else coords if kind == "MultiPolygon" else []
+        polys: list[Any] = (
+            [coords] if kind == "Polygon" else list(coords or []) if kind == "MultiPolygon" else []
+        )
         for poly in polys:
             if poly:
                 exteriors.append(ring(poly[0]))

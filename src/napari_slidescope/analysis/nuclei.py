@@ -232,6 +232,7 @@ class BuiltinSegmenter:
         if not self._fixed_stains:
             self.stains = estimate_stains(ref)
         if self.params.threshold is None:
+            assert self.stains is not None  # set just above, or fixed at construction
             h = self.stains.separate(ref)[..., 0]
             if mpp is not None and self.params.sigma_um / _check_mpp(mpp) > 0.5:
                 h = ndi.gaussian_filter(h, self.params.sigma_um / mpp, truncate=3.0)

@@ -30,7 +30,7 @@ _I0 = 255.0
 _OD_LUT = (-np.log10(np.maximum(np.arange(256, dtype=np.float64), 1.0) / _I0)).astype(np.float32)
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
+def _unit(v: np.ndarray | list[float]) -> np.ndarray:
     v = np.asarray(v, dtype=np.float64)
     return v / np.linalg.norm(v)
 

@@ -131,7 +131,7 @@ def block_mean(image: np.ndarray, factor: int) -> np.ndarray:
     else:
         acc_dtype = np.float64
     # summing strided slices is several times faster than reshape().sum() or reduceat
-    rows = padded[0::f].astype(acc_dtype)
+    rows: np.ndarray = padded[0::f].astype(acc_dtype)
     for i in range(1, f):
         rows += padded[i::f]
     acc = rows[:, 0::f].copy()

@@ -427,7 +427,7 @@ def _region(level: LevelArray, box: Box, keep: tuple[bool, ...]) -> RegionArray:
     )
     arr.__class__ = RegionArray  # same layout; cheaper than building a second Array
     arr._view = view
-    return arr  # type: ignore[return-value]
+    return arr
 
 
 def wrap_level(

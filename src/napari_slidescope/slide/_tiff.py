@@ -90,6 +90,7 @@ def format_flags(tif: tifffile.TiffFile) -> set[str]:
     """
     return {flag for flag in SLIDE_FLAGS if getattr(tif, f"is_{flag}", False)}
 
+
 def series_levels(series: tifffile.TiffPageSeries) -> list[tifffile.TiffPageSeries]:
     """Return the pyramid levels of a series, level 0 first."""
     return list(series.levels)
@@ -128,10 +129,11 @@ def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array]:
         raise SlideError(path, f"cannot map the image into a zarr store ({exc})") from exc
     if isinstance(node, zarr.Array):
         return [node]
+    arrays = {k: a for k, a in node.arrays()}
     paths = multiscale_paths(dict(node.attrs)) or sorted(
-        node.array_keys(), key=lambda k: -int(np.prod(node[k].shape))
+        arrays, key=lambda k: -int(np.prod(arrays[k].shape))
     )
-    return [node[p] for p in paths]
+    return [arrays[p] for p in paths]
 
 
 def read_page(page: Any) -> np.ndarray:
@@ -292,10 +294,10 @@ class _PageChunks:
         """Return the direct decoder for `level`, or None if its layout needs the zarr path."""
         if getattr(level, "transform", None) is not None:
             return None
-        pages = list(level.pages)
+        pages: list[Any] = list(level.pages)
         if not pages or any(p is None or p.keyframe is None for p in pages):
             return None
-        key = pages[0].keyframe
+        key: Any = pages[0].keyframe
         if any(p.parent.filehandle is not key.parent.filehandle for p in pages):
             return None
         shape = _kept(z.shape, index)
@@ -307,6 +309,8 @@ class _PageChunks:
             return None
         tiled = bool(key.is_tiled)
         native = (key.tilelength, key.tilewidth) if tiled else (key.rowsperstrip, w)
+        want_shape: tuple[int, ...]
+        want_chunks: tuple[int, ...]
         if len(shape) == 3 and len(pages) == 1 and samples > 1:  # YXS
             want_shape, want_chunks = (h, w, samples), (*native, samples)
         elif len(shape) == 2 and len(pages) == 1 and samples == 1:  # YX

@@ -364,7 +364,11 @@ def _area(series: Any) -> int:
 
 
 def _as_pair(mpp: float | tuple[float, float], name: str) -> tuple[float, float]:
-    pair = (mpp, mpp) if np.isscalar(mpp) else tuple(mpp)  # type: ignore[arg-type]
-    if len(pair) != 2 or not all(float(v) > 0 for v in pair):
+    try:
+        values = np.atleast_1d(np.asarray(mpp, dtype=float)).ravel()
+    except (TypeError, ValueError):
+        values = np.array([np.nan])
+    pair = (values[0], values[0]) if values.size == 1 else tuple(values)
+    if len(pair) != 2 or not all(np.isfinite(v) and v > 0 for v in pair):
         raise ValueError(f"{name}: mpp must be a positive number or (y, x) pair, got {mpp!r}")
     return (float(pair[0]), float(pair[1]))

@@ -95,7 +95,10 @@ class ResultCanvas:
     regions: list[Box] = field(default_factory=list)
     tables: list[dict[str, np.ndarray]] = field(default_factory=list)
     next_id: int = 0
-    drawn: Any = field(default=None, repr=False, compare=False)
+    #: Weak reference to the layer last uploaded whole (a strong one would keep a deleted
+    #: layer alive: ``_CANVASES`` maps layer -> canvas, and a weak key whose value refers
+    #: back to it is never released).
+    drawn: weakref.ref | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def for_region(
@@ -303,8 +306,9 @@ def paint_patch(layer: Any, canvas: ResultCanvas, patch: Patch) -> None:
     if not new.any():
         return
     dst[new] = patch.labels[new]
-    if canvas.drawn is not layer:  # a new raster: upload it whole once, then in parts
-        canvas.drawn = layer
+    drawn = canvas.drawn() if canvas.drawn is not None else None
+    if drawn is not layer:  # a new raster or layer: upload it whole once, then in parts
+        canvas.drawn = weakref.ref(layer)
         layer.refresh()
     else:
         _refresh_box(layer, (slice(y0, y1), slice(x0, x1)))
@@ -315,8 +319,13 @@ def _refresh_box(layer: Any, sl: tuple[slice, slice]) -> None:
 
     The same event napari's own painting emits (``labels_update`` with the texture
     values of the box), sent with a private copy of the values, without undo history.
+    Private napari API (``_slice.image.view``, ``colormap._data_to_texture``), checked
+    against napari 0.9.2 (``Labels._partial_labels_refresh``); anything missing or
+    mismatched falls back to the public ``refresh()`` (slower: the whole texture).
     """
     try:
+        if not layer.loaded:  # as napari's own partial refresh: no slice to patch yet
+            raise ValueError("the layer's slice is not loaded")
         view = layer._slice.image.view
         if view.shape != layer.data.shape or layer.data.ndim != 2 or layer.contour:
             raise ValueError("displayed slice is not the whole 2D raster")

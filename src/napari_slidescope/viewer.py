@@ -62,9 +62,9 @@ def visible_region(viewer: Any, layer: Any = None) -> Box:
     >>> visible_region(viewer)  # doctest: +SKIP
     (10240, 20480, 11264, 22016)
     """
-    from napari_slidescope._napari import console, viewport
+    from napari_slidescope._napari import jobs, viewport
 
-    layer = layer if layer is not None else console.active_slide_layer(viewer)
+    layer = layer if layer is not None else jobs.active_slide_layer(viewer)
     return viewport.visible_region(viewer, layer)
 
 
@@ -103,10 +103,10 @@ def add_tissue(
     --------
     >>> add_tissue(viewer, scope="slide")  # doctest: +SKIP
     """
-    from napari_slidescope._napari import console
+    from napari_slidescope._napari import console, jobs
 
     ctl = console.controller_for(viewer)
-    image = layer if layer is not None else console.active_slide_layer(viewer)
+    image = layer if layer is not None else jobs.active_slide_layer(viewer)
     worker = ctl.run(image, "tissue", scope=scope, region=region, tissue_options=options)
     if not wait:
         return worker
@@ -161,10 +161,10 @@ def add_nuclei(
     >>> add_nuclei(viewer)  # doctest: +SKIP
     >>> add_nuclei(viewer, scope="slide", target_mpp=0.5)  # doctest: +SKIP
     """
-    from napari_slidescope._napari import console
+    from napari_slidescope._napari import console, jobs
 
     ctl = console.controller_for(viewer)
-    image = layer if layer is not None else console.active_slide_layer(viewer)
+    image = layer if layer is not None else jobs.active_slide_layer(viewer)
     worker = ctl.run(
         image,
         "nuclei",
@@ -188,9 +188,9 @@ def summary(viewer: Any, layer: Any = None) -> Any:
     Summary or None
         None when no nuclei were segmented on this slide yet.
     """
-    from napari_slidescope._napari import console
+    from napari_slidescope._napari import console, jobs
 
-    image = layer if layer is not None else console.active_slide_layer(viewer)
+    image = layer if layer is not None else jobs.active_slide_layer(viewer)
     return console.controller_for(viewer).summary(image)
 
 

@@ -11,12 +11,10 @@ use it through :mod:`napari_slidescope.viewer`; the dock widget is a thin view o
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,191 +22,24 @@ import numpy as np
 from psygnal import Signal
 
 from napari_slidescope._napari import layers as _layers
-from napari_slidescope._napari.viewport import Box, image_shape0, visible_region
+from napari_slidescope._napari.jobs import (
+    DEFAULT_NUCLEI_MPP,
+    Failed,
+    JobSpec,
+    Scope,
+    SlideSource,
+    Task,
+    TissueDone,
+    run_job,
+    slide_layers,
+)
+from napari_slidescope._napari.viewport import Box, visible_region
 
-Scope = Literal["visible", "slide"]
-Task = Literal["tissue", "nuclei"]
-#: Nuclei working resolution when none is given (the built-in segmenter's default).
-DEFAULT_NUCLEI_MPP = 0.25
 _PAINT_INTERVAL_MS = 100
 _PAINT_BUDGET_S = 0.03
 _FEATURES_INTERVAL_S = 1.0
 
 __all__ = ["SlideAnalysis", "SlideSource", "Summary", "controller_for", "slide_layers"]
-
-
-@dataclass(frozen=True)
-class SlideSource:
-    """What a worker needs to open a layer's slide: a path, or the level-0 array.
-
-    Tasks carry this (a path and coordinates), never pixels read on the main thread.
-    """
-
-    name: str
-    path: str | None
-    array: Any
-    mpp: tuple[float, float]
-    shape0: tuple[int, int]
-    info: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @classmethod
-    def from_layer(cls, layer: Any) -> SlideSource:
-        """Describe a 2D RGB image layer (a slide opened by this plugin, or any RGB image).
-
-        Raises
-        ------
-        ValueError
-            If the layer is not a 2D RGB image layer.
-        """
-        if not is_slide_layer(layer):
-            raise ValueError(
-                f"layer {getattr(layer, 'name', layer)!r}: expected a 2D RGB image layer"
-            )
-        mpp = (float(layer.scale[-2]), float(layer.scale[-1]))
-        meta = layer.metadata.get("slidescope")
-        path = layer.metadata.get("path") if isinstance(meta, dict) else None
-        if path:
-            return cls(layer.name, str(path), None, mpp, image_shape0(layer), dict(meta))
-        data = layer.data[0] if layer.multiscale else layer.data
-        info = {"format": "napari layer", "mpp": mpp, "shape": image_shape0(layer)}
-        return cls(layer.name, None, data[..., :3], mpp, image_shape0(layer), info)
-
-    def open(self) -> Any:
-        """Open the slide (call on the worker thread); close it when done."""
-        from napari_slidescope.slide import ArraySlide, open_slide
-
-        if self.path is not None:
-            return open_slide(self.path)
-        return ArraySlide(self.array, mpp=self.mpp, name=self.name)
-
-
-def is_slide_layer(layer: Any) -> bool:
-    """Return True for 2D RGB image layers (what the analysis accepts)."""
-    from napari.layers import Image
-
-    return isinstance(layer, Image) and bool(layer.rgb) and layer.ndim == 2
-
-
-def slide_layers(viewer: Any) -> list[Any]:
-    """Return the viewer's 2D RGB image layers, slides opened by this plugin first."""
-    found = [ly for ly in viewer.layers if is_slide_layer(ly)]
-    return sorted(found, key=lambda ly: "slidescope" not in ly.metadata)
-
-
-def active_slide_layer(viewer: Any) -> Any:
-    """Return the selected slide layer, else the last one; ValueError if there is none."""
-    active = viewer.layers.selection.active
-    if active is not None and is_slide_layer(active):
-        return active
-    found = [ly for ly in viewer.layers if is_slide_layer(ly)]
-    if not found:
-        raise ValueError("no slide in the viewer: open one (a 2D RGB image layer) first")
-    return found[-1]
-
-
-# -- the job: runs on a worker thread -----------------------------------------------------------
-
-
-@dataclass
-class TissueDone:
-    """A tissue result arrived (``whole``: it covers the whole slide)."""
-
-    result: Any
-    whole: bool
-
-
-@dataclass
-class Failed:
-    """The run failed with ``error``."""
-
-    error: BaseException
-
-
-@dataclass
-class JobSpec:
-    """Everything a run needs, made on the main thread, read on the worker."""
-
-    source: SlideSource
-    task: Task
-    region: Box | None
-    tissue_options: dict[str, Any]
-    nuclei_options: dict[str, Any]
-    grid: tuple[Any, Any, tuple[int, int]] | None = None
-    covered: tuple[Box, ...] = ()
-    id_offset: int = 0
-    tissue: Any = None
-
-
-def _segmenter(name: Any, options: dict[str, Any], target_mpp: float | None) -> Any:
-    if not isinstance(name, str):
-        return name
-    from napari_slidescope.pipeline.models import get_segmenter
-
-    if name == "builtin":
-        from napari_slidescope.analysis.nuclei import NucleiParams
-
-        extra = {"target_mpp": target_mpp} if target_mpp else {}
-        return get_segmenter("builtin", params=NucleiParams(**extra, **options))
-    return get_segmenter(name, **({"target_mpp": target_mpp} if target_mpp else {}), **options)
-
-
-def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None]:
-    """Open the slide and analyse it, yielding results as they finish (worker thread).
-
-    Yields :class:`TissueDone`, :class:`~napari_slidescope._napari.layers.Patch` (one per
-    tile, or None for a tile with nothing on the canvas) and, on error, one
-    :class:`Failed` (exceptions never escape, so the worker always finishes cleanly).
-    Stops after the tile in progress once `cancel` is set.
-    """
-    from napari_slidescope.pipeline import nuclei as nuclei_mod
-    from napari_slidescope.pipeline import tissue as tissue_mod
-
-    slide, steps = None, None
-    try:
-        slide = spec.source.open()
-        mpp, tissue = spec.source.mpp, spec.tissue
-        if spec.task == "tissue" or tissue is None:
-            region = spec.region if spec.task == "tissue" else None
-            tissue = tissue_mod.detect_tissue(slide, region=region, mpp=mpp, **spec.tissue_options)
-            yield TissueDone(tissue, region is None)
-        if spec.task != "nuclei" or cancel.is_set():
-            return
-        opts = dict(spec.nuclei_options)
-        # leave a core to the GUI thread: fewer threads competing with it for the GIL
-        opts["workers"] = opts.get("workers") or max(1, (os.cpu_count() or 2) - 1)
-        opts.setdefault("read_threads", 1)
-        target = opts.pop("target_mpp", None)
-        seg = _segmenter(
-            opts.pop("segmenter", "builtin"), opts.pop("segmenter_options", {}), target
-        )
-        steps = nuclei_mod.iter_segment_nuclei(
-            slide,
-            region=spec.region,
-            mpp=mpp,
-            target_mpp=target,
-            tissue=tissue if spec.region is None else "auto",
-            segmenter=seg,
-            **opts,
-        )
-        origin, downsample, shape = spec.grid  # type: ignore[misc]
-        for step in steps:
-            yield _layers.tile_patch(
-                step,
-                origin=origin,
-                downsample=downsample,
-                shape=shape,
-                covered=spec.covered,
-                id_offset=spec.id_offset,
-            ) or (step.done, step.total)
-            if cancel.is_set():
-                return
-    except Exception as exc:  # noqa: BLE001 - reported to the user as a notification
-        yield Failed(exc)
-    finally:
-        if steps is not None:
-            steps.close()  # stops and joins the tile threads here, on the worker thread
-        if slide is not None:
-            slide.close()
 
 
 # -- the controller: main thread --------------------------------------------------------------

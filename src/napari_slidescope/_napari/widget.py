@@ -27,7 +27,7 @@ from magicgui.widgets import (
     SpinBox,
 )
 
-from napari_slidescope._napari import console
+from napari_slidescope._napari import console, jobs
 from napari_slidescope._napari.layers import canvas_of
 
 __all__ = ["SlideAnalysisWidget"]
@@ -184,13 +184,13 @@ class SlideAnalysisWidget(Container):
     # -- choices and slide info -------------------------------------------------------------
 
     def _image_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
-        return [(ly.name, ly) for ly in console.slide_layers(self._viewer)]
+        return [(ly.name, ly) for ly in jobs.slide_layers(self._viewer)]
 
     def _on_layers_changed(self, event: Any = None) -> None:
         self.image.reset_choices()
         if self.image.value is None:
             try:
-                self.image.value = console.active_slide_layer(self._viewer)
+                self.image.value = jobs.active_slide_layer(self._viewer)
             except ValueError:
                 pass
 
@@ -201,7 +201,7 @@ class SlideAnalysisWidget(Container):
         if layer is None:
             self.info.value = "Open a slide (a 2D RGB image layer)"
             return
-        src = console.SlideSource.from_layer(layer)
+        src = jobs.SlideSource.from_layer(layer)
         self.info.value = _describe(src)
         folder = Path(src.path).parent if src.path else Path.cwd()
         self.export_dir.value = folder if os.access(folder, os.W_OK) else Path.cwd()
@@ -322,7 +322,7 @@ class SlideAnalysisWidget(Container):
         return target
 
 
-def _describe(src: console.SlideSource) -> str:
+def _describe(src: jobs.SlideSource) -> str:
     info = src.info
     h, w = src.shape0
     parts = [str(info.get("format", "?")), f"{h:,} × {w:,} px"]

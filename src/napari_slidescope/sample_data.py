@@ -70,7 +70,8 @@ def make_truth(
     blob = _smooth_noise(rng, (th, tw), sigma=max(th, tw) / 10)
     # Keep a glass margin so tissue pieces are separate objects on glass.
     yy, xx = np.mgrid[0:th, 0:tw]
-    edge = np.minimum.reduce([yy, xx, th - 1 - yy, tw - 1 - xx]) / max(min(th, tw) * 0.12, 1)
+    edge = np.minimum(np.minimum(yy, xx), np.minimum(th - 1 - yy, tw - 1 - xx))
+    edge = edge / max(min(th, tw) * 0.12, 1)
     tissue = (blob + 0.9 * (1 - np.clip(edge, 0, 1)) * -1.5) > 0.1
     lumen_scale = 80.0 / (mpp * TRUTH_DOWNSAMPLE)  # holes ~ 80 µm across
     holes = _smooth_noise(rng, (th, tw), sigma=max(lumen_scale / 3, 1.0)) > 1.6

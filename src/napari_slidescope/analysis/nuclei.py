@@ -351,8 +351,8 @@ def _per_label_otsu(cells: np.ndarray, values: np.ndarray, n: int) -> tuple[np.n
     """Otsu threshold and between-class contrast of ``values`` inside every label 0..n."""
     nb, vmax = _HIST_BINS, _HIST_MAX_OD
     bins = np.clip((values * (nb / vmax)).astype(np.int64), 0, nb - 1)
-    hist = np.bincount((cells.astype(np.int64) * nb + bins).ravel(), minlength=(n + 1) * nb)
-    hist = hist.reshape(n + 1, nb).astype(np.float64)
+    counts = np.bincount((cells.astype(np.int64) * nb + bins).ravel(), minlength=(n + 1) * nb)
+    hist = counts.reshape(n + 1, nb).astype(np.float64)
     centers = (np.arange(nb) + 0.5) * (vmax / nb)
     w0 = np.cumsum(hist, axis=1)
     m0 = np.cumsum(hist * centers, axis=1)

@@ -326,8 +326,9 @@ class BuiltinSegmenter:
 
 def _blob_response(h: np.ndarray, radii_um: tuple[float, ...], mpp: float) -> np.ndarray:
     """Max over scales of the scale-normalised negative LoG (bright blobs of hematoxylin)."""
-    # LoG sigmas are >= 2 µm: compute them on a 2x-binned image when that is still >= 4 px
-    binned = min(radii_um) / math.sqrt(2) / mpp >= 8.0 and min(h.shape) >= 8
+    # LoG sigmas are >= 2 µm: compute them on a 2x-binned image when the binned sigma is
+    # still >= 3.75 px (true from 0.26 µm/px down, so 0.25 and 0.2457 µm/px take one path)
+    binned = min(radii_um) / math.sqrt(2) / mpp >= 7.5 and min(h.shape) >= 8
     src, step = (h, 1)
     if binned:
         ny, nx = (h.shape[0] // 2) * 2, (h.shape[1] // 2) * 2

@@ -14,6 +14,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -87,7 +88,7 @@ def throughput(
 ) -> None:
     from napari_slidescope.slide import open_slide
 
-    times, res = [], None
+    times, cpus, res = [], [], None
     with open_slide(path) as slide:
         for _ in range(repeat):
             seg = (
@@ -95,20 +96,28 @@ def throughput(
                 if segmenter_name == "threshold"
                 else get_segmenter(segmenter_name)
             )
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = segment_nuclei(
                 slide, segmenter=seg, workers=workers, tissue="auto", model_threads=model_threads
             )
             times.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
     assert res is not None
     mpx = res.labels.size / 1e6
-    med = statistics.median(times)
+    med, cpu = statistics.median(times), statistics.median(cpus)
     print(
         f"  workers={workers}, model_threads={model_threads}: region {res.labels.shape} "
         f"working px at {res.mpp} µm/px, "
         f"{res.count} nuclei, median {med:.2f} s -> {mpx / med:.2f} Mpx/s "
-        f"(runs: {', '.join(f'{t:.2f}' for t in times)})"
+        f"(runs: {', '.join(f'{t:.2f}' for t in times)}); "
+        f"CPU {cpu:.2f} s -> {mpx / cpu:.2f} Mpx per CPU-second, "
+        f"{cpu / med:.2f} cores busy; load {_load()}"
     )
+
+
+def _load() -> str:
+    """The 1, 5 and 15 min load averages (other work on the machine skews the timings)."""
+    return ", ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
 def overlap_demo(n_tiles: int = 12, model_s: float = 0.05, post_s: float = 0.05) -> None:
@@ -142,7 +151,8 @@ def main() -> None:
     path = make_slide(args.size, args.cache)
     print(
         f"slide {path} ({args.size} x {args.size} px at 0.25 µm/px, ready in "
-        f"{time.perf_counter() - t0:.1f} s); segmenter: {name}"
+        f"{time.perf_counter() - t0:.1f} s); segmenter: {name}; "
+        f"{os.cpu_count()} CPUs, load average {_load()}"
     )
     print("whole pipeline (read + model + post-process + measure + stitch):")
     for workers, model_threads in ((1, 1), (2, 1), (2, 2)):

@@ -59,3 +59,55 @@ def test_empty_and_errors(tmp_path):
     path = write_csv(both, tmp_path / "t.csv")
     lines = path.read_text().splitlines()
     assert lines[0].split(",") == list(COLUMNS) and len(lines) == 2
+
+
+def _blobs(seed, shape=(90, 110)):
+    """Random touching and separate objects, some at the border, some with holes."""
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(seed)
+    smooth = ndi.gaussian_filter(rng.random(shape), 2.0)
+    lab = ndi.label(smooth > np.quantile(smooth, 0.6))[0]
+    seeds = np.zeros(shape, np.int32)
+    k = 12
+    seeds[rng.integers(0, shape[0], k), rng.integers(0, shape[1], k)] = np.arange(1, k + 1)
+    _, (iy, ix) = ndi.distance_transform_edt(seeds == 0, return_indices=True)
+    split = np.where(lab > 0, seeds[iy, ix], 0)  # touching neighbours
+    return np.where(np.arange(shape[1]) < shape[1] // 2, lab, split + lab.max()).astype(np.int32)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matches_regionprops(seed):
+    from skimage.measure import regionprops_table
+
+    lab = _blobs(seed)
+    lab[lab == 3] = 0  # a missing id
+    od = np.random.default_rng(seed).random((*lab.shape, 3)).astype(np.float32)
+    t = measure_nuclei(lab, mpp=1.0, od=od)
+    ref = regionprops_table(
+        lab,
+        intensity_image=od[..., :2],
+        properties=["label", "centroid", "area", "perimeter", "eccentricity", "solidity"]
+        + ["intensity_mean"],
+    )
+    assert t["id"].tolist() == ref["label"].tolist()
+    pairs = {
+        "centroid_row": "centroid-0",
+        "centroid_col": "centroid-1",
+        "area_um2": "area",
+        "perimeter_um": "perimeter",
+        "eccentricity": "eccentricity",
+        "solidity": "solidity",
+        "hematoxylin_od_mean": "intensity_mean-0",
+        "eosin_od_mean": "intensity_mean-1",
+    }
+    for col, prop in pairs.items():
+        np.testing.assert_allclose(t[col], ref[prop], rtol=1e-12, atol=1e-12, err_msg=col)
+
+
+def test_negative_labels_are_background():
+    lab = np.zeros((10, 10), np.int32)
+    lab[1:4, 1:4] = 2
+    lab[6:9, 6:9] = -1
+    t = measure_nuclei(lab, mpp=1.0)
+    assert t["id"].tolist() == [2] and t["area_um2"].tolist() == [9.0]

@@ -128,8 +128,8 @@ def test_plan_rejects_bad_input(bad):
 
 def test_owned_by_centroid_and_paste_keeps_earlier_pixels():
     plan = make_plan((0, 0, 40, 40), slide_mpp=1, target_mpp=1, tile_size_um=20, min_overlap_um=5)
-    tile = plan.tiles[0]  # shifted inwards at the edge: box 30 px
-    assert tile.core == (0, 0, 20, 20) and tile.box == (0, 0, 30, 30)
+    tile = plan.tiles[0]  # two tiles per axis: each needs context on one side only
+    assert tile.core == (0, 0, 20, 20) and tile.box == (0, 0, 25, 25)
     lab = np.zeros(tile.shape, np.int32)
     lab[15:24, 15:24] = 7  # centroid (19, 19): owned, crosses the core edge
     lab[18:25, 20:25] = 3  # centroid col 22: not owned
@@ -140,6 +140,56 @@ def test_owned_by_centroid_and_paste_keeps_earlier_pixels():
     out[15, 15] = 99
     paste_owned(out, owned, tile, offset=10)
     assert out[15, 15] == 99 and out[16, 16] == 11 and out[23, 23] == 0
+
+
+def _owned_reference(labels, tile):
+    """The definition: ids whose centroid floor lies in the core, renumbered in order."""
+    ids = np.unique(labels)
+    ids = ids[ids > 0]
+    out = np.zeros(labels.shape, np.int32)
+    if ids.size == 0:
+        return out
+    cents = np.atleast_2d(ndi.center_of_mass(np.ones(labels.shape), labels, ids))
+    cy0, cx0, cy1, cx1 = tile.core_in_tile
+    fy, fx = np.floor(cents[:, 0] + 1e-9), np.floor(cents[:, 1] + 1e-9)
+    keep = ids[(fy >= cy0) & (fy < cy1) & (fx >= cx0) & (fx < cx1)]
+    for new, i in enumerate(keep, 1):
+        out[labels == i] = new
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("scale", [1, 7, 10**9])  # sparse ids, beyond the pixel count
+def test_owned_labels_match_the_centroid_definition(seed, scale):
+    rng = np.random.default_rng(seed)
+    lab = ndi.label(ndi.gaussian_filter(rng.random((80, 90)), 1.5) > 0.52)[0].astype(np.int64)
+    lab *= scale
+    lab[lab == 2 * scale] = -5  # negative ids are background
+    plan = make_plan((0, 0, 80, 90), slide_mpp=1, target_mpp=1, tile_size_um=25, min_overlap_um=6)
+    for tile in plan:
+        y0, x0, y1, x1 = tile.box
+        sub = lab[y0:y1, x0:x1]
+        want = _owned_reference(np.where(sub > 0, sub, 0), tile)
+        np.testing.assert_array_equal(owned_labels(sub, tile), want)
+
+
+def test_cores_are_balanced_and_tiles_no_larger_than_needed():
+    plan = make_plan((0, 0, 100, 50), slide_mpp=1, target_mpp=1, tile_size_um=40, min_overlap_um=5)
+    assert plan.grid_shape == (3, 2)
+    assert [t.core[0] for t in plan.tiles[::2]] == [0, 33, 66]  # 33/33/34, not 40/40/20
+    assert {t.shape for t in plan} == {(43, 30)}  # interior row: 33 + 2 x 5; columns: 25 + 5
+
+
+def test_read_tile_at_the_level_resolution_is_a_crop():
+    img, _ = disc_image((200, 300))
+    slide = ArraySlide(img, mpp=0.5)
+    plan = make_plan(
+        (10, 20, 200, 300), slide_mpp=0.5, target_mpp=0.5, tile_size_um=40, min_overlap_um=5
+    )
+    for t in plan.tiles:
+        (y0, x0, y1, x1), got = t.box0, read_tile(slide, t, plan, level=0)
+        assert got.flags.c_contiguous
+        np.testing.assert_array_equal(got, img[y0:y1, x0:x1])
 
 
 def test_read_tile_pixels_do_not_depend_on_the_tile():

@@ -13,7 +13,10 @@ import os
 from pathlib import Path
 
 import numpy as np
-from skimage.measure import regionprops_table
+from scipy import ndimage as ndi
+from skimage.morphology import convex_hull_image
+
+from napari_slidescope.analysis.units import as_pair
 
 __all__ = ["COLUMNS", "concat_tables", "empty_table", "measure_nuclei", "write_csv"]
 
@@ -38,13 +41,6 @@ _DTYPES = {"id": np.int32}
 def empty_table() -> dict[str, np.ndarray]:
     """Return a table with all :data:`COLUMNS` and no rows."""
     return {name: np.zeros(0, _DTYPES.get(name, np.float64)) for name in COLUMNS}
-
-
-def _pair(value: float | tuple[float, float], name: str) -> tuple[float, float]:
-    pair = (value, value) if np.isscalar(value) else tuple(value)  # type: ignore[arg-type]
-    if len(pair) != 2 or not all(float(v) > 0 for v in pair):
-        raise ValueError(f"{name}: expected a positive number or (y, x) pair, got {value!r}")
-    return (float(pair[0]), float(pair[1]))
 
 
 def measure_nuclei(
@@ -91,38 +87,103 @@ def measure_nuclei(
     labels = np.asarray(labels)
     if labels.ndim != 2 or labels.dtype.kind not in "iu":
         raise ValueError(f"labels: expected a 2-D integer array, got {labels.dtype} {labels.shape}")
-    my, mx = _pair(mpp, "mpp")
-    dy, dx = _pair(downsample, "downsample")
+    my, mx = as_pair(mpp, "mpp")
+    dy, dx = as_pair(downsample, "downsample")
     if od is not None:
         od = np.asarray(od, dtype=np.float32)
         if od.ndim != 3 or od.shape[:2] != labels.shape or od.shape[2] < 2:
             raise ValueError(
                 f"od: expected (M, N, >=2) float matching labels {labels.shape}, got {od.shape}"
             )
-    if not labels.any():
+    slices = ndi.find_objects(labels) if labels.size else []  # ids <= 0 are ignored
+    ids = np.array([i for i, sl in enumerate(slices, 1) if sl is not None], np.int64)
+    if ids.size == 0:
         return empty_table()
-    props = ["label", "centroid", "area", "perimeter", "eccentricity", "solidity"]
-    if od is not None:
-        props.append("intensity_mean")
-    t = regionprops_table(
-        labels, intensity_image=None if od is None else od[..., :2], properties=props
-    )
-    cy, cx = t["centroid-0"], t["centroid-1"]
-    n = len(t["label"])
-    nan = np.full(n, np.nan)
+    n = len(slices)
+    ys, xs = np.nonzero(labels > 0)
+    lab = labels[ys, xs].astype(np.intp)
+    count = np.bincount(lab, minlength=n + 1).astype(np.float64)
+    # centroids: integer coordinate sums (exact in float64) over the pixel count
+    cy = np.bincount(lab, ys, minlength=n + 1) / np.maximum(count, 1)
+    cx = np.bincount(lab, xs, minlength=n + 1) / np.maximum(count, 1)
+    ecc = _eccentricity(lab, ys - cy[lab], xs - cx[lab], count)
+    perim = _perimeter(labels, ys, xs, lab, n)
+    convex = np.zeros(n + 1)
+    od_mean = np.full((n + 1, 2), np.nan)
+    for i in ids:  # per object: the convex hull, and OD means as float32 like regionprops
+        sl = slices[i - 1]
+        image = labels[sl] == i
+        convex[i] = np.count_nonzero(convex_hull_image(image))
+        if od is not None:
+            od_mean[i] = np.mean(od[sl][..., :2][image], axis=0)
+    cy, cx, count = cy[ids], cx[ids], count[ids]
     return {
-        "id": t["label"].astype(np.int32),
+        "id": ids.astype(np.int32),
         "centroid_row": origin[0] + (cy + 0.5) * dy - 0.5,
         "centroid_col": origin[1] + (cx + 0.5) * dx - 0.5,
         "centroid_y_um": origin[0] * my / dy + (cy + 0.5) * my,
         "centroid_x_um": origin[1] * mx / dx + (cx + 0.5) * mx,
-        "area_um2": t["area"].astype(np.float64) * my * mx,
-        "perimeter_um": t["perimeter"].astype(np.float64) * float(np.sqrt(my * mx)),
-        "eccentricity": t["eccentricity"].astype(np.float64),
-        "solidity": t["solidity"].astype(np.float64),
-        "hematoxylin_od_mean": t["intensity_mean-0"].astype(np.float64) if od is not None else nan,
-        "eosin_od_mean": t["intensity_mean-1"].astype(np.float64) if od is not None else nan.copy(),
+        "area_um2": count * my * mx,
+        "perimeter_um": perim[ids] * float(np.sqrt(my * mx)),
+        "eccentricity": ecc[ids],
+        "solidity": count / convex[ids],
+        "hematoxylin_od_mean": od_mean[ids, 0].astype(np.float64),
+        "eosin_od_mean": od_mean[ids, 1].astype(np.float64),
     }
+
+
+def _eccentricity(lab: np.ndarray, dy: np.ndarray, dx: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Eccentricity of the ellipse with each label's second central moments (per label id)."""
+    n = count.size
+    mu0 = np.maximum(count, 1)
+    a = np.bincount(lab, dx * dx, minlength=n) / mu0
+    c = np.bincount(lab, dy * dy, minlength=n) / mu0
+    b = -np.bincount(lab, dy * dx, minlength=n) / mu0
+    root = np.sqrt(((a - c) / 2) ** 2 + b**2)
+    l1 = np.maximum((a + c) / 2 + root, 0)
+    l2 = np.maximum((a + c) / 2 - root, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ecc = np.sqrt(np.maximum(1 - l2 / l1, 0))
+    return np.where(l1 == 0, 0.0, ecc)
+
+
+#: Perimeter weight of a border pixel by its code (see :func:`_perimeter`), as in
+#: ``skimage.measure.perimeter(image, neighborhood=4)``.
+_PERIMETER_WEIGHTS = np.zeros(50)
+_PERIMETER_WEIGHTS[[5, 7, 15, 17, 25, 27]] = 1
+_PERIMETER_WEIGHTS[[21, 33]] = np.sqrt(2)
+_PERIMETER_WEIGHTS[[13, 23]] = (1 + np.sqrt(2)) / 2
+
+
+def _perimeter(
+    labels: np.ndarray, ys: np.ndarray, xs: np.ndarray, lab: np.ndarray, n: int
+) -> np.ndarray:
+    """Perimeter of every label (index = id), as ``skimage.measure.perimeter`` per object.
+
+    A border pixel is a pixel of the object with a 4-neighbour outside it; its code
+    is 1 + 2 x (4-neighbours on the border) + 10 x (diagonal neighbours on the
+    border), counting only border pixels of the same object; codes weigh by
+    :data:`_PERIMETER_WEIGHTS` (skimage's convolution and histogram, for all objects
+    at once).
+    """
+    w = labels.shape[1] + 2
+    padded = np.pad(labels, 1)
+    flat = padded.ravel()
+    idx = (ys + 1) * w + (xs + 1)
+    inner = np.ones(idx.size, bool)
+    for off in (-w, w, -1, 1):
+        inner &= flat[idx + off] == lab
+    border = np.zeros(flat.size, bool)
+    b_idx = idx[~inner]
+    b_lab = lab[~inner]
+    border[b_idx] = True
+    code = np.ones(b_idx.size, np.intp)
+    sides = [(off, 2) for off in (-w, w, -1, 1)]
+    corners = [(off, 10) for off in (-w - 1, -w + 1, w - 1, w + 1)]
+    for off, weight in sides + corners:
+        code += weight * (border[b_idx + off] & (flat[b_idx + off] == b_lab))
+    hist = np.bincount(b_lab * 50 + code, minlength=(n + 1) * 50).reshape(n + 1, 50)
+    return (hist * _PERIMETER_WEIGHTS).sum(axis=1)  # no BLAS call: it may start threads
 
 
 def concat_tables(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -26,6 +26,8 @@ class SlideLike(Protocol):
 
     def level_for_mpp(self, target_mpp: float) -> int: ...  # noqa: D102
 
+    def close(self) -> None: ...  # noqa: D102
+
     def read_region(  # noqa: D102
         self, region: tuple[int, int, int, int], *, level: int = 0
     ) -> np.ndarray: ...

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 from scipy import ndimage as ndi
 
+from napari_slidescope.analysis.units import as_pair
+
 Box = tuple[int, int, int, int]
 
 __all__ = [
@@ -100,7 +102,8 @@ class TilePlan:
     shape : tuple of int
         ``(rows, cols)`` of the region at working resolution.
     tile_size : int
-        Core size in working pixels.
+        Nominal (largest) core size in working pixels; the cores of an axis are
+        ``shape / grid_shape`` (+-1 px).
     overlap : int
         Minimum context on each side of a core, in working pixels.
     tiles : tuple of Tile
@@ -175,7 +178,8 @@ def make_plan(
     target_mpp : float
         Working resolution in µm per pixel.
     tile_size_um : float
-        Size of each tile's core in µm. Tiles read ``2 * overlap`` more.
+        Largest size of a tile's core in µm (cores are balanced, see Returns).
+        Tiles read up to ``2 * overlap`` more.
     min_overlap_um : float
         Context needed on each side of a core, in µm (at least two nucleus
         diameters for seamless results).
@@ -185,9 +189,12 @@ def make_plan(
     Returns
     -------
     plan : TilePlan
-        Tiles in row-major order; all tile boxes have the same shape
-        ``min(core + 2 * overlap, region)`` per axis. Tiles at the region's edges
-        are shifted inwards instead of clipped, so they get more context.
+        Tiles in row-major order. Per axis the region is split into
+        ``ceil(extent / tile)`` cores of equal size (+-1 px), none larger than
+        ``tile_size_um``. All tile boxes have the same shape: per axis the largest
+        core plus the context any tile needs (``core + 2 * overlap`` when there are
+        interior tiles, ``core + overlap`` with two tiles, the region with one);
+        tiles at the region's edges are shifted inwards to that shape.
 
     Raises
     ------
@@ -197,14 +204,7 @@ def make_plan(
     y0, x0, y1, x1 = (int(v) for v in region)
     if y1 <= y0 or x1 <= x0:
         raise ValueError(f"region: expected a non-empty (y0, x0, y1, x1) box, got {region}")
-    mpp = (
-        (float(slide_mpp), float(slide_mpp))
-        if np.isscalar(slide_mpp)
-        else tuple(
-            float(v)
-            for v in slide_mpp  # type: ignore[union-attr]
-        )
-    )
+    mpp = as_pair(slide_mpp, "slide_mpp")
     for name, value in (("target_mpp", target_mpp), ("tile_size_um", tile_size_um)):
         if not value > 0:
             raise ValueError(f"{name}: expected a positive number, got {value!r}")
@@ -219,7 +219,6 @@ def make_plan(
     )
     tile = max(1, round(tile_size_um / target_mpp))
     overlap = math.ceil(min_overlap_um / target_mpp - 1e-9)
-    size = (min(tile + 2 * overlap, shape[0]), min(tile + 2 * overlap, shape[1]))
     plan = TilePlan(
         region=(y0, x0, y1, x1),
         mpp=float(target_mpp),
@@ -230,15 +229,17 @@ def make_plan(
         tiles=(),
         path=path,
     )
-    tiles = []
     rows, cols = plan.grid_shape
-    for i in range(rows):
-        cy0, cy1 = i * tile, min((i + 1) * tile, shape[0])
-        by0 = min(max(cy0 - overlap, 0), shape[0] - size[0])
-        for j in range(cols):
-            cx0, cx1 = j * tile, min((j + 1) * tile, shape[1])
-            bx0 = min(max(cx0 - overlap, 0), shape[1] - size[1])
-            box = (by0, bx0, by0 + size[0], bx0 + size[1])
+    (ycores, ysize), (xcores, xsize) = (
+        _axis_cores(shape[0], rows, overlap),
+        _axis_cores(shape[1], cols, overlap),
+    )
+    tiles: list[Tile] = []
+    for i, (cy0, cy1) in enumerate(ycores):
+        by0 = min(max(cy0 - overlap, 0), shape[0] - ysize)
+        for j, (cx0, cx1) in enumerate(xcores):
+            bx0 = min(max(cx0 - overlap, 0), shape[1] - xsize)
+            box = (by0, bx0, by0 + ysize, bx0 + xsize)
             tiles.append(
                 Tile(
                     index=len(tiles),
@@ -251,6 +252,21 @@ def make_plan(
             )
     object.__setattr__(plan, "tiles", tuple(tiles))
     return plan
+
+
+def _axis_cores(n_px: int, n: int, overlap: int) -> tuple[list[tuple[int, int]], int]:
+    """Split ``n_px`` pixels into ``n`` cores of equal size (+-1) and the tile size they need.
+
+    Equal cores never exceed the nominal core (``n = ceil(n_px / core)``) and do not
+    leave a thin last core that would cost a whole tile. The tile size is the largest
+    core-plus-context any tile needs: ``core + 2 * overlap`` with interior tiles,
+    ``core + overlap`` when every tile touches an edge of the region (two per axis),
+    the region itself with one.
+    """
+    edges = [k * n_px // n for k in range(n + 1)]
+    cores = list(zip(edges[:-1], edges[1:], strict=True))
+    size = max(min(c1 + overlap, n_px) - max(c0 - overlap, 0) for c0, c1 in cores)
+    return cores, size
 
 
 def choose_level(
@@ -285,15 +301,32 @@ def _axis_positions(
     return (index_l - start - (k - 1) / 2) / k
 
 
-def _lerp(a: np.ndarray, pos: np.ndarray, axis: int) -> np.ndarray:
-    """Linear interpolation of ``a`` along ``axis`` at fractional indices (edge-clamped)."""
-    n = a.shape[axis]
+def _lerp_weights(pos: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Lower neighbour indices and weights of fractional ``pos`` (edge-clamped).
+
+    The weights are None when every position is (within 1e-4) on a sample, so the
+    interpolation is a plain selection of rows or columns.
+    """
     pos = np.clip(pos, 0, n - 1)
     i0 = np.floor(pos).astype(np.intp)
     w = (pos - i0).astype(np.float32)
-    if not np.any(w > 1e-4):
-        return np.take(a, i0, axis=axis)
-    i1 = np.minimum(i0 + 1, n - 1)
+    return (i0, None) if not np.any(w > 1e-4) else (i0, w)
+
+
+def _select(a: np.ndarray, index: np.ndarray, axis: int) -> np.ndarray:
+    """``np.take(a, index, axis)``, as a view when the indices are a contiguous run."""
+    if index.size and index[-1] - index[0] == index.size - 1 and np.all(np.diff(index) == 1):
+        sl = [slice(None)] * a.ndim
+        sl[axis] = slice(int(index[0]), int(index[-1]) + 1)
+        return a[tuple(sl)]
+    return np.take(a, index, axis=axis)
+
+
+def _lerp(a: np.ndarray, i0: np.ndarray, w: np.ndarray | None, axis: int) -> np.ndarray:
+    """Linear interpolation of ``a`` along ``axis`` between ``i0`` and ``i0 + 1``."""
+    if w is None:
+        return _select(a, i0, axis)
+    i1 = np.minimum(i0 + 1, a.shape[axis] - 1)
     shape = [1] * a.ndim
     shape[axis] = -1
     w = w.reshape(shape)
@@ -359,11 +392,46 @@ def read_tile(slide: Any, tile: Tile, plan: TilePlan, *, level: int) -> np.ndarr
             f"tile {tile.index}: read {arr.shape} pixels for box {b}, too few to resample"
         )
     a = arr[ty : ty + hy * ky, tx : tx + hx * kx]
-    a = _bin(a, ky, kx)
     pos_y = _axis_positions(tile.box[0], tile.shape[0], plan.origin[0], dy, ly_ds, sy + ty, ky)
     pos_x = _axis_positions(tile.box[1], tile.shape[1], plan.origin[1], dx, lx_ds, sx + tx, kx)
-    out = _lerp(_lerp(a, pos_y, 0), pos_x, 1)
-    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+    iy: np.ndarray | None
+    ix: np.ndarray | None
+    iy, wy = _lerp_weights(pos_y, hy)
+    ix, wx = _lerp_weights(pos_x, hx)
+    # Rows / columns that are only selected (no binning, no interpolation) are selected
+    # on the uint8 pixels before anything is converted: the same values, far less work.
+    # A level already at the working resolution is then a crop of what was read.
+    if ky == 1 and wy is None and iy is not None:
+        a, iy = _select(a, iy, 0), None
+    if kx == 1 and wx is None and ix is not None:
+        a, ix = _select(a, ix, 1), None
+    if iy is None and ix is None and ky == 1 and kx == 1:
+        return np.ascontiguousarray(a)
+    f = _bin(a, ky, kx)
+    if iy is not None:
+        f = _lerp(f, iy, wy, 0)
+    if ix is not None:
+        f = _lerp(f, ix, wx, 1)
+    return np.clip(f + 0.5, 0, 255).astype(np.uint8)
+
+
+def _compact(labels: np.ndarray) -> np.ndarray:
+    """Labels as a non-negative integer array whose ids are few enough for ``find_objects``.
+
+    Negative values count as background; ids far beyond the number of pixels (sparse
+    ids of some models) are renumbered ``1..n`` keeping their order.
+    """
+    if labels.dtype.kind not in "iu":
+        labels = labels.astype(np.int64)
+    if labels.size == 0:
+        return labels
+    if labels.dtype.kind == "i" and labels.min() < 0:
+        labels = np.where(labels > 0, labels, 0)
+    if int(labels.max()) > labels.size:
+        ids = np.unique(labels)
+        ids = ids[ids > 0]
+        labels = np.where(labels > 0, np.searchsorted(ids, labels) + 1, 0)
+    return labels
 
 
 def owned_labels(labels: np.ndarray, tile: Tile) -> np.ndarray:
@@ -372,7 +440,7 @@ def owned_labels(labels: np.ndarray, tile: Tile) -> np.ndarray:
     Parameters
     ----------
     labels : (M, N) ndarray of int
-        Labels of the whole tile (shape ``tile.shape``).
+        Labels of the whole tile (shape ``tile.shape``); values <= 0 are background.
     tile : Tile
         The tile; a nucleus is owned when the floor of its centroid lies in
         ``tile.core``.
@@ -387,22 +455,35 @@ def owned_labels(labels: np.ndarray, tile: Tile) -> np.ndarray:
         raise ValueError(
             f"labels of tile {tile.index}: expected shape {tile.shape}, got {labels.shape}"
         )
-    out = np.zeros(labels.shape, np.int32)
-    ids = np.unique(labels)
-    ids = ids[ids > 0]
-    if ids.size == 0:
-        return out
-    cents = np.asarray(ndi.center_of_mass(np.ones(labels.shape, np.uint8), labels, ids))
-    cents = np.atleast_2d(cents)
+    labels = _compact(labels)
     cy0, cx0, cy1, cx1 = tile.core_in_tile
-    fy, fx = np.floor(cents[:, 0] + 1e-9), np.floor(cents[:, 1] + 1e-9)
-    keep = ids[(fy >= cy0) & (fy < cy1) & (fx >= cx0) & (fx < cx1)]
-    if keep.size == 0:
-        return out
-    lut = np.zeros(int(ids.max()) + 1, np.int32)
-    lut[keep] = np.arange(1, keep.size + 1, dtype=np.int32)
-    lut_labels = labels if labels.dtype.kind in "iu" else labels.astype(np.int64)
-    return lut[lut_labels]
+    slices = ndi.find_objects(labels) if labels.size else []
+    keep = []
+    # The floor of a centroid lies inside the object's bounding box: objects whose box is
+    # inside the core are owned, objects whose box misses it are not; only those across
+    # the core's edge need their centroid (exact: integer sums over one division, as in
+    # ``ndi.center_of_mass``).
+    for i, sl in enumerate(slices, 1):
+        if sl is None:
+            continue
+        ys, xs = sl
+        if ys.stop <= cy0 or ys.start >= cy1 or xs.stop <= cx0 or xs.start >= cx1:
+            continue
+        if ys.start < cy0 or ys.stop > cy1 or xs.start < cx0 or xs.stop > cx1:
+            m = labels[sl] == i
+            n = float(np.count_nonzero(m))
+            rows = np.count_nonzero(m, axis=1) @ np.arange(ys.start, ys.stop)
+            cols = np.count_nonzero(m, axis=0) @ np.arange(xs.start, xs.stop)
+            fy = math.floor(float(rows) / n + 1e-9)
+            fx = math.floor(float(cols) / n + 1e-9)
+            if not (cy0 <= fy < cy1 and cx0 <= fx < cx1):
+                continue
+        keep.append(i)
+    if not keep:
+        return np.zeros(labels.shape, np.int32)
+    lut = np.zeros(len(slices) + 1, np.int32)
+    lut[keep] = np.arange(1, len(keep) + 1, dtype=np.int32)
+    return lut[labels]
 
 
 def paste_owned(out: np.ndarray, owned: np.ndarray, tile: Tile, *, offset: int = 0) -> None:

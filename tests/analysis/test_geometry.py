@@ -8,15 +8,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from napari_slidescope.analysis.geojson import read_geojson, read_geojson_rings, write_geojson
 from napari_slidescope.analysis.geometry import (
     labels_to_polygons,
     mask_to_polygons,
     polygons_to_mask,
-    read_geojson,
-    read_geojson_rings,
     tiles_with_tissue,
     tissue_fraction,
-    write_geojson,
 )
 
 ORIGIN = (1000.0, 520.0)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from napari_slidescope import SlidescopeWarning
-from napari_slidescope.analysis.geometry import polygons_to_mask, read_geojson_rings
+from napari_slidescope.analysis.geojson import read_geojson_rings
+from napari_slidescope.analysis.geometry import polygons_to_mask
 from napari_slidescope.analysis.tissue import block_mean
 from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
 from napari_slidescope.slide import ArraySlide, open_slide

@@ -1,4 +1,4 @@
-"""Masks and labels as polygons in level-0 pixels, GeoJSON for QuPath, tile gating.
+"""Masks and labels as polygons in level-0 pixels, and tile gating.
 
 Coordinates
 -----------
@@ -7,16 +7,12 @@ A mask (or label image) pixel ``(r, c)`` covers the level-0 area
 Polygons are ``(N, 2)`` float arrays of level-0 ``(row, col)`` vertices, open (the
 first vertex is not repeated, collinear vertices dropped), tracing pixel edges (cutting
 corners diagonally): a polygon encloses exactly the centres of the pixels it was made
-from. GeoJSON files hold ``(x, y)`` = ``(col, row)``
-and closed rings, as QuPath reads and writes them.
+from. GeoJSON I/O for these polygons is in :mod:`napari_slidescope.analysis.geojson`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -28,16 +24,11 @@ __all__ = [
     "labels_to_polygons",
     "mask_to_polygons",
     "polygons_to_mask",
-    "read_geojson",
-    "read_geojson_rings",
     "tiles_with_tissue",
     "tissue_fraction",
-    "write_geojson",
 ]
 
 Pair = tuple[float, float]
-#: QuPath's default colour of the "Tissue" class is not fixed; this is a readable green.
-TISSUE_COLOR = (0, 200, 0)
 
 
 def _pair(value: float | Sequence[float], name: str) -> Pair:
@@ -251,157 +242,6 @@ def polygons_to_mask(
             piece[grid(h)] = False
         out |= piece
     return out
-
-
-def _closed_xy(ring: np.ndarray, *, exterior: bool) -> list[list[float]]:
-    """Level-0 (row, col) ring -> closed GeoJSON (x, y) ring, RFC 7946 winding."""
-    xy = np.asarray(ring, float)[:, ::-1]
-    # shoelace in (x, y): positive = counter-clockwise; exteriors CCW, holes CW
-    area = float(np.dot(xy[:, 0], np.roll(xy[:, 1], -1)) - np.dot(xy[:, 1], np.roll(xy[:, 0], -1)))
-    if (area < 0) == exterior:
-        xy = xy[::-1]
-    xy = np.vstack([xy, xy[:1]])
-    return [[round(float(x), 3), round(float(y), 3)] for x, y in xy]
-
-
-def write_geojson(
-    path: str | os.PathLike[str],
-    exteriors: Sequence[np.ndarray],
-    interiors: Sequence[Sequence[np.ndarray]] | None = None,
-    *,
-    name: str = "Tissue",
-    color: Sequence[int] = TISSUE_COLOR,
-    object_type: str = "annotation",
-    measurements: Sequence[dict[str, float]] | None = None,
-) -> None:
-    """Write polygons as a GeoJSON FeatureCollection that QuPath imports.
-
-    Parameters
-    ----------
-    path : str or PathLike
-        Output ``.geojson`` file.
-    exteriors : sequence of (N, 2) ndarray
-        Level-0 ``(row, col)`` outer rings, one feature each.
-    interiors : sequence of sequence of (K, 2) ndarray, optional
-        Holes of each exterior (interior rings).
-    name : str
-        Classification name (QuPath class), e.g. ``"Tissue"`` or ``"Nucleus"``.
-    color : (int, int, int)
-        Classification colour, RGB 0-255.
-    object_type : {'annotation', 'detection'}
-        QuPath object type.
-    measurements : sequence of dict, optional
-        Per-feature measurements (name -> number), shown by QuPath.
-    """
-    if interiors is None:
-        interiors = [[] for _ in exteriors]
-    if len(interiors) != len(exteriors):
-        raise ValueError(
-            f"interiors: expected one list per exterior ({len(exteriors)}), got {len(interiors)}"
-        )
-    if measurements is not None and len(measurements) != len(exteriors):
-        raise ValueError("measurements: expected one dict per exterior")
-    rgb = [int(v) for v in color]
-    features: list[dict[str, Any]] = []
-    for i, (ext, hls) in enumerate(zip(exteriors, interiors, strict=True)):
-        if len(ext) < 3:
-            continue
-        rings = [_closed_xy(ext, exterior=True)]
-        rings += [_closed_xy(h, exterior=False) for h in hls if len(h) >= 3]
-        props: dict[str, Any] = {
-            "objectType": object_type,
-            "classification": {"name": name, "color": rgb},
-            "isLocked": False,
-        }
-        if measurements is not None:
-            props["measurements"] = {k: float(v) for k, v in measurements[i].items()}
-        features.append(
-            {
-                "type": "Feature",
-                "id": str(uuid.uuid4()),
-                "geometry": {"type": "Polygon", "coordinates": rings},
-                "properties": props,
-            }
-        )
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"type": "FeatureCollection", "features": features}, fh)
-
-
-def _features(doc: Any, path: str) -> list[dict[str, Any]]:
-    if isinstance(doc, list):
-        return [f for f in doc if isinstance(f, dict)]
-    if isinstance(doc, dict):
-        kind = doc.get("type")
-        if kind == "FeatureCollection":
-            return list(doc.get("features", []))
-        if kind == "Feature":
-            return [doc]
-        if kind in ("Polygon", "MultiPolygon"):
-            return [{"type": "Feature", "geometry": doc}]
-    raise ValueError(f"{path}: expected a GeoJSON FeatureCollection, Feature or list of features")
-
-
-def read_geojson_rings(
-    path: str | os.PathLike[str],
-) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
-    """Read the polygons of a GeoJSON file (QuPath export or :func:`write_geojson`).
-
-    Parameters
-    ----------
-    path : str or PathLike
-        A FeatureCollection, a Feature, or a list of features; Polygon and
-        MultiPolygon geometries are read, other geometries skipped.
-
-    Returns
-    -------
-    exteriors : list of (N, 2) ndarray of float
-        Level-0 ``(row, col)`` open rings.
-    interiors : list of list of (K, 2) ndarray of float
-        Holes of each exterior.
-
-    Raises
-    ------
-    ValueError
-        If the file is not JSON or not GeoJSON.
-    """
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{os.fspath(path)}: not a GeoJSON file ({exc})") from exc
-    exteriors: list[np.ndarray] = []
-    interiors: list[list[np.ndarray]] = []
-
-    def ring(coords: Any) -> np.ndarray:
-        xy = np.asarray(coords, float).reshape(-1, 2)
-        if len(xy) > 1 and np.array_equal(xy[0], xy[-1]):
-            xy = xy[:-1]
-        return np.ascontiguousarray(xy[:, ::-1])
-
-    for feat in _features(doc, os.fspath(path)):
-        geom = feat.get("geometry") or {}
-        kind, coords = geom.get("type"), geom.get("coordinates")
-        polys: list[Any] = (
-            [coords] if kind == "Polygon" else list(coords or []) if kind == "MultiPolygon" else []
-        )
-        for poly in polys:
-            if poly:
-                exteriors.append(ring(poly[0]))
-                interiors.append([ring(h) for h in poly[1:]])
-    return exteriors, interiors
-
-
-def read_geojson(path: str | os.PathLike[str]) -> list[np.ndarray]:
-    """Read the outer rings of the polygons of a GeoJSON file.
-
-    See :func:`read_geojson_rings` (which also returns the holes).
-
-    Returns
-    -------
-    list of (N, 2) ndarray of float
-        Level-0 ``(row, col)`` open rings.
-    """
-    return read_geojson_rings(path)[0]
 
 
 def _grid_of(mask: Any, downsample: Any, origin: Any) -> tuple[np.ndarray, Pair, Pair]:

@@ -113,7 +113,8 @@ class NucleiResult:
             ``objectType: "detection"``, class ``"Nucleus"``, the table row as
             ``measurements``.
         """
-        from napari_slidescope.analysis.geometry import labels_to_polygons, write_geojson
+        from napari_slidescope.analysis.geojson import write_geojson
+        from napari_slidescope.analysis.geometry import labels_to_polygons
 
         polys, ids = labels_to_polygons(self.labels, downsample=self.downsample, origin=self.origin)
         rows = {int(i): k for k, i in enumerate(self.table["id"])}

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from napari_slidescope._warnings import SlidescopeWarning
-from napari_slidescope.analysis import geometry
+from napari_slidescope.analysis import geojson, geometry
 from napari_slidescope.analysis.tissue import (
     DEFAULT_MAX_HOLE_UM2,
     DEFAULT_MIN_TISSUE_UM2,
@@ -101,15 +101,15 @@ class TissueResult:
         path: str | os.PathLike[str],
         *,
         name: str = "Tissue",
-        color: Sequence[int] = geometry.TISSUE_COLOR,
+        color: Sequence[int] = geojson.TISSUE_COLOR,
     ) -> None:
         """Write the polygons as a GeoJSON FeatureCollection that QuPath imports.
 
         One ``"annotation"`` feature per tissue piece, classified as ``name``, with
         holes as interior rings, in level-0 pixel ``(x, y)``. Read it back with
-        :func:`napari_slidescope.analysis.geometry.read_geojson`.
+        :func:`napari_slidescope.analysis.geojson.read_geojson`.
         """
-        geometry.write_geojson(
+        geojson.write_geojson(
             path, self.polygons, self.holes, name=name, color=color, object_type="annotation"
         )
 

@@ -12,7 +12,6 @@ import weakref
 
 import numpy as np
 import pytest
-from scipy import ndimage as ndi
 
 from napari_slidescope._napari import layers as _layers
 from napari_slidescope._napari.layers import canvas_of
@@ -20,36 +19,14 @@ from napari_slidescope._napari.layers import canvas_of
 pytestmark = pytest.mark.gui
 
 
-class ThresholdSegmenter:
-    """A fast stand-in for the real segmenter: dark-green pixels, opened and labelled."""
-
-    name = "threshold"
-    target_mpp = 0.5
-    min_overlap_um = 8.0
-
-    def predict(self, tiles, *, mpp):
-        return (tiles[..., 1] < 130)[..., None].astype(np.float32)
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(ndi.binary_opening(raw[..., 0] > 0.5))[0].astype(np.int32)
-
-
-@pytest.fixture(scope="module")
-def small_slide(tmp_path_factory):
-    """A 1024 x 1536 synthetic slide at 0.5 µm/px."""
-    from napari_slidescope.sample_data import write_sample_slide
-
-    path = tmp_path_factory.mktemp("small") / "small.svs"
-    write_sample_slide(path, shape=(1024, 1536), mpp=0.5, seed=2, tile=128)
-    return path
-
-
-def test_result_layers_come_back_after_both_are_deleted(make_napari_viewer, small_slide, qtbot):
+def test_result_layers_come_back_after_both_are_deleted(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
     viewer = make_napari_viewer()
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
     ctl = widget.controller
-    seg = {"segmenter": ThresholdSegmenter(), "target_mpp": 0.5, "tile_size_um": 128.0}
+    seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "tile_size_um": 128.0}
     names = (f"{image.name} tissue", f"{image.name} nuclei")
     counts = []
     for _ in range(3):  # the first run, then twice after deleting both result layers

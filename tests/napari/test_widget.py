@@ -9,41 +9,11 @@ import time
 import numpy as np
 import psutil
 import pytest
-from scipy import ndimage as ndi
 
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.viewport import box_to_world, visible_region
 
 pytestmark = pytest.mark.gui
-
-
-class ThresholdSegmenter:
-    """A fast stand-in for the real segmenter: dark-green pixels, opened and labelled."""
-
-    name = "threshold"
-    target_mpp = 0.5
-    min_overlap_um = 8.0
-
-    def __init__(self, delay: float = 0.0):
-        self.delay = delay
-
-    def predict(self, tiles, *, mpp):
-        if self.delay:
-            time.sleep(self.delay)
-        return (tiles[..., 1] < 130)[..., None].astype(np.float32)
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(ndi.binary_opening(raw[..., 0] > 0.5))[0].astype(np.int32)
-
-
-@pytest.fixture(scope="module")
-def small_slide(tmp_path_factory):
-    """A 1024 x 1536 synthetic slide at 0.5 µm/px (whole-slide runs in a few seconds)."""
-    from napari_slidescope.sample_data import write_sample_slide
-
-    path = tmp_path_factory.mktemp("small") / "small.svs"
-    write_sample_slide(path, shape=(1024, 1536), mpp=0.5, seed=2, tile=128)
-    return path
 
 
 def _camera(viewer):
@@ -114,11 +84,11 @@ def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, s
 
 
 def test_add_mode_skips_nuclei_already_found_and_replace_starts_afresh(
-    make_napari_viewer, small_slide, qtbot
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
     viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
     ctl = widget.controller
-    seg = {"segmenter": ThresholdSegmenter(), "target_mpp": 0.5, "workers": 1}
+    seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     a, b = (0, 0, 512, 768), (256, 384, 768, 1152)  # overlapping regions
     ctl.run(image, "nuclei", region=a, nuclei_options=seg)
     _wait_ready(qtbot, widget)
@@ -142,10 +112,12 @@ def test_add_mode_skips_nuclei_already_found_and_replace_starts_afresh(
     assert canvas_of(layer).table()["id"].size < ids.size
 
 
-def test_cancel_mid_run_keeps_finished_tiles_then_run_again(make_napari_viewer, small_slide, qtbot):
+def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
     viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
     ctl = widget.controller
-    slow = {"segmenter": ThresholdSegmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
+    slow = {"segmenter": threshold_segmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
     worker = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
     run = ctl._run
     qtbot.waitUntil(lambda: run.pbar.n >= 2, timeout=20_000)
@@ -159,16 +131,18 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(make_napari_viewer, 
     layer = viewer.layers[f"{image.name} nuclei"]
     assert layer.data.any()  # finished tiles stay on screen
     # the widget is ready for another run
-    fast = {"segmenter": ThresholdSegmenter(), "target_mpp": 0.5, "workers": 1}
+    fast = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     ctl.run(image, "nuclei", region=(0, 0, 256, 256), mode="replace", nuclei_options=fast)
     _wait_ready(qtbot, widget)
     assert layer.data.shape == (256, 256)
 
 
-def test_a_new_run_cancels_the_one_in_flight(make_napari_viewer, small_slide, qtbot):
+def test_a_new_run_cancels_the_one_in_flight(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
     viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
     ctl = widget.controller
-    slow = {"segmenter": ThresholdSegmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
+    slow = {"segmenter": threshold_segmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
     first = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
     qtbot.waitUntil(lambda: ctl._run.pbar.n >= 1, timeout=20_000)
     ctl.run(image, "tissue", scope="slide")
@@ -207,9 +181,11 @@ def test_error_in_worker_notifies_and_leaves_widget_ready(
     assert widget.status.value == "Ready"
 
 
-def test_export_buttons_write_geojson_and_csv(make_napari_viewer, small_slide, qtbot, tmp_path):
+def test_export_buttons_write_geojson_and_csv(
+    make_napari_viewer, small_slide, qtbot, tmp_path, threshold_segmenter
+):
     viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
-    seg = {"segmenter": ThresholdSegmenter(), "target_mpp": 0.5, "workers": 1}
+    seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     widget.controller.run(image, "nuclei", scope="slide", nuclei_options=seg)
     _wait_ready(qtbot, widget)
     widget.export_dir.value = tmp_path
@@ -272,7 +248,9 @@ RUN_BOUND_MB = 150
 AFTER_BOUND_MB = 40
 
 
-def test_memory_is_bounded_and_returns_after_runs(make_napari_viewer, small_slide, qtbot):
+def test_memory_is_bounded_and_returns_after_runs(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
     from qtpy.QtCore import QTimer
 
     proc = psutil.Process()
@@ -284,7 +262,7 @@ def test_memory_is_bounded_and_returns_after_runs(make_napari_viewer, small_slid
 
     viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
     ctl = widget.controller
-    seg = {"segmenter": ThresholdSegmenter(), "target_mpp": 0.5, "tile_size_um": 128.0}
+    seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "tile_size_um": 128.0}
 
     def one_run():
         peak = [rss()]

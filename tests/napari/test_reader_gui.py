@@ -86,3 +86,19 @@ def test_every_shared_slide_opens_in_the_viewer(make_napari_viewer, shared_file,
     if expected.ndim == 3 and series.axes.startswith("C"):
         expected = expected[0]
     np.testing.assert_array_equal(top, expected)
+
+
+@pytest.mark.parametrize("name", ["CMU-1-Small-Region.svs", "test3-DAPI-2-387.ndpi"])
+def test_drag_and_drop_path_offers_this_reader(make_napari_viewer, shared_file, name):
+    # drag-and-drop and File > Open ask npe2 for the compatible readers of the path; when
+    # several plugins claim it napari asks the user once per extension
+    from npe2 import PluginManager
+
+    path = str(shared_file(name))
+    viewer = make_napari_viewer()
+    manager = PluginManager.instance()
+    manager.discover()
+    readers = {r.plugin_name for r in manager.iter_compatible_readers(path)}
+    assert "napari-slidescope" in readers
+    [layer] = viewer.open(path, plugin="napari-slidescope")
+    assert layer.metadata["path"] == path

@@ -33,6 +33,7 @@ from scipy import ndimage as ndi
 from skimage import filters, measure, morphology, segmentation, transform
 
 from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.analysis.checks import check_rgb
 from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, rgb_to_od
 
 __all__ = ["RAW_CHANNELS", "BuiltinSegmenter", "NucleiParams", "segment_nuclei_array"]
@@ -134,22 +135,6 @@ class NucleiParams:
         return 2.0 * math.sqrt(self.max_area_um2 / math.pi)
 
 
-def _check_rgb(arr: np.ndarray, name: str, ndim: int) -> np.ndarray:
-    arr = np.asarray(arr)
-    expected = "(B, H, W, 3)" if ndim == 4 else "(H, W, 3)"
-    if arr.ndim != ndim or arr.shape[-1] != 3:
-        what = "grayscale" if arr.ndim == ndim - 1 else f"{arr.shape[-1]}-channel"
-        if arr.ndim == ndim and arr.shape[-1] == 4:
-            what = "RGBA"
-        raise ValueError(
-            f"{name} must be an RGB image of shape {expected}; got a {what} array of shape "
-            f"{arr.shape} (convert RGBA or grayscale to RGB first)"
-        )
-    if arr.dtype != np.uint8:
-        raise ValueError(f"{name} must be uint8 (0-255); got dtype {arr.dtype}")
-    return arr
-
-
 def _check_mpp(mpp: float) -> float:
     if not (isinstance(mpp, int | float) and mpp > 0 and math.isfinite(mpp)):
         raise ValueError(f"mpp must be a positive pixel size in µm/px; got {mpp!r}")
@@ -228,7 +213,8 @@ class BuiltinSegmenter:
             is smoothed like the tiles before its threshold is estimated; a coarser
             reference is already averaged over at least that scale.
         """
-        ref = _check_rgb(reference_rgb, "reference_rgb", 3)
+        ref = np.asarray(reference_rgb)
+        check_rgb(ref, "reference_rgb", ndim=3)
         if not self._fixed_stains:
             self.stains = estimate_stains(ref)
         if self.params.threshold is None:
@@ -260,7 +246,8 @@ class BuiltinSegmenter:
         ValueError
             If the tiles are not a uint8 RGB batch or ``mpp`` is not positive.
         """
-        tiles = _check_rgb(tiles, "tiles", 4)
+        tiles = np.asarray(tiles)
+        check_rgb(tiles, "tiles", ndim=4)
         mpp = _check_mpp(mpp)
         if self.stains is None:
             warnings.warn(
@@ -462,7 +449,8 @@ def segment_nuclei_array(
     --------
     >>> labels = segment_nuclei_array(rgb, mpp=0.25)  # doctest: +SKIP
     """
-    rgb = _check_rgb(rgb, "rgb", 3)
+    rgb = np.asarray(rgb)
+    check_rgb(rgb, "rgb", ndim=3)
     mpp = _check_mpp(mpp)
     seg = BuiltinSegmenter(params, stains=stains)
     work_mpp = seg.target_mpp

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from napari_slidescope.analysis.checks import check_rgb
 from napari_slidescope.slide import ArraySlide, Slide, open_slide
 
 
@@ -70,25 +71,13 @@ def as_slide(
             slide.mpp = ArraySlide(np.zeros((1, 1, 3), np.uint8), mpp=mpp).mpp
         return slide, True
     if hasattr(source, "shape") and hasattr(source, "dtype"):
-        check_rgb(source, name="image")
+        check_rgb(source, "image")
         if mpp is None:
             raise ValueError(
                 "image: an array source needs its pixel size: pass mpp=<micrometres per pixel>"
             )
         return ArraySlide(source, mpp=mpp, name="image"), False
     raise TypeError(f"source must be a Slide, a path or an RGB array, got {type(source).__name__}")
-
-
-def check_rgb(image: Any, *, name: str = "image") -> None:
-    """Raise a clear ValueError unless `image` is an (M, N, 3) uint8 RGB image."""
-    shape, dtype = tuple(image.shape), np.dtype(image.dtype)
-    if len(shape) == 2:
-        raise ValueError(f"{name}: expected an RGB image (M, N, 3), got a grayscale {shape} array")
-    if len(shape) != 3 or shape[-1] != 3:
-        what = "an RGBA" if len(shape) == 3 and shape[-1] == 4 else f"a {shape}"
-        raise ValueError(f"{name}: expected an RGB image (M, N, 3), got {what} array")
-    if dtype != np.uint8:
-        raise ValueError(f"{name}: expected dtype uint8, got {dtype}")
 
 
 def check_region(

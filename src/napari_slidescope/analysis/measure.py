@@ -16,7 +16,7 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage.morphology import convex_hull_image
 
-from napari_slidescope.analysis.checks import as_pair
+from napari_slidescope._units import as_pair
 
 __all__ = ["COLUMNS", "concat_tables", "empty_table", "measure_nuclei", "write_csv"]
 

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from napari_slidescope._units import as_pair
 from napari_slidescope.analysis.checks import check_rgb
 from napari_slidescope.slide import ArraySlide, Slide, open_slide
 
@@ -63,12 +64,12 @@ def as_slide(
     """
     if isinstance(source, Slide | ArraySlide):
         if source.mpp is None and mpp is not None:
-            source.mpp = ArraySlide(np.zeros((1, 1, 3), np.uint8), mpp=mpp).mpp
+            source.mpp = as_pair(mpp, "mpp")
         return source, False
     if isinstance(source, str | os.PathLike):
         slide = open_slide(source)
         if slide.mpp is None and mpp is not None:
-            slide.mpp = ArraySlide(np.zeros((1, 1, 3), np.uint8), mpp=mpp).mpp
+            slide.mpp = as_pair(mpp, "mpp")
         return slide, True
     if hasattr(source, "shape") and hasattr(source, "dtype"):
         check_rgb(source, "image")

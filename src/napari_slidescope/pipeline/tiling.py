@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from scipy import ndimage as ndi
 
-from napari_slidescope.analysis.checks import as_pair
+from napari_slidescope._units import as_pair
 
 Box = tuple[int, int, int, int]
 

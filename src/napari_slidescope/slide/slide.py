@@ -13,6 +13,7 @@ from typing import Any, Literal
 import dask.array as da
 import numpy as np
 
+from napari_slidescope._units import as_pair
 from napari_slidescope.slide import _levels, _tiff
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
@@ -294,7 +295,7 @@ class ArraySlide(_BaseSlide):
                 f"{name}: expected an (M, N, 3) RGB or (M, N) image, got shape {array.shape}"
             )
         self.path = Path(name)
-        self.mpp = None if mpp is None else _as_pair(mpp, name)
+        self.mpp = None if mpp is None else as_pair(mpp, f"{name}: mpp")
         self.levels = [array if isinstance(array, da.Array) else da.from_array(array)]
         self.associated: Mapping[str, np.ndarray] = {}
         self.metadata = {"format": "array", "shape": self.shape0, "mpp": self.mpp}
@@ -361,14 +362,3 @@ def open_slide(
 def _area(series: Any) -> int:
     shape = dict(zip(series.axes, series.shape, strict=True))
     return int(shape.get("Y", 0)) * int(shape.get("X", 0))
-
-
-def _as_pair(mpp: float | tuple[float, float], name: str) -> tuple[float, float]:
-    try:
-        values = np.atleast_1d(np.asarray(mpp, dtype=float)).ravel()
-    except (TypeError, ValueError):
-        values = np.array([np.nan])
-    pair = (values[0], values[0]) if values.size == 1 else tuple(values)
-    if len(pair) != 2 or not all(np.isfinite(v) and v > 0 for v in pair):
-        raise ValueError(f"{name}: mpp must be a positive number or (y, x) pair, got {mpp!r}")
-    return (float(pair[0]), float(pair[1]))

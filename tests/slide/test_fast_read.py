@@ -17,7 +17,7 @@ import pytest
 import tifffile
 
 from napari_slidescope import SlideError, SlidescopeWarning, open_slide
-from napari_slidescope.slide.cache import TileCache, set_cache_bytes, tile_cache
+from napari_slidescope.slide.cache import SLAB_MIN_BYTES, TileCache, set_cache_bytes, tile_cache
 
 SHARED = [
     "CMU-1-Small-Region.svs",
@@ -311,16 +311,17 @@ def test_cache_disabled(shared_file):
 
 def test_tile_cache_lru_and_bounds():
     cache = TileCache(300)
-    a, b, c = (np.zeros(100, np.uint8) for _ in range(3))
+    a, b, c = (np.full(100, i, np.uint8) for i in range(3))
     cache.put("a", a)
     cache.put("b", b)
     cache.put("c", c)
-    assert cache.get("a") is a  # a is now the most recently used
+    got = cache.get("a")  # a is now the most recently used
+    assert got is not None and got is not a and np.array_equal(got, a)  # a copy...
+    assert not got.flags.writeable and a.flags.writeable  # ...read-only; the caller's is not
     cache.put("d", np.zeros(100, np.uint8))
-    assert cache.get("b") is None and cache.get("a") is a and cache.nbytes == 300
+    assert cache.get("b") is None and np.array_equal(cache.get("a"), a) and cache.nbytes == 300
     cache.put("big", np.zeros(301, np.uint8))  # larger than the bound: never stored
     assert cache.get("big") is None and cache.nbytes == 300
-    assert not a.flags.writeable
     cache.resize(150)
     assert cache.nbytes <= 150 and len(cache) == 1
     cache.put((7, 0, (0, 0)), np.zeros(50, np.uint8))
@@ -328,6 +329,35 @@ def test_tile_cache_lru_and_bounds():
     assert cache.get((7, 0, (0, 0))) is None
     with pytest.raises(ValueError, match="cache size"):
         TileCache(-1)
+
+
+def test_tile_cache_reuses_slabs_nobody_holds():
+    tile = 256 * 256 * 3  # one RGB tile: big enough for a slab of its own
+    assert tile >= SLAB_MIN_BYTES
+    cache = TileCache(2 * tile)
+    rng = np.random.default_rng(0)
+    tiles = [rng.integers(0, 256, (256, 256, 3), dtype=np.uint8) for _ in range(6)]
+    cache.put(0, tiles[0])
+    cache.put(1, tiles[1])
+    cache.put(2, tiles[2])  # evicts 0, nobody holds it: its slab takes tile 2
+    assert cache.reused == 1
+    held = cache.get(1)  # a reader still pasting tile 1...
+    cache.get(2)  # (2 is now the most recently used)
+    cache.put(3, tiles[3])  # ...so evicting 1 must not overwrite its slab
+    assert cache.reused == 1
+    np.testing.assert_array_equal(held, tiles[1])
+    view = cache.get(2)[10:20]  # a view of tile 2 holds its slab too
+    cache.get(3)
+    cache.put(4, tiles[4])  # evicts 2
+    assert cache.reused == 1
+    np.testing.assert_array_equal(view, tiles[2][10:20])
+    cache.put(5, tiles[5])  # evicts 3: nobody holds it, reused
+    assert cache.reused == 2
+    np.testing.assert_array_equal(cache.get(4), tiles[4])
+    np.testing.assert_array_equal(cache.get(5), tiles[5])
+    assert cache.nbytes == 2 * tile and len(cache) == 2
+    cache.put(6, np.zeros((3, 5), np.float64))  # other sizes and dtypes evict as needed
+    assert cache.get(6).dtype == np.float64 and cache.nbytes <= 2 * tile
 
 
 def test_region_graph_holds_only_touched_chunks(shared_file):

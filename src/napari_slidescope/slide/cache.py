@@ -12,7 +12,9 @@ changes it; ``0`` disables caching.
 
 from __future__ import annotations
 
+import mmap
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -39,7 +41,15 @@ class TileCache:
 
     Notes
     -----
-    Stored arrays are made read-only: a caller that wants to modify pixels copies them.
+    :meth:`put` stores a read-only *copy* of the array, in memory the cache owns: chunks of
+    at least :data:`SLAB_MIN_BYTES` live in their own anonymous memory maps (slabs), which
+    the cache reuses for the next chunk of the same size when it evicts one nobody else still
+    holds, and otherwise unmaps at once. So the memory behind the cache is returned to the
+    system as soon as the cache lets go of it, whichever thread decoded the chunk. (Arrays
+    from ``malloc`` would go back to the allocator arena of the thread that decoded them,
+    where a chunk decoded on another thread cannot reuse them: with several decoding threads
+    the process then holds freed tiles well beyond the bound.) Resident memory is the bound
+    plus what callers still hold, plus the decoding threads' scratch.
     """
 
     def __init__(self, maxbytes: int) -> None:
@@ -51,6 +61,7 @@ class TileCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.reused = 0
 
     @property
     def maxbytes(self) -> int:
@@ -66,7 +77,7 @@ class TileCache:
         return len(self._items)
 
     def get(self, key: Hashable) -> np.ndarray | None:
-        """Return the array stored under `key` (marking it recently used), or None."""
+        """Return the (read-only) array stored under `key`, marking it recently used, or None."""
         with self._lock:
             value = self._items.get(key)
             if value is None:
@@ -77,20 +88,36 @@ class TileCache:
             return value
 
     def put(self, key: Hashable, value: np.ndarray) -> None:
-        """Store `value` under `key`, evicting least recently used arrays to stay in bound."""
+        """Store a copy of `value` under `key`, evicting least recently used arrays."""
+        value = np.asarray(value)
         size = int(value.nbytes)
         if size > self._maxbytes:
             return
-        value.flags.writeable = False
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
                 self._nbytes -= int(old.nbytes)
+            slab: np.ndarray | None = None
             while self._items and self._nbytes + size > self._maxbytes:
                 _, evicted = self._items.popitem(last=False)
                 self._nbytes -= int(evicted.nbytes)
-            self._items[key] = value
-            self._nbytes += size
+                if slab is None and _reusable(evicted, size):
+                    slab = evicted.base  # its slab: nobody else can reach it any more
+                del evicted  # an unused slab is unmapped here
+            if self._nbytes + size > self._maxbytes:  # the rest is reserved by other puts
+                return
+            self._nbytes += size  # reserved now, so concurrent puts stay in bound
+            self.reused += slab is not None
+        if slab is None:
+            slab = _new_slab(size)
+        stored = slab[:size].view(value.dtype).reshape(value.shape)
+        stored[...] = value  # copied without the lock: the slab is this call's alone
+        stored.flags.writeable = False
+        with self._lock:
+            if key in self._items:  # another thread stored the same chunk meanwhile
+                self._nbytes -= size
+            else:
+                self._items[key] = stored
 
     def resize(self, maxbytes: int) -> None:
         """Change the bound, evicting least recently used arrays if needed."""
@@ -109,14 +136,44 @@ class TileCache:
                 self._nbytes -= int(self._items.pop(key).nbytes)
 
     def clear(self) -> None:
-        """Drop everything and reset the hit and miss counters."""
+        """Drop everything and reset the counters."""
         with self._lock:
             self._items.clear()
             self._nbytes = 0
-            self.hits = self.misses = 0
+            self.hits = self.misses = self.reused = 0
 
     def __repr__(self) -> str:
         return f"<TileCache {self._nbytes}/{self._maxbytes} bytes, {len(self._items)} chunks>"
+
+
+#: Chunks of at least this many bytes get a memory map of their own (smaller ones are
+#: plain arrays: the kernel's limit on the number of maps, 65530 by default, must not be
+#: reached by a cache full of tiny tiles).
+SLAB_MIN_BYTES = 64 * 2**10
+
+
+def _new_slab(size: int) -> np.ndarray:
+    """Return `size` bytes of fresh uint8 memory the cache can hand back to the system."""
+    if size < SLAB_MIN_BYTES:
+        return np.empty(size, np.uint8)
+    return np.frombuffer(mmap.mmap(-1, size), np.uint8)
+
+
+def _reusable(evicted: np.ndarray, size: int) -> bool:
+    """Tell whether `evicted`'s slab has `size` bytes and nobody outside the cache holds it.
+
+    Three references are the cache's own: :meth:`TileCache.put`'s name, this function's
+    argument and ``getrefcount``'s. Any more means a caller of :meth:`TileCache.get` still
+    holds the array, or a view of it (a view of a view references the slab directly).
+    """
+    base = evicted.base
+    return (
+        isinstance(base, np.ndarray)
+        and base.nbytes == size
+        and size >= SLAB_MIN_BYTES
+        and sys.getrefcount(evicted) <= 3
+        and sys.getrefcount(base) <= 3
+    )
 
 
 _cache: TileCache | None = None

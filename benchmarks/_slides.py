@@ -4,8 +4,9 @@
   (``../shared/tools/make_svs.py --width 40000 --height 40000 --seed 0``, ~4 min, 2.4 GB peak);
 * ``ndpi_30k.ndpi``: 30720 x 23040 Hamamatsu-NDPI-faithful, one JPEG per level with a
   restart marker every 3840 px (``make_ndpi.py --subsampling 444``, ~5 min);
-* ``tiles_10k.tif`` and ``tiles_1m.tif``: one-level BigTIFFs of 100 x 100 and 1024 x 1024
-  tiles of 256 x 256 px (10 000 and 1 048 576 native chunks) whose tile table points,
+* ``tiles_10k.tif``, ``tiles_550.tif`` and ``tiles_1m.tif``: one-level BigTIFFs of 100 x 100,
+  550 x 550 and 1024 x 1024 tiles of 256 x 256 px (10 000, 302 500 and 1 048 576 native
+  chunks; 550 x 550 tiles are the pixel count of the largest real slides) whose tile table points,
   cyclically, at 256 real JPEG tiles copied from the SVS: the pixels of a big slide for the
   price of a small file (16 MiB of tile table), written in about a second.
 
@@ -208,6 +209,7 @@ def all_slides() -> dict[str, Path]:
         "svs": svs_40k(),
         "ndpi": ndpi_30k(),
         "tiles_10k": many_tiles(100),
+        "tiles_550": many_tiles(550),
         "tiles_1m": many_tiles(1024),
     }
 

@@ -28,8 +28,10 @@ import tifffile
 from scipy import ndimage as ndi
 from skimage import color, feature, filters, measure, morphology, segmentation
 
+from napari_slidescope import segment_nuclei
 from napari_slidescope.analysis.metrics import instance_scores
 from napari_slidescope.analysis.nuclei import BuiltinSegmenter, NucleiParams, segment_nuclei_array
+from napari_slidescope.pipeline.models import get_segmenter, missing_reason
 
 #: Pixel size of the MoNuSeg images, from the MoNuSeg XML annotations (MicronsPerPixel).
 MONUSEG_MPP = 0.2457
@@ -112,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-mpp", type=float, default=None, help="working resolution")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     parser.add_argument("--quiet", action="store_true", help="means only")
+    parser.add_argument(
+        "--methods",
+        default="builtin,textbook,instanseg",
+        help="comma list of builtin, textbook, instanseg (instanseg runs when torch and its "
+        "model are installed, see napari_slidescope.pipeline.instanseg)",
+    )
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         parser.error(f"--data {args.data} is not a folder (set SLIDESCOPE_TESTDATA or --data)")
@@ -124,27 +132,33 @@ def main(argv: list[str] | None = None) -> int:
     params = NucleiParams() if args.target_mpp is None else NucleiParams(target_mpp=args.target_mpp)
     items = [(i, tifffile.imread(im), tifffile.imread(gt)) for i, im, gt in _pairs(args.data)]
     mpp = args.mpp
-    results = {
-        "builtin": _run(
-            "builtin",
-            lambda x: segment_nuclei_array(x, mpp=mpp, params=params),
-            items,
-            quiet=args.quiet,
-        ),
-        "textbook": _run(
-            "textbook", lambda x: textbook_baseline(x, mpp=mpp), items, quiet=args.quiet
-        ),
+    methods = [m for m in args.methods.split(",") if m]
+    fns: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+        "builtin": lambda x: segment_nuclei_array(x, mpp=mpp, params=params),
+        "textbook": lambda x: textbook_baseline(x, mpp=mpp),
     }
-    work_scale = (mpp / params.target_mpp) ** 2 if abs(mpp / params.target_mpp - 1) > 0.05 else 1.0
+    work_mpp = {"builtin": params.target_mpp}
+    if "instanseg" in methods:
+        reason = missing_reason("instanseg")
+        if reason is None:
+            seg = get_segmenter("instanseg")
+            work_mpp["instanseg"] = seg.target_mpp
+            fns["instanseg"] = lambda x: (
+                segment_nuclei(x, mpp=mpp, segmenter=seg, tissue=False).labels
+            )
+        else:
+            print(f"instanseg skipped: {reason}")
+    results = {m: _run(m, fns[m], items, quiet=args.quiet) for m in methods if m in fns}
     print(
         f"\n{len(items)} images from {args.data} at {mpp} µm/px; working resolution "
-        f"{params.target_mpp} µm/px"
+        + ", ".join(f"{k} {v} µm/px" for k, v in work_mpp.items())
     )
     if args.markdown:
         print("\n| method | F1@0.5 | AJI | PQ | Dice | s/image | Mpx/s (input) | Mpx/s (working) |")
         print("|---|---|---|---|---|---|---|---|")
     for name, m in results.items():
-        work = m["mpx_s"] * (work_scale if name == "builtin" else 1.0)
+        w = work_mpp.get(name, mpp)
+        work = m["mpx_s"] * ((mpp / w) ** 2 if abs(mpp / w - 1) > 0.05 else 1.0)
         if args.markdown:
             print(
                 f"| {name} | {m['f1']:.3f} | {m['aji']:.3f} | {m['pq']:.3f} | {m['dice']:.3f} | "
@@ -156,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"Dice={m['dice']:.3f} t={m['time']:.2f}s/image {m['mpx_s']:.2f} Mpx/s input "
                 f"({work:.2f} Mpx/s working)"
             )
-    stage = _stage_throughput(items, params, mpp)
+    stage = _stage_throughput(items, params, mpp) if "builtin" in results else float("nan")
     print(
         f"builtin predict+postprocess only (stains and threshold prepared once per slide): "
         f"{stage:.2f} Mpx/s, median over images, single thread"
@@ -164,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(os, "getloadavg"):  # shared machines: timings depend on what else runs
         load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
         print(f"load average (1, 5, 15 min): {load} on {os.cpu_count()} CPUs")
-    b, t = results["builtin"], results["textbook"]
-    print("ratio builtin/textbook: " + " ".join(f"{k.upper()}={b[k] / t[k]:.2f}" for k in _KEYS))
+    if "builtin" in results and "textbook" in results:
+        b, t = results["builtin"], results["textbook"]
+        ratios = " ".join(f"{k.upper()}={b[k] / t[k]:.2f}" for k in _KEYS)
+        print(f"ratio builtin/textbook: {ratios}")
     return 0
 
 

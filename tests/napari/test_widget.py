@@ -54,6 +54,24 @@ def test_widget_describes_the_slide_and_uses_function_defaults(
     assert widget.status.value == "Ready" and not widget.cancel_button.enabled
 
 
+def test_choosing_a_segmenter_shows_its_working_resolution(
+    make_napari_viewer, sample_slide, qtbot, monkeypatch
+):
+    from napari_slidescope.analysis.nuclei import NucleiParams
+    from napari_slidescope.pipeline import models
+
+    monkeypatch.setitem(
+        models._REGISTRY, "coarse-model", models._Entry(lambda **kw: None, lambda: None, 1.0)
+    )
+    viewer, image, widget = _docked(make_napari_viewer, sample_slide[0], qtbot)
+    assert "coarse-model" in [c for c in widget.segmenter.choices]
+    widget.segmenter.value = "coarse-model"
+    assert widget.nuclei_mpp.value == 1.0
+    assert widget.options()["nuclei_options"]["target_mpp"] == 1.0
+    widget.segmenter.value = "builtin"
+    assert widget.nuclei_mpp.value == NucleiParams().target_mpp
+
+
 def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, sample_slide, qtbot):
     path, truth = sample_slide
     viewer, image, widget = _docked(make_napari_viewer, path, qtbot)

@@ -15,7 +15,7 @@ from napari_slidescope.pipeline.models import (
 def no_model_caches(monkeypatch, tmp_path):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
     monkeypatch.setenv("CELLPOSE_LOCAL_MODELS_PATH", str(tmp_path / "cellpose"))
-    monkeypatch.setenv("INSTANSEG_BIOIMAGEIO_PATH", str(tmp_path / "instanseg"))
+    monkeypatch.setenv("SLIDESCOPE_MODELS", str(tmp_path / "models"))
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,7 @@ def no_model_caches(monkeypatch, tmp_path):
     [
         ("stardist", "stardist"),
         ("cellpose", "cellpose"),
-        ("instanseg", "instanseg"),
+        ("instanseg", "torch"),
     ],
 )
 def test_missing_adapters_are_hidden_with_a_clear_message(no_model_caches, name, package):

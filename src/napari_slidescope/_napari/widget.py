@@ -167,6 +167,7 @@ class SlideAnalysisWidget(Container):
         )
         self.show_advanced.changed.connect(lambda v: setattr(self.advanced, "visible", bool(v)))
         self.image.changed.connect(self._on_image)
+        self.segmenter.changed.connect(self._on_segmenter)
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.controller.cancel)
         self.export_tissue.clicked.connect(lambda: self.export("tissue"))
@@ -193,6 +194,14 @@ class SlideAnalysisWidget(Container):
                 self.image.value = jobs.active_slide_layer(self._viewer)
             except ValueError:
                 pass
+
+    def _on_segmenter(self, name: str) -> None:
+        """Show the chosen segmenter's own working resolution (a model's training scale)."""
+        from napari_slidescope.pipeline.models import segmenter_target_mpp
+
+        mpp = segmenter_target_mpp(name) if name else None
+        if mpp is not None:
+            self.nuclei_mpp.value = mpp
 
     def _on_image(self, layer: Any) -> None:
         self.thumbnails.visible = False

@@ -25,6 +25,7 @@ __all__ = [
     "get_segmenter",
     "missing_reason",
     "register_segmenter",
+    "segmenter_target_mpp",
 ]
 
 
@@ -36,13 +37,18 @@ class SegmenterUnavailableError(RuntimeError):
 class _Entry:
     factory: Callable[..., Any]
     check: Callable[[], str | None]
+    target_mpp: float | None
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
 def register_segmenter(
-    name: str, factory: Callable[..., Any], *, check: Callable[[], str | None] | None = None
+    name: str,
+    factory: Callable[..., Any],
+    *,
+    check: Callable[[], str | None] | None = None,
+    target_mpp: float | None = None,
 ) -> None:
     """Register a segmenter factory under a name.
 
@@ -55,8 +61,23 @@ def register_segmenter(
     check : callable, optional
         Returns None when usable, otherwise a sentence saying what is missing.
         Must be cheap and must not import heavy packages.
+    target_mpp : float, optional
+        The segmenter's default working resolution in µm/px (the widget shows it when the
+        segmenter is chosen), known without creating the segmenter.
     """
-    _REGISTRY[name] = _Entry(factory, check or (lambda: None))
+    _REGISTRY[name] = _Entry(factory, check or (lambda: None), target_mpp)
+
+
+def segmenter_target_mpp(name: str) -> float | None:
+    """Default working resolution (µm/px) of a registered segmenter, if it declared one.
+
+    Raises
+    ------
+    KeyError
+        If no segmenter has this name.
+    """
+    missing_reason(name)  # the KeyError with the registered names
+    return _REGISTRY[name].target_mpp
 
 
 def missing_reason(name: str) -> str | None:
@@ -131,7 +152,7 @@ def _builtin_check() -> str | None:
     return None
 
 
-register_segmenter("builtin", _builtin, check=_builtin_check)
+register_segmenter("builtin", _builtin, check=_builtin_check, target_mpp=0.25)
 
 
 # -- StarDist ----------------------------------------------------------------------------------
@@ -219,7 +240,7 @@ class StarDistSegmenter:
         return polygons_to_label(disti, points, prob=probi, shape=shape).astype(np.int32)
 
 
-register_segmenter("stardist", StarDistSegmenter, check=_stardist_check)
+register_segmenter("stardist", StarDistSegmenter, check=_stardist_check, target_mpp=0.25)
 
 
 # -- Cellpose ----------------------------------------------------------------------------------
@@ -292,65 +313,22 @@ class CellposeSegmenter:
         return np.asarray(masks, np.int32)
 
 
-register_segmenter("cellpose", CellposeSegmenter, check=_cellpose_check)
+register_segmenter("cellpose", CellposeSegmenter, check=_cellpose_check, target_mpp=0.5)
 
 
 # -- InstanSeg ---------------------------------------------------------------------------------
 
 
-def instanseg_model_dir(model: str = "brightfield_nuclei") -> Path | None:
-    """Where InstanSeg keeps a downloaded model, or None if the package is absent."""
-    env = os.environ.get("INSTANSEG_BIOIMAGEIO_PATH")
-    if env:
-        return Path(env) / model
-    spec = importlib.util.find_spec("instanseg")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "bioimageio_models" / model
+def _instanseg(**kwargs: Any) -> Any:
+    from napari_slidescope.pipeline.instanseg import InstanSegSegmenter
+
+    return InstanSegSegmenter(**kwargs)
 
 
-def _instanseg_check(model: str = "brightfield_nuclei") -> str | None:
-    reason = _need_packages("instanseg", "torch")
-    if reason is None:
-        folder = instanseg_model_dir(model)
-        if folder is None or not any(folder.glob("*.pt")):
-            reason = f"model file {folder}/*.pt not found (download it once online)"
-    return reason
+def _instanseg_check() -> str | None:
+    from napari_slidescope.pipeline.instanseg import missing_reason as instanseg_missing
+
+    return instanseg_missing()
 
 
-class InstanSegSegmenter:
-    """InstanSeg (``brightfield_nuclei``); its network and clustering run on the model stage."""
-
-    name = "instanseg"
-
-    def __init__(
-        self,
-        model: str = "brightfield_nuclei",
-        *,
-        target_mpp: float = 0.5,
-        min_overlap_um: float = 20.0,
-    ) -> None:
-        from instanseg import InstanSeg  # noqa: PLC0415
-
-        if _instanseg_check(model) is not None:
-            raise SegmenterUnavailableError(_instanseg_check(model) or "model file missing")
-        self._model = InstanSeg(model, verbosity=0)
-        self.target_mpp, self.min_overlap_um = target_mpp, min_overlap_um
-
-    def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
-        """Nucleus labels per tile as float32, (B, H, W, 1)."""
-        out = []
-        for t in tiles:
-            lab = self._model.eval_small_image(
-                t, pixel_size=mpp, target="nuclei", return_image_tensor=False
-            )
-            lab = lab[0] if isinstance(lab, tuple) else lab
-            out.append(np.asarray(lab.cpu() if hasattr(lab, "cpu") else lab).reshape(t.shape[:2]))
-        return np.stack(out)[..., None].astype(np.float32)
-
-    def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
-        """Cast the model's labels to int32."""
-        return np.rint(raw[..., 0]).astype(np.int32)
-
-
-register_segmenter("instanseg", InstanSegSegmenter, check=_instanseg_check)
+register_segmenter("instanseg", _instanseg, check=_instanseg_check, target_mpp=0.5)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import ndimage as ndi
 
+from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.measure import COLUMNS
 from napari_slidescope.analysis.stains import RUIFROK_HE
 from napari_slidescope.pipeline.nuclei import iter_segment_nuclei, segment_nuclei
@@ -133,6 +134,39 @@ def test_csv_and_geojson_round_trip(tmp_path):
         )
         assert region[1] <= ring[:, 0].min() and ring[:, 0].max() <= region[3]
         assert region[0] <= ring[:, 1].min() and ring[:, 1].max() <= region[2]
+
+
+def _features(path):
+    doc = json.loads(path.read_text())
+    return {int(f["properties"]["measurements"]["id"]): f for f in doc["features"]}
+
+
+def test_large_regions_keep_outlines_instead_of_a_label_image(tmp_path, monkeypatch):
+    from napari_slidescope.pipeline import nuclei as nuclei_mod
+
+    img, _ = discs()
+    kw = dict(segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False, workers=2)
+    dense = segment_nuclei(ArraySlide(img, mpp=MPP), **kw)
+    monkeypatch.setattr(nuclei_mod, "DENSE_LABELS_BYTES", 1000)  # smaller than this region
+    with pytest.warns(SlidescopeWarning, match=r"would take .* GiB.*labels=True"):
+        auto = segment_nuclei(ArraySlide(img, mpp=MPP), **kw)
+    none = segment_nuclei(ArraySlide(img, mpp=MPP), labels=False, **kw)
+    forced = segment_nuclei(ArraySlide(img, mpp=MPP), labels=True, **kw)
+    assert auto.labels is None and none.labels is None and forced.labels is not None
+    np.testing.assert_array_equal(forced.labels, dense.labels)
+    for res in (auto, none):
+        assert res.count == dense.count and np.array_equal(res.table["id"], dense.table["id"])
+    # the outlines written from tiles are the ones the label image gives
+    want = _features(dense.to_geojson(tmp_path / "dense.geojson"))
+    got = _features(auto.to_geojson(tmp_path / "auto.geojson"))
+    assert sorted(got) == sorted(want) and len(got) == dense.count
+    for i, f in want.items():
+        assert got[i]["geometry"] == f["geometry"]
+    # arrays always get labels in their own pixels
+    arr = segment_nuclei(img, mpp=MPP, **kw)
+    assert arr.labels is not None and arr.labels.shape == img.shape[:2]
+    with pytest.raises(ValueError, match="labels must be"):
+        segment_nuclei(img, mpp=MPP, labels="yes", **kw)
 
 
 @pytest.mark.parametrize(

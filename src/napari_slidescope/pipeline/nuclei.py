@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.analysis.geometry import labels_to_polygons
 from napari_slidescope.analysis.measure import concat_tables, measure_nuclei, write_csv
 from napari_slidescope.analysis.stains import estimate_stains
 from napari_slidescope.pipeline.runner import TileResult, iter_tiles
@@ -37,6 +38,11 @@ __all__ = ["NucleiResult", "NucleiStep", "iter_segment_nuclei", "segment_nuclei"
 
 #: Tissue detection runs first (``tissue="auto"``) when the plan has more tiles than this.
 AUTO_TISSUE_TILES = 4
+
+#: Largest label image :func:`segment_nuclei` builds with ``labels="auto"`` (1 GiB of
+#: int32: 16k x 16k px at the working resolution, a 4 x 4 mm region at 0.25 µm/px).
+#: Beyond it the result keeps the table and one outline per nucleus, not the image.
+DENSE_LABELS_BYTES = 2**30
 #: Most pixels of the low-resolution image used to estimate stains.
 _REFERENCE_PIXELS = 1_000_000
 #: Finest and coarsest resolution (µm/px) of that image.
@@ -56,8 +62,11 @@ class NucleiResult:
 
     Attributes
     ----------
-    labels : (M, N) ndarray of int32
-        Nuclei ids (0 = background) covering the region at the working level.
+    labels : (M, N) ndarray of int32 or None
+        Nuclei ids (0 = background) covering the region at the working level; None when
+        :func:`segment_nuclei` was asked not to build it (``labels=False``, or a region
+        too large for ``labels="auto"``): the outlines are then kept for
+        :meth:`to_geojson`.
     mpp : float or (float, float)
         µm per pixel of ``labels``.
     origin : (int, int)
@@ -78,7 +87,7 @@ class NucleiResult:
         Slide path, None for arrays.
     """
 
-    labels: np.ndarray
+    labels: np.ndarray | None
     mpp: float | tuple[float, float]
     origin: tuple[int, int]
     downsample: tuple[float, float]
@@ -87,6 +96,9 @@ class NucleiResult:
     region: Box
     segmenter: str = ""
     source: Path | None = None
+    outlines: tuple[list[np.ndarray], np.ndarray] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def to_pandas(self) -> Any:
         """Return the table as a ``pandas.DataFrame`` (needs pandas)."""
@@ -114,9 +126,17 @@ class NucleiResult:
             ``measurements``.
         """
         from napari_slidescope.analysis.geojson import write_geojson
-        from napari_slidescope.analysis.geometry import labels_to_polygons
 
-        polys, ids = labels_to_polygons(self.labels, downsample=self.downsample, origin=self.origin)
+        if self.labels is not None:
+            polys, ids = labels_to_polygons(
+                self.labels, downsample=self.downsample, origin=self.origin
+            )
+        elif self.outlines is not None:
+            polys, ids = self.outlines
+        else:
+            raise ValueError(
+                f"{path}: this result has neither labels nor outlines to write as polygons"
+            )
         rows = {int(i): k for k, i in enumerate(self.table["id"])}
         keep = [j for j, i in enumerate(ids) if int(i) in rows]
         meas = []
@@ -377,6 +397,7 @@ def segment_nuclei(
     tile_size_um: float = 512.0,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    labels: bool | Literal["auto"] = "auto",
     **runner_kwargs: Any,
 ) -> NucleiResult:
     """Segment and measure the nuclei of a region of an H&E slide.
@@ -406,6 +427,12 @@ def segment_nuclei(
         Post-processing threads; default ``os.cpu_count()``.
     progress : callable, optional
         ``progress(done, total)`` called after each tile.
+    labels : "auto" or bool
+        Build the label image of the region (True), or keep only the table and each
+        nucleus's outline (False: memory grows with the number of nuclei, not with the
+        region). ``"auto"`` builds it up to :data:`DENSE_LABELS_BYTES` and otherwise warns
+        and keeps the outlines (a whole slide at 0.25 µm/px is tens of GB of labels).
+        Array sources always get labels in the array's own pixels.
     **runner_kwargs
         Passed to :func:`~napari_slidescope.pipeline.runner.iter_tiles`.
 
@@ -437,26 +464,44 @@ def segment_nuclei(
         **runner_kwargs,
     )
     plan = run.plan
-    labels = np.zeros(plan.shape, np.int32)
+    dense = _dense_labels(labels, plan, run.array_shape is not None)
+    image = np.zeros(plan.shape, np.int32) if dense else None
+    polys: list[np.ndarray] = []
+    poly_ids: list[np.ndarray] = []
     tables = []
     if progress is not None:
         progress(0, len(run.tiles))
     for step in _steps(run):
-        paste_owned(labels, step.result.labels, step.result.tile)
+        if image is not None:
+            paste_owned(image, step.result.labels, step.result.tile)
+        else:  # outlines in level-0 px, tile by tile: memory grows with the nuclei only
+            dy, dx = plan.downsample
+            y0, x0 = step.result.tile.box[:2]
+            p, i = labels_to_polygons(
+                step.result.labels,
+                downsample=plan.downsample,
+                origin=(plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx),
+            )
+            polys.extend(p)
+            poly_ids.append(i)
         tables.append(step.result.table)
         if progress is not None:
             progress(step.done, step.total)
     table = concat_tables(tables)
     origin, downsample = plan.origin, plan.downsample
     out_mpp: float | tuple[float, float] = plan.mpp
-    if run.array_shape is not None and plan.downsample != (1.0, 1.0):
-        labels = _to_level0(labels, plan)
+    if image is not None and run.array_shape is not None and plan.downsample != (1.0, 1.0):
+        image = _to_level0(image, plan)
         downsample = (1.0, 1.0)
         out_mpp = (plan.mpp / plan.downsample[0], plan.mpp / plan.downsample[1])
         if out_mpp[0] == out_mpp[1]:
             out_mpp = out_mpp[0]
+    outlines = None
+    if image is None:
+        ids = np.concatenate(poly_ids) if poly_ids else np.zeros(0, np.int64)
+        outlines = (polys, ids)
     return NucleiResult(
-        labels=labels,
+        labels=image,
         mpp=out_mpp,
         origin=origin,
         downsample=downsample,
@@ -465,7 +510,30 @@ def segment_nuclei(
         region=plan.region,
         segmenter=str(getattr(run.segmenter, "name", type(run.segmenter).__name__)),
         source=None if plan.path is None else Path(plan.path),
+        outlines=outlines,
     )
+
+
+def _dense_labels(labels: bool | str, plan: TilePlan, is_array: bool) -> bool:
+    """Whether segment_nuclei builds the label image (see its ``labels`` parameter)."""
+    if labels not in (True, False, "auto"):
+        raise ValueError(f"labels must be True, False or 'auto'; got {labels!r}")
+    if is_array or labels is True:
+        return True
+    if labels is False:
+        return False
+    nbytes = 4 * math.prod(plan.shape)
+    if nbytes <= DENSE_LABELS_BYTES:
+        return True
+    warnings.warn(
+        f"segment_nuclei: the labels of this region ({plan.shape[0]} x {plan.shape[1]} px at "
+        f"{plan.mpp:g} µm/px) would take {nbytes / 2**30:.1f} GiB; the result keeps the "
+        "table and each nucleus's outline (labels=None). Pass labels=True to build the "
+        "image anyway, or use iter_segment_nuclei to stream the tiles.",
+        SlidescopeWarning,
+        stacklevel=3,
+    )
+    return False
 
 
 def _to_level0(labels: np.ndarray, plan: TilePlan) -> np.ndarray:

@@ -492,7 +492,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     slide = open_slide(path)
 lv = slide.levels[0]
-np.asarray(lv[:s, :s]); tile_cache().clear()  # imports, thread pool, first allocations
+np.asarray(lv[:s, :s])  # imports, thread pool, first allocations
+set_cache_bytes(0); set_cache_bytes(bound)  # empty, free slabs unmapped too
 gc = __import__("gc"); gc.collect()
 base = proc.memory_info().rss
 peak = [base]

@@ -357,7 +357,24 @@ def test_tile_cache_reuses_slabs_nobody_holds():
     np.testing.assert_array_equal(cache.get(5), tiles[5])
     assert cache.nbytes == 2 * tile and len(cache) == 2
     cache.put(6, np.zeros((3, 5), np.float64))  # other sizes and dtypes evict as needed
-    assert cache.get(6).dtype == np.float64 and cache.nbytes <= 2 * tile
+    assert cache.get(6).dtype == np.float64
+    assert cache.nbytes + cache.free_nbytes <= 2 * tile
+
+
+def test_tile_cache_keeps_cleared_slabs_for_reuse_within_the_bound():
+    tile = np.ones((256, 256, 3), np.uint8)
+    cache = TileCache(3 * tile.nbytes)
+    for k in range(3):
+        cache.put(k, tile)
+    cache.clear()  # the chunks go, their slabs stay (resident memory within the bound)
+    assert len(cache) == 0 and cache.nbytes == 0 and cache.free_nbytes == 3 * tile.nbytes
+    cache.put("a", tile * 2)
+    assert cache.reused == 1 and cache.free_nbytes == 2 * tile.nbytes
+    np.testing.assert_array_equal(cache.get("a"), tile * 2)
+    cache.resize(tile.nbytes)  # a lower bound unmaps free slabs first
+    assert cache.free_nbytes == 0 and cache.nbytes == tile.nbytes
+    cache.resize(0)
+    assert cache.nbytes == cache.free_nbytes == 0 and len(cache) == 0
 
 
 def test_region_graph_holds_only_touched_chunks(shared_file):

@@ -37,19 +37,21 @@ class TileCache:
     Parameters
     ----------
     maxbytes : int
-        Upper bound of :attr:`nbytes`. An array larger than the bound is never stored.
+        Upper bound of :attr:`nbytes` plus :attr:`free_nbytes`. An array larger than the
+        bound is never stored.
 
     Notes
     -----
     :meth:`put` stores a read-only *copy* of the array, in memory the cache owns: chunks of
-    at least :data:`SLAB_MIN_BYTES` live in their own anonymous memory maps (slabs), which
-    the cache reuses for the next chunk of the same size when it evicts one nobody else still
-    holds, and otherwise unmaps at once. So the memory behind the cache is returned to the
-    system as soon as the cache lets go of it, whichever thread decoded the chunk. (Arrays
-    from ``malloc`` would go back to the allocator arena of the thread that decoded them,
-    where a chunk decoded on another thread cannot reuse them: with several decoding threads
-    the process then holds freed tiles well beyond the bound.) Resident memory is the bound
-    plus what callers still hold, plus the decoding threads' scratch.
+    at least :data:`SLAB_MIN_BYTES` live in their own anonymous memory maps (slabs). A slab
+    whose chunk is evicted (or cleared, or discarded) while nobody else holds it goes to a
+    pool of free slabs for the next chunk of the same size, so steady panning reuses memory
+    that is already resident; a slab the bound has no room for is unmapped at once. The
+    memory behind the cache is thus the bound at most, whichever thread decoded the chunks.
+    (Arrays from ``malloc`` would go back to the allocator arena of the thread that decoded
+    them, where a chunk decoded on another thread cannot reuse them: with several decoding
+    threads the process then held freed tiles well beyond the bound.) Resident memory is the
+    bound plus what callers still hold, plus the decoding threads' scratch.
     """
 
     def __init__(self, maxbytes: int) -> None:
@@ -58,6 +60,8 @@ class TileCache:
         self._maxbytes = int(maxbytes)
         self._nbytes = 0
         self._items: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._free_nbytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -70,8 +74,13 @@ class TileCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes currently held (never more than :attr:`maxbytes`)."""
+        """Bytes of chunks currently held (never more than :attr:`maxbytes`)."""
         return self._nbytes
+
+    @property
+    def free_nbytes(self) -> int:
+        """Bytes of free slabs kept for reuse (``nbytes + free_nbytes <= maxbytes``)."""
+        return self._free_nbytes
 
     def __len__(self) -> int:
         return len(self._items)
@@ -96,18 +105,24 @@ class TileCache:
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
-                self._nbytes -= int(old.nbytes)
-            slab: np.ndarray | None = None
-            while self._items and self._nbytes + size > self._maxbytes:
-                _, evicted = self._items.popitem(last=False)
-                self._nbytes -= int(evicted.nbytes)
-                if slab is None and _reusable(evicted, size):
-                    slab = evicted.base  # its slab: nobody else can reach it any more
-                del evicted  # an unused slab is unmapped here
-            if self._nbytes + size > self._maxbytes:  # the rest is reserved by other puts
-                return
+                self._release(old)
+                del old
+            slab = self._take(size)
+            while slab is None and self._nbytes + self._free_nbytes + size > self._maxbytes:
+                other = next((n for n in self._free if n != size), None)
+                if other is not None:  # free slabs of other sizes make room first
+                    self._free_nbytes -= other
+                    self._free[other].pop()
+                    if not self._free[other]:
+                        del self._free[other]
+                elif self._items:  # then least recently used chunks
+                    _, evicted = self._items.popitem(last=False)
+                    self._release(evicted)
+                    del evicted
+                    slab = self._take(size)
+                else:  # the rest is reserved by puts in flight on other threads
+                    return
             self._nbytes += size  # reserved now, so concurrent puts stay in bound
-            self.reused += slab is not None
         if slab is None:
             slab = _new_slab(size)
         stored = slab[:size].view(value.dtype).reshape(value.shape)
@@ -119,31 +134,80 @@ class TileCache:
             else:
                 self._items[key] = stored
 
+    def _take(self, size: int) -> np.ndarray | None:
+        """Pop a free slab of `size` bytes (lock held)."""
+        pool = self._free.get(size)
+        if not pool:
+            return None
+        self._free_nbytes -= size
+        self.reused += 1
+        slab = pool.pop()
+        if not pool:
+            del self._free[size]
+        return slab
+
+    def _release(self, arr: np.ndarray) -> None:
+        """Account for a chunk leaving the cache; pool its slab if nobody holds it (lock held).
+
+        ``arr`` must be referenced only by the caller's name (plus this argument).
+        """
+        size = int(arr.nbytes)
+        self._nbytes -= size
+        base = arr.base
+        # the cache's own references: the caller's name, this argument and getrefcount's;
+        # more means a caller of get() still holds the chunk or a view of its slab
+        if (
+            isinstance(base, np.ndarray)
+            and base.nbytes == size
+            and sys.getrefcount(arr) <= 3
+            and sys.getrefcount(base) <= 3
+        ):
+            self._free.setdefault(size, []).append(base)
+            self._free_nbytes += size
+
     def resize(self, maxbytes: int) -> None:
-        """Change the bound, evicting least recently used arrays if needed."""
+        """Change the bound, evicting least recently used arrays and free slabs if needed."""
         if maxbytes < 0:
             raise ValueError(f"cache size must be >= 0 bytes, got {maxbytes!r}")
         with self._lock:
             self._maxbytes = int(maxbytes)
             while self._items and self._nbytes > self._maxbytes:
                 _, evicted = self._items.popitem(last=False)
-                self._nbytes -= int(evicted.nbytes)
+                self._release(evicted)
+                del evicted
+            self._trim_free()
 
     def discard(self, owner: Hashable) -> None:
         """Drop every array whose key is a tuple starting with `owner` (a closed slide)."""
         with self._lock:
             for key in [k for k in self._items if isinstance(k, tuple) and k[:1] == (owner,)]:
-                self._nbytes -= int(self._items.pop(key).nbytes)
+                arr = self._items.pop(key)
+                self._release(arr)
+                del arr
 
     def clear(self) -> None:
-        """Drop everything and reset the counters."""
+        """Drop every chunk (keeping free slabs, within the bound) and reset the counters."""
         with self._lock:
-            self._items.clear()
-            self._nbytes = 0
+            while self._items:
+                _, arr = self._items.popitem()
+                self._release(arr)
+                del arr
             self.hits = self.misses = self.reused = 0
 
+    def _trim_free(self) -> None:
+        """Unmap free slabs until chunks and free slabs fit the bound (lock held)."""
+        while self._free and self._nbytes + self._free_nbytes > self._maxbytes:
+            size = next(iter(self._free))
+            self._free_nbytes -= size
+            self._free[size].pop()
+            if not self._free[size]:
+                del self._free[size]
+
     def __repr__(self) -> str:
-        return f"<TileCache {self._nbytes}/{self._maxbytes} bytes, {len(self._items)} chunks>"
+        return (
+            f"<TileCache {self._nbytes}/{self._maxbytes} bytes, {len(self._items)} chunks, "
+            f"{self._free_nbytes} bytes of free slabs>"
+        )
 
 
 #: Chunks of at least this many bytes get a memory map of their own (smaller ones are
@@ -157,23 +221,6 @@ def _new_slab(size: int) -> np.ndarray:
     if size < SLAB_MIN_BYTES:
         return np.empty(size, np.uint8)
     return np.frombuffer(mmap.mmap(-1, size), np.uint8)
-
-
-def _reusable(evicted: np.ndarray, size: int) -> bool:
-    """Tell whether `evicted`'s slab has `size` bytes and nobody outside the cache holds it.
-
-    Three references are the cache's own: :meth:`TileCache.put`'s name, this function's
-    argument and ``getrefcount``'s. Any more means a caller of :meth:`TileCache.get` still
-    holds the array, or a view of it (a view of a view references the slab directly).
-    """
-    base = evicted.base
-    return (
-        isinstance(base, np.ndarray)
-        and base.nbytes == size
-        and size >= SLAB_MIN_BYTES
-        and sys.getrefcount(evicted) <= 3
-        and sys.getrefcount(base) <= 3
-    )
 
 
 _cache: TileCache | None = None

@@ -10,6 +10,8 @@ and are stitched into one label image with a measurement table
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import os
 import warnings
@@ -33,6 +35,7 @@ from napari_slidescope.pipeline.tiling import (
     choose_level,
     make_plan,
     paste_owned,
+    read_tile,
 )
 
 __all__ = ["NucleiResult", "NucleiStep", "iter_segment_nuclei", "segment_nuclei"]
@@ -44,10 +47,12 @@ AUTO_TISSUE_TILES = 4
 #: int32: 16k x 16k px at the working resolution, a 4 x 4 mm region at 0.25 µm/px).
 #: Beyond it the result keeps the table and one outline per nucleus, not the image.
 DENSE_LABELS_BYTES = 2**30
-#: Most pixels of the low-resolution image used to estimate stains.
-_REFERENCE_PIXELS = 1_000_000
-#: Finest and coarsest resolution (µm/px) of that image.
-_REFERENCE_MPP = (1.0, 2.0)
+#: Most working-resolution pixels read to prepare a segmenter (stain vectors, threshold,
+#: intensity scaling): square crops of up to ``_SAMPLE_TILES`` tiles spread over the region.
+_SAMPLE_PIXELS = 2_000_000
+_SAMPLE_TILES = 8
+#: Tile cores narrower than this (working px) are sampled only when no other tile is left.
+_SAMPLE_MIN_SIDE = 64
 
 #: Pixels per stain-unmixing call. A (n, 3) @ (3, 3) product of a million rows makes
 #: OpenBLAS start its threads: 8x slower than in chunks on one thread, and those threads
@@ -102,27 +107,50 @@ def _as_source(source: Any, mpp: float | tuple[float, float] | None) -> tuple[An
     return slide, owned, is_array
 
 
-def _reference_rgb(slide: Any, region: Box, mpp0: tuple[float, float]) -> np.ndarray:
-    """Read a low-resolution RGB view of the region for stain estimation.
+def _working_sample(slide: Any, plan: TilePlan, tiles: tuple[Tile, ...]) -> np.ndarray:
+    """Pixels of the region's tiles at the working resolution, for ``segmenter.prepare``.
 
-    Taken at 1-2 µm/px (about 512 px across the region, at most ``_REFERENCE_PIXELS``)
-    from the coarsest level fine enough, sub-sampled with a stride: level 0 is read at
-    full resolution only when the slide has no coarser level.
+    The stain vectors, the hematoxylin threshold and a model's intensity scaling are
+    estimated once per run from what the tiles will look like: square crops from the
+    middle of the cores of up to ``_SAMPLE_TILES`` tiles spread evenly over the (tissue)
+    tiles, ``_SAMPLE_PIXELS`` at most, read exactly as the tiles are read and stacked
+    vertically. A region of one small tile gives its whole core.
     """
-    y0, x0, y1, x1 = region
-    extent_um = max((y1 - y0) * mpp0[0], (x1 - x0) * mpp0[1])
-    ref_mpp = min(max(extent_um / 512, _REFERENCE_MPP[0]), _REFERENCE_MPP[1])
-    ds_ref = (ref_mpp / mpp0[0], ref_mpp / mpp0[1])
-    level = choose_level(slide.downsamples, ds_ref)
-    dy, dx = slide.downsamples[level]
-    ly0, lx0 = math.floor(y0 / dy), math.floor(x0 / dx)
-    ly1, lx1 = max(ly0 + 1, math.ceil(y1 / dy)), max(lx0 + 1, math.ceil(x1 / dx))
-    budget = math.ceil(math.sqrt((ly1 - ly0) * (lx1 - lx0) / _REFERENCE_PIXELS))
-    step = max(1, budget, math.floor(min(ds_ref[0] / dy, ds_ref[1] / dx)))
-    if step == 1:
-        return np.asarray(slide.read_region(region, level=level))[..., :3]
-    view = slide.levels[level][ly0:ly1:step, lx0:lx1:step, :3]
-    return np.asarray(view.compute() if hasattr(view, "compute") else view)
+    wide = [t for t in tiles if min(_box_shape(t.core)) >= _SAMPLE_MIN_SIDE] or list(tiles)
+    step = max(1, math.ceil(len(wide) / _SAMPLE_TILES))
+    picks = wide[::step][:_SAMPLE_TILES]
+    side = min(
+        math.isqrt(_SAMPLE_PIXELS // len(picks)),
+        *(min(_box_shape(t.core)) for t in picks),
+    )
+    level = choose_level(slide.downsamples, plan.downsample)
+    crops = []
+    for t in picks:
+        (cy0, cx0, cy1, cx1), side1 = t.core, max(1, side)
+        y0, x0 = cy0 + (cy1 - cy0 - side1) // 2, cx0 + (cx1 - cx0 - side1) // 2
+        box = (y0, x0, y0 + side1, x0 + side1)
+        crop = dataclasses.replace(t, box=box, core=box, box0=plan.working_to_level0(box))
+        crops.append(read_tile(slide, crop, plan, level=level))
+    return np.concatenate(crops, axis=0)
+
+
+def _box_shape(box: Box) -> tuple[int, int]:
+    return box[2] - box[0], box[3] - box[1]
+
+
+def _prepare(segmenter: Any, sample: np.ndarray, mpp: float) -> None:
+    """Call ``segmenter.prepare(sample)``, with ``mpp=`` when it takes one."""
+    prepare = getattr(segmenter, "prepare", None)
+    if not callable(prepare):
+        return
+    try:
+        takes_mpp = "mpp" in inspect.signature(prepare).parameters
+    except (TypeError, ValueError):  # builtins and C callables
+        takes_mpp = False
+    if takes_mpp:
+        prepare(sample, mpp=mpp)
+    else:
+        prepare(sample)
 
 
 def _tissue_tiles(plan: TilePlan, tissue: Any) -> tuple[Tile, ...]:
@@ -189,12 +217,13 @@ def _setup(
 
             tissue = detect_tissue(slide, region=region)
         tiles = plan.tiles if tissue is False or tissue is None else _tissue_tiles(plan, tissue)
-        reference = _reference_rgb(slide, region, slide_mpp)
-        if callable(getattr(segmenter, "prepare", None)):
-            segmenter.prepare(reference)
-        stains: Any = getattr(segmenter, "stains", None)
-        if not callable(getattr(stains, "separate", None)):
-            stains = estimate_stains(reference)
+        stains: Any = None
+        if tiles:
+            sample = _working_sample(slide, plan, tiles)
+            _prepare(segmenter, sample, plan.mpp)
+            stains = getattr(segmenter, "stains", None)
+            if not callable(getattr(stains, "separate", None)):
+                stains = estimate_stains(sample)
     except BaseException:
         if owned:
             slide.close()

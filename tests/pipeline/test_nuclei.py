@@ -280,9 +280,25 @@ def test_upsampling_warns():
     from napari_slidescope import SlidescopeWarning
 
     img, _ = discs((120, 140))
-    with pytest.warns(SlidescopeWarning, match="upsampled"):
-        res = segment_nuclei(img, mpp=1.0, segmenter=ThresholdSegmenter(), tissue=False)
-    assert res.labels.shape == img.shape[:2]
+    with pytest.warns(SlidescopeWarning, match="upsampled"):  # asked for explicitly
+        res = segment_nuclei(
+            img, mpp=1.0, target_mpp=0.5, segmenter=ThresholdSegmenter(), tissue=False
+        )
+    assert res.labels.shape == img.shape[:2] and res.mpp == 1.0  # back in the array's px
+
+
+def test_default_working_resolution_is_never_finer_than_the_slide():
+    img, _ = discs((120, 140))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no upsampling warning
+        coarse = segment_nuclei(
+            ArraySlide(img, mpp=1.0), segmenter=ThresholdSegmenter(), tissue=False
+        )
+        fine = segment_nuclei(
+            ArraySlide(img, mpp=0.25), segmenter=ThresholdSegmenter(), tissue=False
+        )
+    assert coarse.mpp == 1.0 and coarse.downsample == (1.0, 1.0)  # the slide's own pixels
+    assert fine.mpp == ThresholdSegmenter.target_mpp  # the segmenter's 0.5 µm/px
 
 
 def test_slide_pipeline_finds_what_the_array_method_finds(shared_file):

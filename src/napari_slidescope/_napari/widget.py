@@ -201,7 +201,15 @@ class SlideAnalysisWidget(Container):
 
         mpp = segmenter_target_mpp(name) if name else None
         if mpp is not None:
-            self.nuclei_mpp.value = mpp
+            self.nuclei_mpp.value = max(mpp, self._slide_mpp())
+
+    def _slide_mpp(self) -> float:
+        """Return the chosen slide's finest pixel size in µm/px (0 if unknown or uncalibrated)."""
+        layer = self.image.value
+        if layer is None:
+            return 0.0
+        mpp = jobs.SlideSource.from_layer(layer).info.get("mpp")
+        return float(min(mpp)) if mpp else 0.0
 
     def _on_image(self, layer: Any) -> None:
         self.thumbnails.visible = False
@@ -212,6 +220,7 @@ class SlideAnalysisWidget(Container):
             return
         src = jobs.SlideSource.from_layer(layer)
         self.info.value = _describe(src)
+        self._on_segmenter(self.segmenter.value)  # not finer than this slide's pixels
         folder = Path(src.path).parent if src.path else Path.cwd()
         self.export_dir.value = folder if os.access(folder, os.W_OK) else Path.cwd()
         if src.path and {"label", "macro"} & set(src.info.get("associated", [])):

@@ -193,7 +193,10 @@ def _setup(
         if region is None:
             region = (0, 0, *slide.shape0)
         region = check_region(region, slide.shape0, name="region")
-        work_mpp = float(target_mpp) if target_mpp else float(getattr(segmenter, "target_mpp", 0.5))
+        if target_mpp:
+            work_mpp = float(target_mpp)
+        else:  # the segmenter's resolution, but never finer than the slide's pixels
+            work_mpp = max(float(getattr(segmenter, "target_mpp", 0.5)), min(slide_mpp))
         if work_mpp < 0.66 * min(slide_mpp):
             warnings.warn(
                 f"target_mpp={work_mpp} is finer than the slide ({min(slide_mpp)} µm/px): "
@@ -343,7 +346,9 @@ def segment_nuclei(
         µm per pixel of an array source (required); for a slide, supplies a missing
         calibration.
     target_mpp : float, optional
-        Working resolution in µm/px; default the segmenter's ``target_mpp``.
+        Working resolution in µm/px; default the segmenter's ``target_mpp``, or the slide's
+        pixel size when that is coarser (a 20x slide is not upsampled to 40x: the built-in
+        method scores F1 0.613 at 0.5 µm/px vs 0.618 at 0.25 on the MoNuSeg images).
     tissue : "auto", bool or TissueResult
         Skip tiles without tissue (never read at full resolution). ``"auto"`` runs
         :func:`~napari_slidescope.pipeline.tissue.detect_tissue` first when the

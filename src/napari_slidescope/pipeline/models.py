@@ -2,7 +2,11 @@
 
 Every segmenter splits its work in two for the staged runner: ``predict`` (the
 model, on batches of tiles; a GPU when the package supports one) and
-``postprocess`` (CPU, one tile). StarDist, Cellpose and InstanSeg adapters are
+``postprocess`` (CPU, one tile). Optionally it has ``prepare(reference_rgb, *, mpp)``
+(``mpp`` may be left out of the signature), called once per run with square crops of the
+region's tiles at the working resolution, stacked (stains, thresholds, intensity scaling
+are fixed there, so all tiles are treated alike), and ``target_mpp`` / ``min_overlap_um``
+attributes. StarDist, Cellpose and InstanSeg adapters are
 listed by :func:`available_segmenters` only when their package is installed *and*
 their model files are already on disk: nothing is ever downloaded.
 :func:`get_segmenter` names what is missing otherwise.

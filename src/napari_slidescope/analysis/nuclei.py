@@ -207,11 +207,13 @@ class BuiltinSegmenter:
         Parameters
         ----------
         reference_rgb : (M, N, 3) ndarray of uint8
-            A low-resolution image of the slide or region (e.g. at 1-8 µm/px).
+            Pixels of the slide or region as the tiles will be (``segment_nuclei`` passes
+            crops of up to 8 of its tiles at the working resolution, stacked).
         mpp : float, optional
             Pixel size of the reference. When it is finer than ``sigma_um``, the hematoxylin
-            is smoothed like the tiles before its threshold is estimated; a coarser
-            reference is already averaged over at least that scale.
+            is smoothed like the tiles before its threshold is estimated, which the
+            threshold needs (unsmoothed chromatin texture pulls Otsu's cut up); a reference
+            coarser than that must be averaged (a pyramid level), not sub-sampled.
         """
         ref = np.asarray(reference_rgb)
         check_rgb(ref, "reference_rgb", ndim=3)

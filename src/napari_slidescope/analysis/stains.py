@@ -3,7 +3,7 @@
 Light through a stained section follows Beer-Lambert: the optical density (OD) of each RGB
 channel, ``-log10(I / I0)``, is a linear mix of the stain concentrations, ``OD = C @ M`` where
 the rows of ``M`` are the unit OD vectors of hematoxylin, eosin and a residual. Estimating ``M``
-once for a slide (or a region) from a low-resolution image and unmixing every tile with the
+once for a slide (or a region), from a sample of its pixels, and unmixing every tile with the
 same ``M`` treats all tiles alike.
 
 References
@@ -158,7 +158,7 @@ def estimate_stains(
     Parameters
     ----------
     rgb : (M, N, 3) or (P, 3) ndarray of uint8
-        A low-resolution image of the slide or region (a few hundred thousand pixels suffice).
+        Pixels of the slide or region, at any resolution (a few hundred thousand suffice).
     od_threshold : float, optional
         Minimum OD of every channel for a pixel to count as tissue. 0.15 (70 % transmission)
         excludes glass and faint scanner noise.

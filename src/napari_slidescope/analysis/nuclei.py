@@ -211,9 +211,10 @@ class BuiltinSegmenter:
             crops of up to 8 of its tiles at the working resolution, stacked).
         mpp : float, optional
             Pixel size of the reference. When it is finer than ``sigma_um``, the hematoxylin
-            is smoothed like the tiles before its threshold is estimated, which the
-            threshold needs (unsmoothed chromatin texture pulls Otsu's cut up); a reference
-            coarser than that must be averaged (a pyramid level), not sub-sampled.
+            is smoothed like the tiles before its threshold is estimated (from an
+            unsmoothed, sub-sampled thumbnail the threshold of a real 20x slide came out
+            twice too high); a coarser reference must be averaged (a pyramid level), not
+            sub-sampled.
         """
         ref = np.asarray(reference_rgb)
         check_rgb(ref, "reference_rgb", ndim=3)

@@ -6,11 +6,14 @@ Run (Linux without a display: under ``xvfb-run -a``)::
 
 Opens the bundled synthetic slide in napari, docks the widget, detects tissue on the
 whole slide, segments the nuclei of the visible region with the default parameters,
-and saves the window (widget included) and a close-up of the nuclei.
+and saves the window (widget included) and a close-up of the nuclei. With
+``$SLIDESCOPE_TESTDATA`` set it does the same on the real 20x slide
+``CMU-1-Small-Region.svs`` (CC0) and saves ``real_slide.png``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -69,7 +72,35 @@ def main() -> int:
     _settle(1.0)
     _save(viewer.screenshot(canvas_only=True, flash=False), OUT / "nuclei_closeup.png", width=700)
     viewer.close()
+    real = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/nonexistent")) / "CMU-1-Small-Region.svs"
+    if real.is_file():
+        _real_slide(real)
     return 0
+
+
+def _real_slide(path: Path) -> None:
+    """Tissue on the whole slide and nuclei of a zoomed-in view of a real 20x H&E slide."""
+    import napari
+    from napari_slidescope._napari.launcher import dock_analysis_widget
+
+    viewer = napari.Viewer(title="napari-slidescope")
+    viewer.window._qt_window.resize(1500, 900)
+    [image] = viewer.open(str(path), plugin="napari-slidescope")
+    widget = dock_analysis_widget(viewer)
+    _settle()
+    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
+    widget.task.value, widget.scope.value = "tissue", "slide"
+    widget.run()
+    widget.controller.wait()
+    camera.center, camera.zoom = (725.0, 475.0), 2.2  # µm; a ~300 µm wide view
+    _settle()
+    widget.task.value, widget.scope.value = "nuclei", "visible"
+    widget.run()
+    widget.controller.wait()
+    viewer.layers.selection.active = viewer.layers[f"{image.name} nuclei"]
+    _settle(1.0)
+    _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "real_slide.png", width=1200)
+    viewer.close()
 
 
 if __name__ == "__main__":

@@ -102,6 +102,29 @@ def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, s
     assert widget.status.value == "Ready" and not widget.cancel_button.enabled
 
 
+def test_instanseg_from_the_widget_on_the_visible_region(make_napari_viewer, sample_slide, qtbot):
+    from napari_slidescope.pipeline.models import missing_reason
+
+    reason = missing_reason("instanseg")
+    if reason is not None:
+        pytest.skip(f"InstanSeg not installed here: {reason}")
+    path, truth = sample_slide
+    viewer, image, widget = _docked(make_napari_viewer, path, qtbot)
+    _camera(viewer).center = tuple(truth.nuclei[0][:2] * 0.5)  # a nucleus, in µm
+    _camera(viewer).zoom = 2.0
+    qtbot.wait(30)
+    widget.segmenter.value = "instanseg"
+    assert widget.nuclei_mpp.value == 0.5  # the model's training resolution
+    assert widget.run() is not None
+    _wait_ready(qtbot, widget, timeout=120_000)
+    assert widget.status.value == "Ready", widget.status.value
+    layer = viewer.layers[f"{image.name} nuclei"]
+    np.testing.assert_allclose(layer.scale, (0.5, 0.5))  # µm per label pixel, as the image
+    count = int(layer.features.shape[0])
+    assert count >= 1 and len(np.unique(layer.data)) - 1 == count
+    assert widget.summary.value.startswith(f"{count} nuclei")
+
+
 def test_add_mode_skips_nuclei_already_found_and_replace_starts_afresh(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):

@@ -126,9 +126,9 @@ def _working_sample(slide: Any, plan: TilePlan, tiles: tuple[Tile, ...]) -> np.n
     level = choose_level(slide.downsamples, plan.downsample)
     crops = []
     for t in picks:
-        (cy0, cx0, cy1, cx1), side1 = t.core, max(1, side)
-        y0, x0 = cy0 + (cy1 - cy0 - side1) // 2, cx0 + (cx1 - cx0 - side1) // 2
-        box = (y0, x0, y0 + side1, x0 + side1)
+        cy0, cx0, cy1, cx1 = t.core
+        y0, x0 = cy0 + (cy1 - cy0 - side) // 2, cx0 + (cx1 - cx0 - side) // 2
+        box = (y0, x0, y0 + side, x0 + side)
         crop = dataclasses.replace(t, box=box, core=box, box0=plan.working_to_level0(box))
         crops.append(read_tile(slide, crop, plan, level=level))
     return np.concatenate(crops, axis=0)

@@ -111,10 +111,7 @@ class TileCache:
             while slab is None and self._nbytes + self._free_nbytes + size > self._maxbytes:
                 other = next((n for n in self._free if n != size), None)
                 if other is not None:  # free slabs of other sizes make room first
-                    self._free_nbytes -= other
-                    self._free[other].pop()
-                    if not self._free[other]:
-                        del self._free[other]
+                    self._pop_free(other)  # and are unmapped
                 elif self._items:  # then least recently used chunks
                     _, evicted = self._items.popitem(last=False)
                     self._release(evicted)
@@ -135,15 +132,19 @@ class TileCache:
                 self._items[key] = stored
 
     def _take(self, size: int) -> np.ndarray | None:
-        """Pop a free slab of `size` bytes (lock held)."""
-        pool = self._free.get(size)
-        if not pool:
+        """Pop a free slab of `size` bytes for reuse, or None (lock held)."""
+        if size not in self._free:
             return None
-        self._free_nbytes -= size
         self.reused += 1
+        return self._pop_free(size)
+
+    def _pop_free(self, size: int) -> np.ndarray:
+        """Remove one free slab of `size` bytes from the pool and return it (lock held)."""
+        pool = self._free[size]
         slab = pool.pop()
         if not pool:
             del self._free[size]
+        self._free_nbytes -= size
         return slab
 
     def _release(self, arr: np.ndarray) -> None:
@@ -197,11 +198,7 @@ class TileCache:
     def _trim_free(self) -> None:
         """Unmap free slabs until chunks and free slabs fit the bound (lock held)."""
         while self._free and self._nbytes + self._free_nbytes > self._maxbytes:
-            size = next(iter(self._free))
-            self._free_nbytes -= size
-            self._free[size].pop()
-            if not self._free[size]:
-                del self._free[size]
+            self._pop_free(next(iter(self._free)))
 
     def __repr__(self) -> str:
         return (

@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,61 +47,54 @@ def _settle(seconds: float = 0.5) -> None:
 
 
 def main() -> int:
-    """Write ``docs/images/slide_analysis.png`` and ``docs/images/nuclei_closeup.png``."""
-    import napari
-    from napari_slidescope._napari.launcher import dock_analysis_widget
-
+    """Write the PNGs of ``docs/images`` (``real_slide.png`` when the test data is at hand)."""
     OUT.mkdir(parents=True, exist_ok=True)
-    viewer = napari.Viewer(title="napari-slidescope")
-    viewer.window._qt_window.resize(1500, 900)
-    [image] = viewer.open_sample("napari-slidescope", "synthetic_he")
-    widget = dock_analysis_widget(viewer)
-    _settle()
-    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
-    widget.task.value, widget.scope.value = "tissue", "slide"
-    widget.run()
-    widget.controller.wait()
-    camera.center, camera.zoom = (1000.0, 900.0), 1.6  # µm; ~400 x 420 µm on screen
-    _settle()
-    widget.task.value, widget.scope.value = "nuclei", "visible"
-    widget.run()
-    widget.controller.wait()
-    viewer.layers.selection.active = viewer.layers[f"{image.name} nuclei"]
-    _settle(1.0)
+    viewer, camera = _analysed(None, center=(1000.0, 900.0), zoom=1.6)  # ~400 x 420 µm
     _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "slide_analysis.png", width=1200)
     camera.zoom = 6.0
     _settle(1.0)
     _save(viewer.screenshot(canvas_only=True, flash=False), OUT / "nuclei_closeup.png", width=700)
     viewer.close()
     real = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/nonexistent")) / "CMU-1-Small-Region.svs"
-    if real.is_file():
-        _real_slide(real)
+    if real.is_file():  # a real 20x H&E slide (CC0)
+        viewer, _ = _analysed(real, center=(725.0, 475.0), zoom=2.2)  # ~300 µm wide
+        _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "real_slide.png", width=1200)
+        viewer.close()
     return 0
 
 
-def _real_slide(path: Path) -> None:
-    """Tissue on the whole slide and nuclei of a zoomed-in view of a real 20x H&E slide."""
+def _analysed(path: Path | None, *, center: tuple[float, float], zoom: float) -> tuple[Any, Any]:
+    """Open `path` (None: the synthetic sample), find its tissue and the nuclei in view.
+
+    The widget is docked; tissue is detected on the whole slide, then the camera moves to
+    `center` (µm) and `zoom` and the nuclei of that view are segmented. Returns the viewer
+    and its camera.
+    """
     import napari
     from napari_slidescope._napari.launcher import dock_analysis_widget
 
     viewer = napari.Viewer(title="napari-slidescope")
     viewer.window._qt_window.resize(1500, 900)
-    [image] = viewer.open(str(path), plugin="napari-slidescope")
+    if path is None:
+        [image] = viewer.open_sample("napari-slidescope", "synthetic_he")
+    else:
+        [image] = viewer.open(str(path), plugin="napari-slidescope")
     widget = dock_analysis_widget(viewer)
     _settle()
     camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
-    widget.task.value, widget.scope.value = "tissue", "slide"
-    widget.run()
-    widget.controller.wait()
-    camera.center, camera.zoom = (725.0, 475.0), 2.2  # µm; a ~300 µm wide view
+
+    def run(task: str, scope: str) -> None:
+        widget.task.value, widget.scope.value = task, scope
+        widget.run()
+        widget.controller.wait()
+
+    run("tissue", "slide")
+    camera.center, camera.zoom = center, zoom
     _settle()
-    widget.task.value, widget.scope.value = "nuclei", "visible"
-    widget.run()
-    widget.controller.wait()
+    run("nuclei", "visible")
     viewer.layers.selection.active = viewer.layers[f"{image.name} nuclei"]
     _settle(1.0)
-    _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "real_slide.png", width=1200)
-    viewer.close()
+    return viewer, camera
 
 
 if __name__ == "__main__":

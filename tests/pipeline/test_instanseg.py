@@ -12,7 +12,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from napari_slidescope.pipeline import instanseg
+from napari_slidescope.pipeline import instanseg, models
 from napari_slidescope.pipeline.models import (
     SegmenterUnavailableError,
     get_segmenter,
@@ -108,6 +108,10 @@ def test_declared_working_resolutions_match_the_segmenters():
     assert segmenter_target_mpp("builtin") == NucleiParams().target_mpp
     default = inspect.signature(instanseg.InstanSegSegmenter).parameters["target_mpp"].default
     assert segmenter_target_mpp("instanseg") == default == 0.5
+    adapters = {"stardist": models.StarDistSegmenter, "cellpose": models.CellposeSegmenter}
+    for name, cls in adapters.items():
+        default = inspect.signature(cls).parameters["target_mpp"].default
+        assert segmenter_target_mpp(name) == default
     with pytest.raises(KeyError, match="unknown name"):
         segmenter_target_mpp("nope")
 

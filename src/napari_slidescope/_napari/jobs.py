@@ -132,7 +132,7 @@ def _segmenter(name: Any, options: dict[str, Any], target_mpp: float | None) -> 
     if name == "builtin":
         from napari_slidescope.analysis.nuclei import NucleiParams
 
-        extra = {"target_mpp": target_mpp} if target_mpp else {}
+        extra: dict[str, Any] = {"target_mpp": target_mpp} if target_mpp else {}
         return get_segmenter("builtin", params=NucleiParams(**extra, **options))
     return get_segmenter(name, **({"target_mpp": target_mpp} if target_mpp else {}), **options)
 

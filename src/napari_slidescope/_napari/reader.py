@@ -87,8 +87,9 @@ def layer_data(slide: Any) -> LayerData:
         kwargs["scale"] = tuple(slide.mpp)
         kwargs["units"] = ("µm", "µm")
     dtype = np.dtype(levels[0].dtype)
+    limits: list[float]
     if dtype == np.uint8:
-        limits = [0, 255]
+        limits = [0.0, 255.0]
     else:  # statistics over the smallest level only, never level 0
         small = np.asarray(levels[-1])
         limits = [float(np.percentile(small, 0.1)), float(np.percentile(small, 99.9)) or 1.0]

@@ -1,9 +1,9 @@
-"""The "Slide analysis" dock widget: a magicgui view of :class:`~.console.SlideAnalysis`.
+"""The "Slide analysis" dock widget: a magicgui view of :class:`~.session.SlideAnalysis`.
 
 Pick a slide layer, a scope (visible region or whole slide) and a task, press Run:
 the analysis runs in the background and its tiles stream into ``"<slide> tissue"`` /
 ``"<slide> nuclei"``. All the work and state live in the controller, which the napari
-console helpers (:mod:`napari_slidescope.viewer`) share; this module only wires widgets.
+console helpers (:mod:`napari_slidescope._napari.console`, re-exported as :mod:`napari_slidescope.viewer`) share; this module only wires widgets.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from magicgui.widgets import (
     SpinBox,
 )
 
-from napari_slidescope._napari import console, jobs
+from napari_slidescope._napari import jobs, session
 from napari_slidescope._napari.layers import canvas_of
 
 __all__ = ["SlideAnalysisWidget"]
@@ -69,7 +69,7 @@ class SlideAnalysisWidget(Container):
 
         super().__init__(name="slide_analysis", labels=True)
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
-        self.controller = console.controller_for(self._viewer)
+        self.controller = session.controller_for(self._viewer)
         d = _defaults()
         self.image = ComboBox(label="Slide", choices=self._image_choices, nullable=True)
         self.info = Label(label="", value="")

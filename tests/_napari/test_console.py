@@ -1,4 +1,4 @@
-"""One-line console helpers (napari_slidescope.viewer) in a real viewer."""
+"""The console helpers (napari_slidescope.viewer re-exports _napari.console) in a viewer."""
 
 import numpy as np
 import pytest

@@ -187,164 +187,253 @@ def iter_tiles(
     Exception
         The original exception of a failing stage, with a note naming the tile.
     """
-    todo = list(plan.tiles if tiles is None else tiles)
-    workers = max(1, int(workers or os.cpu_count() or 1))
-    batch_size, read_threads = max(1, int(batch_size)), max(1, int(read_threads))
-    if model_threads is None:
-        model_threads = workers if getattr(segmenter, "parallel_predict", False) else 1
-    n_model = max(1, int(model_threads))
-    q = max(1, int(queue_size))
-    bound = max_in_flight or read_threads + 2 * batch_size * n_model + workers + 2 * q
-    if bound < batch_size:
-        raise ValueError(f"max_in_flight: expected >= batch_size ({batch_size}), got {bound}")
-    if level is None and reader is None:
-        level = choose_level(slide.downsamples, plan.downsample)
-    read = reader or (lambda t: read_tile(slide, t, plan, level=int(level)))  # type: ignore[arg-type]
-    note = monitor or (lambda stage, phase, index: None)
-    mpp = plan.mpp
+    run = _StagedRun(
+        slide,
+        plan,
+        segmenter,
+        tiles=tiles,
+        level=level,
+        workers=workers,
+        read_threads=read_threads,
+        batch_size=batch_size,
+        queue_size=queue_size,
+        max_in_flight=max_in_flight,
+        model_threads=model_threads,
+        measure=measure,
+        reader=reader,
+        monitor=monitor,
+    )
+    run.start()
+    try:
+        yield from run.results()
+    finally:
+        run.close()
 
-    stop = threading.Event()
-    slots = threading.Semaphore(bound)
-    take_lock = threading.Lock()
-    next_todo = iter(range(len(todo)))
-    q_read: queue.Queue = queue.Queue(maxsize=q)
-    q_post: queue.Queue = queue.Queue(maxsize=q)
-    q_out: queue.Queue = queue.Queue()  # bounded by `slots`
-    readers_left, models_left = [read_threads], [n_model]
-    done_reading = object()
 
-    def fail(exc: BaseException, stage: str, tiles: Sequence[Tile | None]) -> None:
-        q_out.put(("error", _named(exc, stage, [t for t in tiles if t is not None])))
-        stop.set()
+class _StagedRun:
+    """One run of :func:`iter_tiles`: its configuration, queues and the three stages.
 
-    def read_stage() -> None:
+    Each stage is a method run by its own threads; :meth:`results` is the consumer that
+    reorders finished tiles into plan order; :meth:`close` stops and joins every thread.
+    """
+
+    def __init__(
+        self,
+        slide: Any,
+        plan: TilePlan,
+        segmenter: _Segmenter,
+        *,
+        tiles: Sequence[Tile] | None,
+        level: int | None,
+        workers: int | None,
+        read_threads: int,
+        batch_size: int,
+        queue_size: int,
+        max_in_flight: int | None,
+        model_threads: int | None,
+        measure: Callable[[np.ndarray, np.ndarray, Tile], dict[str, np.ndarray]] | None,
+        reader: Callable[[Tile], np.ndarray] | None,
+        monitor: Callable[[str, str, int], None] | None,
+    ) -> None:
+        self.todo = list(plan.tiles if tiles is None else tiles)
+        self.segmenter = segmenter
+        self.measure = measure
+        self.mpp = plan.mpp
+        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        self.batch_size, self.read_threads = max(1, int(batch_size)), max(1, int(read_threads))
+        if model_threads is None:
+            parallel = getattr(segmenter, "parallel_predict", False)
+            model_threads = self.workers if parallel else 1
+        self.n_model = max(1, int(model_threads))
+        q = max(1, int(queue_size))
+        bound = max_in_flight or (
+            self.read_threads + 2 * self.batch_size * self.n_model + self.workers + 2 * q
+        )
+        if bound < self.batch_size:
+            raise ValueError(
+                f"max_in_flight: expected >= batch_size ({self.batch_size}), got {bound}"
+            )
+        if reader is None:
+            lvl = choose_level(slide.downsamples, plan.downsample) if level is None else level
+            self.read: Callable[[Tile], np.ndarray] = lambda t: read_tile(
+                slide, t, plan, level=int(lvl)
+            )
+        else:
+            self.read = reader
+        self.note = monitor or (lambda stage, phase, index: None)
+
+        self.stop = threading.Event()
+        self.slots = threading.Semaphore(bound)
+        self.take_lock = threading.Lock()
+        self.next_todo = iter(range(len(self.todo)))
+        self.q_read: queue.Queue = queue.Queue(maxsize=q)
+        self.q_post: queue.Queue = queue.Queue(maxsize=q)
+        self.q_out: queue.Queue = queue.Queue()  # bounded by `slots`
+        self.readers_left, self.models_left = self.read_threads, self.n_model
+        self.done = object()  # end-of-stream marker passed down the queues
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start the stage threads."""
+        stages = [
+            ("read", self.read_stage, self.read_threads),
+            ("model", self.model_stage, self.n_model),
+            ("post", self.post_stage, self.workers),
+        ]
+        for name, target, n in stages:
+            self.threads += [
+                threading.Thread(target=target, name=f"slidescope-{name}-{i}", daemon=True)
+                for i in range(n)
+            ]
+        for t in self.threads:
+            t.start()
+
+    def close(self) -> None:
+        """Stop every stage and join its threads."""
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+    def _fail(self, exc: BaseException, stage: str, tiles: Sequence[Tile | None]) -> None:
+        self.q_out.put(("error", _named(exc, stage, [t for t in tiles if t is not None])))
+        self.stop.set()
+
+    def _last_of(self, counter: str) -> bool:
+        """Count down ``counter`` under the lock; True for the thread that ends it."""
+        with self.take_lock:
+            left = getattr(self, counter) - 1
+            setattr(self, counter, left)
+            return left == 0
+
+    def _take(self) -> int | None:
+        """Wait for an in-flight slot and take the next tile's position (None when done)."""
+        while not self.slots.acquire(timeout=_POLL):
+            if self.stop.is_set():
+                raise _Stop
+        with self.take_lock:
+            k = next(self.next_todo, None)
+        if k is None:
+            self.slots.release()
+        return k
+
+    def read_stage(self) -> None:
+        """Stage 1: read tiles into the model queue."""
         tile = None
         try:
-            while True:
-                while not slots.acquire(timeout=_POLL):
-                    if stop.is_set():
-                        raise _Stop
-                with take_lock:
-                    k = next(next_todo, None)
-                if k is None:
-                    slots.release()
-                    break
-                tile = todo[k]
-                note("read", "start", tile.index)
-                rgb = read(tile)
-                note("read", "end", tile.index)
-                _put(q_read, (k, _Item(tile, rgb)), stop)
+            while (k := self._take()) is not None:
+                tile = self.todo[k]
+                self.note("read", "start", tile.index)
+                rgb = self.read(tile)
+                self.note("read", "end", tile.index)
+                _put(self.q_read, (k, _Item(tile, rgb)), self.stop)
                 tile = None
-            with take_lock:
-                readers_left[0] -= 1
-                last = readers_left[0] == 0
-            if last:
-                _put(q_read, done_reading, stop)
+            if self._last_of("readers_left"):
+                _put(self.q_read, self.done, self.stop)
         except _Stop:
             pass
         except BaseException as exc:  # noqa: BLE001 - surfaced in the consumer
-            fail(exc, "read", [tile])
+            self._fail(exc, "read", [tile])
 
-    def model_stage() -> None:
+    def _next_batch(self) -> tuple[list[tuple[int, _Item]], bool]:
+        """Up to ``batch_size`` read tiles (waiting for the first); True once reading ended."""
+        entry = _get(self.q_read, self.stop)
+        if entry is self.done:
+            _put(self.q_read, self.done, self.stop)  # for the other model threads
+            return [], True
+        batch = [entry]
+        while len(batch) < self.batch_size:
+            try:
+                entry = self.q_read.get_nowait()
+            except queue.Empty:
+                break
+            if entry is self.done:
+                _put(self.q_read, self.done, self.stop)
+                return batch, True
+            batch.append(entry)
+        return batch, False
+
+    def model_stage(self) -> None:
+        """Stage 2: ``segmenter.predict`` on batches of tiles."""
         batch: list[tuple[int, _Item]] = []
         try:
             finished = False
             while not finished:
-                entry = _get(q_read, stop)
-                if entry is done_reading:
-                    _put(q_read, done_reading, stop)  # for the other model threads
+                batch, finished = self._next_batch()
+                if not batch:
                     break
-                batch = [entry]
-                while len(batch) < batch_size:
-                    try:
-                        entry = q_read.get_nowait()
-                    except queue.Empty:
-                        break
-                    if entry is done_reading:
-                        _put(q_read, done_reading, stop)
-                        finished = True
-                        break
-                    batch.append(entry)
                 for _, it in batch:
-                    note("model", "start", it.tile.index)
-                raw = np.asarray(segmenter.predict(np.stack([it.rgb for _, it in batch]), mpp=mpp))
+                    self.note("model", "start", it.tile.index)
+                stack = np.stack([it.rgb for _, it in batch])
+                raw = np.asarray(self.segmenter.predict(stack, mpp=self.mpp))
                 if raw.shape[0] != len(batch):
                     raise ValueError(
                         f"predict: expected {len(batch)} outputs, got shape {raw.shape}"
                     )
                 for j, (k, it) in enumerate(batch):
-                    note("model", "end", it.tile.index)
+                    self.note("model", "end", it.tile.index)
                     it.raw = raw[j]
-                    _put(q_post, (k, it), stop)
+                    _put(self.q_post, (k, it), self.stop)
                 batch = []
-            with take_lock:
-                models_left[0] -= 1
-                last = models_left[0] == 0
-            for _ in range(workers if last else 0):
-                _put(q_post, done_reading, stop)
+            if self._last_of("models_left"):
+                for _ in range(self.workers):
+                    _put(self.q_post, self.done, self.stop)
         except _Stop:
             pass
         except BaseException as exc:  # noqa: BLE001
-            fail(exc, "model", [it.tile for _, it in batch])
+            self._fail(exc, "model", [it.tile for _, it in batch])
 
-    def post_stage() -> None:
+    def _postprocess(self, it: _Item) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Labels the tile owns and their measurements."""
+        tile = it.tile
+        labels = np.asarray(self.segmenter.postprocess(it.raw, mpp=self.mpp))
+        h, w = tile.shape
+        if labels.shape[0] >= h and labels.shape[1] >= w:
+            labels = labels[:h, :w]  # segmenters may pad tiles (e.g. to a multiple of 16)
+        owned = owned_labels(labels, tile)
+        table = self.measure(owned, it.rgb, tile) if self.measure is not None else {}
+        return owned, table
+
+    def post_stage(self) -> None:
+        """Stage 3: post-process, keep the owned nuclei, measure."""
         tile = None
         try:
-            while True:
-                entry = _get(q_post, stop)
-                if entry is done_reading:
-                    return
+            while (entry := _get(self.q_post, self.stop)) is not self.done:
                 k, it = entry
                 tile = it.tile
-                note("post", "start", tile.index)
-                labels = np.asarray(segmenter.postprocess(it.raw, mpp=mpp))
-                h, w = tile.shape
-                if labels.shape[0] >= h and labels.shape[1] >= w:
-                    labels = labels[:h, :w]  # segmenters may pad tiles (e.g. to a multiple of 16)
-                owned = owned_labels(labels, tile)
-                table = measure(owned, it.rgb, tile) if measure is not None else {}
-                note("post", "end", tile.index)
-                q_out.put(("ok", k, owned, table))
+                self.note("post", "start", tile.index)
+                owned, table = self._postprocess(it)
+                self.note("post", "end", tile.index)
+                self.q_out.put(("ok", k, owned, table))
                 tile = None
         except _Stop:
             pass
         except BaseException as exc:  # noqa: BLE001
-            fail(exc, "post-process", [tile])
+            self._fail(exc, "post-process", [tile])
 
-    threads = [
-        threading.Thread(target=read_stage, name=f"slidescope-read-{i}", daemon=True)
-        for i in range(read_threads)
-    ]
-    threads += [
-        threading.Thread(target=model_stage, name=f"slidescope-model-{i}", daemon=True)
-        for i in range(n_model)
-    ]
-    threads += [
-        threading.Thread(target=post_stage, name=f"slidescope-post-{i}", daemon=True)
-        for i in range(workers)
-    ]
-    for t in threads:
-        t.start()
-    try:
+    def results(self) -> Generator[TileResult, None, None]:
+        """Yield finished tiles in plan order with region-unique ids."""
         pending: dict[int, tuple[np.ndarray, dict]] = {}
         offset = 0
-        for k in range(len(todo)):
+        for k in range(len(self.todo)):
             while k not in pending:
-                msg = q_out.get()
+                msg = self.q_out.get()
                 if msg[0] == "error":
                     raise msg[1]
                 pending[msg[1]] = (msg[2], msg[3])
             owned, table = pending.pop(k)
-            count = int(owned.max()) if owned.size else 0
-            labels = owned
-            if offset and count:
-                labels = np.where(owned > 0, owned + np.int32(offset), 0).astype(np.int32)
-            if "id" in table:
-                table = {**table, "id": np.asarray(table["id"]) + offset}
-            yield TileResult(tile=todo[k], labels=labels, count=count, offset=offset, table=table)
-            offset += count
-            slots.release()
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
+            yield _global_ids(self.todo[k], owned, table, offset)
+            offset += int(owned.max()) if owned.size else 0
+            self.slots.release()
+
+
+def _global_ids(
+    tile: Tile, owned: np.ndarray, table: dict[str, np.ndarray], offset: int
+) -> TileResult:
+    """Shift a tile's local nucleus ids by the count of the tiles before it."""
+    count = int(owned.max()) if owned.size else 0
+    labels = owned
+    if offset and count:
+        labels = np.where(owned > 0, owned + np.int32(offset), 0).astype(np.int32)
+    if "id" in table:
+        table = {**table, "id": np.asarray(table["id"]) + offset}
+    return TileResult(tile=tile, labels=labels, count=count, offset=offset, table=table)

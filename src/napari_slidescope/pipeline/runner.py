@@ -385,6 +385,7 @@ class _StagedRun:
     def _postprocess(self, it: _Item) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Labels the tile owns and their measurements."""
         tile = it.tile
+        assert it.raw is not None  # set by the model stage
         labels = np.asarray(self.segmenter.postprocess(it.raw, mpp=self.mpp))
         h, w = tile.shape
         if labels.shape[0] >= h and labels.shape[1] >= w:

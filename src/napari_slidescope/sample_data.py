@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from scipy import ndimage as ndi
 
+from napari_slidescope._io import atomic_write
+
 #: Level-0 downsample of the ground-truth tissue mask.
 TRUTH_DOWNSAMPLE = 16
 
@@ -183,19 +185,20 @@ def write_sample_slide(
         f"{w}x{h} [0,0 {w}x{h}] ({tile}x{tile}) JPEG/RGB Q={quality}"
         f"|AppMag = {round(10 / mpp)}|MPP = {mpp:.4f}|Filename = napari-slidescope sample"
     )
-    tmp = path.with_name(path.name + ".part")
     opts: dict[str, Any] = {
         "photometric": "rgb",
         "compression": "jpeg",
         "compressionargs": {"level": quality},
         "metadata": None,
     }
-    with tifffile.TiffWriter(tmp, bigtiff=h * w * 3 > 2**31) as tif:
+    with (
+        atomic_write(path, "wb") as fh,
+        tifffile.TiffWriter(fh, bigtiff=h * w * 3 > 2**31) as tif,
+    ):
         tif.write(level0, tile=(tile, tile), description=desc, **opts)
         tif.write(thumb, description=desc.replace("JPEG/RGB", "thumbnail JPEG/RGB"), **opts)
         for lv in levels[1:]:
             tif.write(lv, tile=(tile, tile), description=desc, **opts)
-    os.replace(tmp, path)
     return truth
 
 

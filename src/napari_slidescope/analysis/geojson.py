@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from napari_slidescope._io import atomic_write
+
 __all__ = ["read_geojson", "read_geojson_rings", "write_geojson"]
 
 #: QuPath's default colour of the "Tissue" class is not fixed; this is a readable green.
@@ -91,7 +93,7 @@ def write_geojson(
                 "properties": props,
             }
         )
-    with open(path, "w", encoding="utf-8") as fh:
+    with atomic_write(path, "w", encoding="utf-8") as fh:
         json.dump({"type": "FeatureCollection", "features": features}, fh)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage.morphology import convex_hull_image
 
+from napari_slidescope._io import atomic_write
 from napari_slidescope._units import as_pair
 
 __all__ = ["COLUMNS", "concat_tables", "empty_table", "measure_nuclei", "write_csv"]
@@ -222,7 +223,7 @@ def write_csv(table: dict[str, np.ndarray], path: str | os.PathLike[str]) -> Pat
     path = Path(path)
     names = list(table)
     cols = [np.asarray(table[n]) for n in names]
-    with path.open("w", newline="", encoding="utf-8") as fh:
+    with atomic_write(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(names)
         for row in zip(*(c.tolist() for c in cols), strict=True):

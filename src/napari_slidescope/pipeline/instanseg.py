@@ -23,7 +23,6 @@ import argparse
 import hashlib
 import importlib.util
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -33,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 from skimage import segmentation
+
+from napari_slidescope._io import atomic_copy
 
 __all__ = [
     "MODEL",
@@ -166,7 +167,7 @@ def install_model(
         target.mkdir(parents=True, exist_ok=True)
         for f in _KEEP:
             if (folder / f).is_file():
-                shutil.copyfile(folder / f, target / f)
+                atomic_copy(folder / f, target / f)
     return target
 
 

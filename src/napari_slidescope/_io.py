@@ -1,0 +1,151 @@
+"""Writing files so that a reader sees the old file or the new one, never half of one.
+
+Every file the project writes goes through :func:`atomic_write`: the data goes to a
+temporary file in the destination folder, is flushed and fsynced, then renamed onto the
+target with :func:`os.replace` (atomic on POSIX and Windows within one file system). A
+process killed mid-write leaves the previous file, or no file, plus at most a stray
+``.<name>.*.tmp`` next to it; never a truncated target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_write", "atomic_copy"]
+
+
+def _folder_error(folder: Path, exc: OSError) -> OSError:
+    if not folder.exists():
+        reason = "the folder does not exist"
+    elif not folder.is_dir():
+        reason = "it is not a folder"
+    elif not os.access(folder, os.W_OK):
+        reason = "the folder is not writable"
+    else:
+        reason = exc.strerror or str(exc)
+    return type(exc)(exc.errno, f"cannot write into {folder}: {reason}")
+
+
+def _create_temp(folder: Path, name: str) -> tuple[int, Path]:
+    """Create ``.<name>.<random>.tmp`` exclusively, mode 0666 less the umask (as open())."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = folder / f".{name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temporary file in {folder}")
+
+
+@contextlib.contextmanager
+def atomic_write(
+    path: str | os.PathLike[str],
+    mode: str = "wb",
+    *,
+    encoding: str | None = None,
+    newline: str | None = None,
+) -> Iterator[IO[Any]]:
+    """Open a temporary file beside `path`; on success move it onto `path` atomically.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The file to (re)write.
+    mode : {"wb", "w"}
+        Binary or text mode.
+    encoding, newline : str, optional
+        As for :func:`open` in text mode (``encoding`` defaults to UTF-8).
+
+    Yields
+    ------
+    file object
+        Write to it; when the ``with`` block ends without an exception the data is
+        flushed, fsynced and renamed onto `path`. On an exception the temporary file
+        is removed and `path` is left as it was.
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError, OSError
+        If the destination folder is missing, not a folder or not writable; the
+        message names the folder.
+    ValueError
+        If `mode` is not ``"wb"`` or ``"w"``.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
+    >>> with atomic_write(target, "w") as fh:
+    ...     _ = fh.write("hello")
+    >>> target.read_text()
+    'hello'
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"mode: expected 'wb' or 'w', got {mode!r}")
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, tmp = _create_temp(folder, target.name)
+    except OSError as exc:
+        raise _folder_error(folder, exc) from exc
+    try:
+        # open() by name with the descriptor already made, so fh.name is the path
+        if mode == "wb":
+            fh: IO[Any] = open(tmp, "wb", opener=lambda _p, _f: fd)
+        else:
+            fh = open(
+                tmp, "w", encoding=encoding or "utf-8", newline=newline, opener=lambda _p, _f: fd
+            )
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    try:
+        with fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(folder)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename durable where the platform allows opening a folder."""
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def atomic_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:
+    """Copy the file `src` onto `dst` through :func:`atomic_write`; return `dst`.
+
+    Parameters
+    ----------
+    src, dst : str or PathLike
+        Source file and destination file.
+
+    Returns
+    -------
+    Path
+    """
+    import shutil
+
+    with open(src, "rb") as fin, atomic_write(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    return Path(dst)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -43,3 +44,29 @@ def sample_slide(tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("sample") / "sample.svs"
     truth = write_sample_slide(path, shape=(2048, 3072), mpp=0.5, seed=1, tile=128)
     return path, truth
+
+
+def _load_ndpi_writer():
+    """The NDPI-like file writer that lives beside this conftest (tests are not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "slidescope_ndpi_writer", Path(__file__).with_name("ndpi_writer.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def ndpi_writer():
+    """The module ``tests/ndpi_writer.py``: ``write_ndpi(path, levels, band_width=...)``."""
+    return _load_ndpi_writer()
+
+
+@pytest.fixture(scope="session")
+def small_ndpi(tmp_path_factory: pytest.TempPathFactory, ndpi_writer):
+    """A 3840 x 2048 NDPI-like file, two levels, one JPEG each with 8 x 1920 px restart bands."""
+    level0 = ndpi_writer.textured_rgb((2048, 3840), seed=3)
+    level1 = level0.reshape(1024, 2, 1920, 2, 3).mean(axis=(1, 3)).astype("uint8")
+    path = tmp_path_factory.mktemp("ndpi") / "small.ndpi"
+    return ndpi_writer.write_ndpi(path, [level0, level1], band_width=1920)

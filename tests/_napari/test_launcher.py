@@ -1,8 +1,8 @@
 """`napari-slidescope [PATH]`: napari with the slide and the docked widget."""
 
+import napari
 import pytest
 
-import napari
 from napari_slidescope._napari import launcher
 
 pytestmark = pytest.mark.gui

@@ -97,7 +97,8 @@ def test_table_columns_units_and_known_sizes(disc_result):
     assert (res.table["eccentricity"] < 0.5).all() and (res.table["solidity"] > 0.9).all()
     assert (res.table["hematoxylin_od_mean"] > 0.1).all()
     assert np.isfinite(res.table["eosin_od_mean"]).all()
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
+
     assert isinstance(res.to_pandas(), pd.DataFrame) and len(res.to_pandas()) == res.count
 
 
@@ -267,10 +268,11 @@ def test_streaming_steps_and_early_close():
 
 
 def test_builtin_segmenter_on_discs():
-    pytest.importorskip("napari_slidescope.analysis.nuclei")
     img, truth = discs()
-    with warnings.catch_warnings():  # two flat colours: stain estimation falls back (warns)
-        warnings.simplefilter("ignore", UserWarning)
+    from napari_slidescope import SlidescopeWarning
+
+    # two flat colours: stain estimation falls back to the standard vectors and says so
+    with pytest.warns(SlidescopeWarning, match="fell back to the standard Ruifrok"):
         res = segment_nuclei(img, mpp=MPP, tissue=False, tile_size_um=1000, workers=1)
     assert res.segmenter == "builtin" and res.labels.shape == img.shape[:2]
     assert abs(res.count - len(truth)) <= 0.1 * len(truth)

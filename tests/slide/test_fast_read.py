@@ -7,10 +7,7 @@ dask graph (``.compute()``), the whole level (``np.asarray(level)``), and
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +26,6 @@ SHARED = [
     "derived/derived_CMU-1-Small-Region_subifd-pyramid.ome.tif",
     "derived/derived_CMU-1-Small-Region_generic-pyramid.tif",
 ]
-MAKE_NDPI = Path("/work/shared/tools/make_ndpi.py")
 
 
 @pytest.fixture(autouse=True)
@@ -185,36 +181,6 @@ def test_sparse_tile_reads_as_fill_value(tmp_path):
     expected = _expected_levels(path)[0]
     assert np.all(expected[256:, 256:] == 0) and np.all(expected[:256] > 0)
     _check_all_paths(path, expect_fast=True)
-
-
-@pytest.fixture(scope="module")
-def small_ndpi(tmp_path_factory):
-    """A 3840 x 2048 NDPI-like file, one JPEG per level with restart bands 8 x 1920 px."""
-    if not MAKE_NDPI.is_file():
-        pytest.skip(f"{MAKE_NDPI} is not available")
-    pytest.importorskip("PIL")
-    path = tmp_path_factory.mktemp("ndpi") / "small.ndpi"
-    subprocess.run(
-        [
-            sys.executable,
-            str(MAKE_NDPI),
-            str(path),
-            "--width",
-            "3840",
-            "--height",
-            "2048",
-            "--levels",
-            "2",
-            "--tile-width",
-            "1920",
-            "--subsampling",
-            "444",
-            "--no-macro",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return path
 
 
 def test_ndpi_restart_bands_equal_tifffile(small_ndpi):

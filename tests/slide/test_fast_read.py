@@ -129,6 +129,15 @@ def _write_pyramid(path, data, *, tile, compression, levels=3, **kwargs):
             )
 
 
+@pytest.fixture(scope="module")
+def tiled_rgb(tmp_path_factory, ndpi_writer):
+    """A 2960 x 2220 RGB pyramid in 240-px JPEG tiles (about CMU-1-Small-Region's size)."""
+    data = ndpi_writer.textured_rgb((2960, 2220), seed=5)  # downsamples exactly 2, 4
+    path = tmp_path_factory.mktemp("tiled") / "tiled240.tif"
+    _write_pyramid(path, data, tile=(240, 240), compression="jpeg", photometric="rgb")
+    return path
+
+
 @pytest.mark.parametrize(
     ("shape", "tile", "compression", "photometric"),
     [
@@ -191,15 +200,9 @@ def test_ndpi_restart_bands_equal_tifffile(small_ndpi):
     _check_all_paths(small_ndpi, chunk_bytes="100 KiB", n=3, expect_fast=True)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "test3-TRITC-2-560.ndpi",  # 8 x 3968 restart bands
-        "CMU-1-Small-Region.svs",  # 240 x 240 tiles
-    ],
-)
-def test_eight_threads_equal_serial(shared_file, name):
-    path = shared_file(name)
+@pytest.mark.parametrize("name", ["small_ndpi", "tiled_rgb"])  # 8 x 1920 bands; 240-px tiles
+def test_eight_threads_equal_serial(request, name):
+    path = request.getfixturevalue(name)
     want = _expected_levels(path)
     rng = np.random.default_rng(11)
     jobs = []
@@ -250,11 +253,11 @@ def test_eight_threads_equal_serial(shared_file, name):
             np.testing.assert_array_equal(results[k], want[level][y0:y1, x0:x1])
 
 
-def test_cache_never_exceeds_its_bound(shared_file):
+def test_cache_never_exceeds_its_bound(tiled_rgb):
     tile = 240 * 240 * 3
     set_cache_bytes(5 * tile + 100)
     cache = tile_cache()
-    with _open(shared_file("CMU-1-Small-Region.svs")) as slide:
+    with _open(tiled_rgb) as slide:
         lv = slide.levels[0]
         rng = np.random.default_rng(3)
         for _ in range(30):
@@ -266,8 +269,8 @@ def test_cache_never_exceeds_its_bound(shared_file):
     assert cache.nbytes == 0  # closing the slide drops its chunks
 
 
-def test_cache_hits_on_pan_and_results_are_private_copies(shared_file):
-    with _open(shared_file("CMU-1-Small-Region.svs")) as slide:
+def test_cache_hits_on_pan_and_results_are_private_copies(tiled_rgb):
+    with _open(tiled_rgb) as slide:
         lv = slide.levels[0]
         first = np.asarray(lv[0:720, 0:720])
         misses = tile_cache().misses
@@ -277,9 +280,9 @@ def test_cache_hits_on_pan_and_results_are_private_copies(shared_file):
         np.testing.assert_array_equal(again, _expected_levels(slide.path)[0][0:720, 180:900])
 
 
-def test_cache_disabled(shared_file):
+def test_cache_disabled(tiled_rgb):
     set_cache_bytes(0)
-    with _open(shared_file("CMU-1-Small-Region.svs")) as slide:
+    with _open(tiled_rgb) as slide:
         np.asarray(slide.levels[0][:500, :500])
     assert tile_cache().nbytes == 0 and len(tile_cache()) == 0
 
@@ -352,12 +355,13 @@ def test_tile_cache_keeps_cleared_slabs_for_reuse_within_the_bound():
     assert cache.nbytes == cache.free_nbytes == 0 and len(cache) == 0
 
 
-def test_region_graph_holds_only_touched_chunks(shared_file):
-    with _open(shared_file("test3-DAPI-2-387.ndpi"), chunk_bytes="16 KiB") as slide:
+def test_region_graph_holds_only_touched_chunks(small_ndpi):
+    with _open(small_ndpi, chunk_bytes="16 KiB") as slide:
         lv = slide.levels[0]
-        assert lv.npartitions == 608  # one restart band per chunk
+        assert lv.npartitions == 512  # one 8 x 1920 restart band per chunk
         region = lv[100:300, 50:2000]
-        assert region.npartitions == len(dict(region.__dask_graph__())) <= 30
+        # rows 100:300 touch bands 12..37, columns 50:2000 two band columns: 52 of 512
+        assert region.npartitions == len(dict(region.__dask_graph__())) == 26 * 2
         assert len(lv.dask.layers) == 1
 
 
@@ -388,9 +392,9 @@ def test_corrupt_tile_in_region_read_names_the_pixels(tmp_path):
         np.testing.assert_array_equal(got[256:], slide.levels[0][256:300, 100:400].compute())
 
 
-def test_non_basic_indexing_falls_back_to_dask(shared_file):
-    want = _expected_levels(shared_file("CMU-1-Small-Region.svs"))[0]
-    with _open(shared_file("CMU-1-Small-Region.svs")) as slide:
+def test_non_basic_indexing_falls_back_to_dask(tiled_rgb):
+    want = _expected_levels(tiled_rgb)[0]
+    with _open(tiled_rgb) as slide:
         lv = slide.levels[0]
         np.testing.assert_array_equal(np.asarray(lv[10:500:7, ::-50]), want[10:500:7, ::-50])
         np.testing.assert_array_equal(np.asarray(lv[[1, 5, 9], 3]), want[[1, 5, 9], 3])

@@ -37,22 +37,21 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
 
 
 def _wants(path: str) -> bool:
-    from napari_slidescope.slide import _tiff
+    from napari_slidescope.slide import SlideError, probe
 
     lower = path.lower()
     if lower.endswith(SLIDE_EXTENSIONS):
-        return os.path.isfile(path) or not os.path.exists(path)
-    if not lower.endswith(TIFF_EXTENSIONS) or not _tiff.has_tiff_magic(path):
+        # claimed even when damaged or not a regular file, so open_slide's error shows
+        return not os.path.isdir(path)
+    if not lower.endswith(TIFF_EXTENSIONS):
         return False
-    with _tiff.TiffFile(path) as tif:
-        if _tiff.format_flags(tif) & {"svs", "ndpi", "qpi", "scn", "bif", "philips"}:
-            return True
-        series = tif.series[0]
-        if len(series.levels) > 1:
-            return True
-        page = series.keyframe
-        nbytes = int(series.size) * series.dtype.itemsize
-        return bool(page.is_tiled) and nbytes > EAGER_LIMIT_BYTES
+    try:
+        info = probe(path)
+    except SlideError:
+        return False
+    if info.is_vendor_slide or info.levels > 1:
+        return True
+    return info.tiled and info.nbytes > EAGER_LIMIT_BYTES
 
 
 def read_slide(path: str | list[str]) -> list[LayerData]:

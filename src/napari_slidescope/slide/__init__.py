@@ -3,6 +3,7 @@
 from napari_slidescope.slide.cache import set_cache_bytes, tile_cache
 from napari_slidescope.slide.chunking import DEFAULT_CHUNK_BYTES, choose_chunks
 from napari_slidescope.slide.errors import SlideError
+from napari_slidescope.slide.probe import SlideProbe, probe
 from napari_slidescope.slide.slide import ArraySlide, Slide, open_slide
 
 __all__ = [
@@ -10,8 +11,10 @@ __all__ = [
     "ArraySlide",
     "Slide",
     "SlideError",
+    "SlideProbe",
     "choose_chunks",
     "open_slide",
+    "probe",
     "set_cache_bytes",
     "tile_cache",
 ]

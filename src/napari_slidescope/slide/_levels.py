@@ -179,9 +179,13 @@ class LevelReader:
                 if isinstance(chunk, BaseException):
                     where = _fmt(self._chunk_box(idx))
                     if self._on_error == "raise":
+                        reason = (
+                            f": {chunk}"
+                            if isinstance(chunk, _tiff.ChunkError)
+                            else f" ({_tiff.describe_exception(chunk)})"
+                        )
                         raise SlideError(
-                            self._path,
-                            f"level {self._level}: cannot decode pixels {where} ({chunk})",
+                            self._path, f"level {self._level}: cannot decode pixels {where}{reason}"
                         ) from chunk
                     bad.append(where)
                     chunk = np.zeros(

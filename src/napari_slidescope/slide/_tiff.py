@@ -29,9 +29,10 @@ import numpy as np
 import tifffile
 import zarr
 
+from napari_slidescope.slide import _check
 from napari_slidescope.slide.errors import SlideError
 
-TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
+TIFF_MAGIC = _check.TIFF_MAGIC
 
 TiffFile = tifffile.TiffFile
 TiffPageSeries = tifffile.TiffPageSeries
@@ -46,36 +47,67 @@ def has_tiff_magic(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def open_tiff(path: str | os.PathLike[str]) -> tifffile.TiffFile:
-    """Open a TIFF file, turning every failure into a :class:`SlideError` naming the file."""
+def describe_exception(exc: BaseException) -> str:
+    """Return ``"Type: message"`` (or just the type when the message is empty)."""
+    text = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def open_tiff(
+    path: str | os.PathLike[str], *, on_error: str = "raise"
+) -> tuple[tifffile.TiffFile, _check.Layout, list[str]]:
+    """Open a TIFF file after checking its structure; every failure is a :class:`SlideError`.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The file.
+    on_error : {"raise", "blank"}
+        ``"raise"``: a chain of image directories that leaves the file (a truncated copy)
+        is an error. ``"blank"``: tifffile stops there and the note is returned.
+
+    Returns
+    -------
+    tif : tifffile.TiffFile
+    layout : Layout
+        What the IFD walk found (file size, truncation).
+    notes : list of str
+        What the caller must warn about (what was left out or ignored).
+    """
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise SlideError(path, "is a directory, not a slide file")
+    size = _check.preflight(path)
+    layout = _check.walk(path, size)
+    notes: list[str] = []
+    if layout.truncated is not None:
+        if on_error == "raise":
+            raise SlideError(path, f"is truncated: {layout.truncated}")
+        notes.append(f"truncated: {layout.truncated}")
+    flags: dict[str, bool] = {}
+    if layout.description is not None and b"<!DOCTYPE" in layout.description:
+        # DTDs declare entities (billion laughs, external files): no XML of this file is
+        # parsed, by tifffile or by us, whatever the runtime's expat would allow
+        flags = {f"is_{name}": False for name in _XML_FLAGS}
+        notes.append("its XML metadata declares a DTD or entities and was ignored")
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
-            head = fh.read(4)
-    except FileNotFoundError:
-        raise SlideError(path, "no such file") from None
-    except PermissionError as exc:
-        raise SlideError(path, f"cannot be read (permission denied: {exc.strerror})") from exc
-    except OSError as exc:
-        raise SlideError(path, f"cannot be read ({exc})") from exc
-    if size == 0:
-        raise SlideError(path, "is empty (0 bytes)")
-    if head not in TIFF_MAGIC:
-        raise SlideError(path, f"is not a TIFF file (starts with {head!r}, expected a TIFF header)")
-    try:
-        tif = tifffile.TiffFile(path)
-        series = tif.series
+        tif = tifffile.TiffFile(path, **flags)
     except Exception as exc:  # tifffile raises many types on damaged files
+        raise SlideError(path, f"is a damaged TIFF ({describe_exception(exc)})") from exc
+    try:
+        series = tif.series
+    except Exception as exc:
+        tif.close()
         raise SlideError(
-            path, f"is a damaged or truncated TIFF ({type(exc).__name__}: {exc})"
+            path, f"is a damaged TIFF: its images cannot be listed ({describe_exception(exc)})"
         ) from exc
     if not series:
         tif.close()
         raise SlideError(path, "contains no image")
-    return tif
+    return tif, layout, notes
+
+
+#: tifffile flags whose series parse an ImageDescription as XML.
+_XML_FLAGS = ("ome", "scn", "philips", "indica", "metaseries", "qpi", "bif")
 
 
 #: Slide dialects we recognise, in order of precedence (an SVS may also look generic).
@@ -164,6 +196,14 @@ def decode_error_types() -> tuple[type[BaseException], ...]:
         if isinstance(obj, type) and issubclass(obj, Exception):
             types.append(obj)
     return tuple(types)
+
+
+#: TIFF compression codes whose segments are whole JPEG or JPEG 2000 streams.
+_EOI_CODECS = (7, 33003, 33004, 33005, 34712)
+
+
+class ChunkError(ValueError):
+    """A native chunk whose bytes are missing or damaged (the reader names file and level)."""
 
 
 class NativeChunks(Protocol):
@@ -286,6 +326,11 @@ class _PageChunks:
         fh = pages[0].parent.filehandle
         fh.set_lock(True)
         self._fh = fh
+        self._size = int(fh.size)
+        compression = int(getattr(self._keyframe.compression, "value", 1))
+        # a whole JPEG / JPEG 2000 stream per segment ends with an end marker (FFD9);
+        # a byte count cut short would otherwise decode as plausible garbage
+        self._eoi = compression in _EOI_CODECS and self._keyframe.jpegheader is None
 
     @classmethod
     def create(
@@ -342,19 +387,51 @@ class _PageChunks:
         for page, items in per_page.items():
             offsets, counts = self._offsets[page], self._counts[page]
             segs = [s for _, s in items]
-            raw = self._fh.read_segments(
-                [offsets[s] for s in segs],
-                [counts[s] for s in segs],
-                list(range(len(segs))),
-                lock=self._fh.lock,
-            )
+            try:
+                raw = list(
+                    self._fh.read_segments(
+                        [offsets[s] for s in segs],
+                        [counts[s] for s in segs],
+                        list(range(len(segs))),
+                        lock=self._fh.lock,
+                    )
+                )
+            except Exception as exc:  # closed, deleted on a network share, I/O error
+                failed = ChunkError(f"cannot read the file ({describe_exception(exc)})")
+                failed.__cause__ = exc
+                for n, _ in items:
+                    out[n] = failed
+                continue
             for data, k in raw:
                 n, seg = items[k]
                 try:
+                    self._check_bytes(data, offsets[seg], counts[seg])
                     out[n] = self._decode_one(data, seg, indices[n], self._kwargs[page])
                 except errors as exc:
                     out[n] = exc
+                except MemoryError as exc:
+                    out[n] = ChunkError(f"not enough memory to decode ({describe_exception(exc)})")
         return out
+
+    def _check_bytes(self, data: bytes | None, offset: int, count: int) -> None:
+        if count <= 0:
+            return
+        if offset + count > self._size:
+            raise ChunkError(
+                f"its {count:,} bytes at byte {offset:,} lie past the end of the file "
+                f"({self._size:,} bytes): the file is truncated"
+            )
+        if data is None or len(data) < count:
+            got = 0 if data is None else len(data)
+            raise ChunkError(
+                f"only {got:,} of its {count:,} bytes could be read: "
+                "the file was changed or cut short since it was opened"
+            )
+        if self._eoi and data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
+            raise ChunkError(
+                "its compressed stream is shorter than its markers say (no end-of-image "
+                "marker): the tile's byte count or data is damaged"
+            )
 
     def _decode_one(
         self, data: bytes | None, seg: int, idx: tuple[int, ...], kwargs: dict[str, Any]

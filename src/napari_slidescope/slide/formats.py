@@ -8,9 +8,12 @@ from __future__ import annotations
 import math
 import re
 import warnings
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
+from xml.etree.ElementTree import Element, ParseError
+
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import fromstring as _defused_fromstring
 
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.slide import _tiff
@@ -94,12 +97,30 @@ def resolution_mpp(page: Any) -> tuple[float, float] | None:
     return (out[0], out[1])
 
 
-def _ome_info(tif: Any) -> FormatInfo:
-    info = FormatInfo("ome")
-    xml = tif.ome_metadata or ""
+def parse_xml(text: str | bytes, path: str) -> Element | None:
+    """Parse metadata XML with DTDs, entities and external references refused.
+
+    Returns None when the text is not well-formed XML; warns (naming the file) and returns
+    None when it declares a DTD or entities, which are never expanded or fetched,
+    whatever the XML library of the runtime would allow.
+    """
     try:
-        root = ET.fromstring(xml)
-    except ET.ParseError:
+        return _defused_fromstring(text, forbid_dtd=True)
+    except DefusedXmlException as exc:
+        warnings.warn(
+            f"{path}: metadata XML ignored: it declares a DTD or entities ({type(exc).__name__})",
+            SlidescopeWarning,
+            stacklevel=3,
+        )
+        return None
+    except (ParseError, ValueError, TypeError):
+        return None
+
+
+def _ome_info(tif: Any, path: str) -> FormatInfo:
+    info = FormatInfo("ome")
+    root = parse_xml(tif.ome_metadata or "", path)
+    if root is None:
         return info
     ns = {"ome": root.tag.split("}")[0].strip("{")} if root.tag.startswith("{") else {}
     q = "ome:" if ns else ""
@@ -127,13 +148,12 @@ def _ome_info(tif: Any) -> FormatInfo:
     return info
 
 
-def _qptiff_info(tif: Any, series: Any) -> FormatInfo:
+def _qptiff_info(tif: Any, series: Any, path: str) -> FormatInfo:
     info = FormatInfo("qptiff", fluorescence=True)
     for page in series.pages:
         desc = getattr(page, "description", "") or ""
-        try:
-            root = ET.fromstring(desc.encode("utf-16") if "utf-16" in desc[:60] else desc)
-        except ET.ParseError:
+        root = parse_xml(desc.encode("utf-16") if "utf-16" in desc[:60] else desc, path)
+        if root is None:
             continue
         info.channel_names.append((root.findtext("Name") or "").strip())
         color = root.findtext("Color")
@@ -166,12 +186,10 @@ def _bif_info(tif: Any) -> FormatInfo:
     return info
 
 
-def _scn_info(tif: Any, series: Any) -> FormatInfo:
+def _scn_info(tif: Any, series: Any, path: str) -> FormatInfo:
     info = FormatInfo("scn")
-    xml = tif.scn_metadata or ""
-    try:
-        root = ET.fromstring(xml)
-    except ET.ParseError:
+    root = parse_xml(tif.scn_metadata or "", path)
+    if root is None:
         return info
     ns = root.tag.split("}")[0] + "}" if root.tag.startswith("{") else ""
     width = series.shape[series.axes.index("X")]
@@ -215,13 +233,13 @@ def describe(tif: Any, series: Any, path: str) -> FormatInfo:
             info.fluorescence = True
             info.channel_names = [str(tags["Fluorescence"])]
     elif fmt == "ome":
-        info = _ome_info(tif)
+        info = _ome_info(tif, path)
     elif fmt == "qptiff":
-        info = _qptiff_info(tif, series)
+        info = _qptiff_info(tif, series, path)
     elif fmt == "bif":
         info = _bif_info(tif)
     elif fmt == "scn":
-        info = _scn_info(tif, series)
+        info = _scn_info(tif, series, path)
     else:
         info = FormatInfo(fmt)
     if info.mpp is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
@@ -14,7 +15,8 @@ import dask.array as da
 import numpy as np
 
 from napari_slidescope._units import as_pair
-from napari_slidescope.slide import _levels, _tiff
+from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.slide import _check, _levels, _tiff
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
 from napari_slidescope.slide.errors import SlideError
@@ -162,26 +164,39 @@ class Slide(_BaseSlide):
             raise ValueError(f"on_error must be 'raise' or 'blank', got {on_error!r}")
         budget = default_chunk_bytes() if chunk_bytes is None else parse_bytes(chunk_bytes)
         self._owner = _levels.new_owner()
-        self._tif = _tiff.open_tiff(self.path)
+        self._tif, layout, notes = _tiff.open_tiff(self.path, on_error=on_error)
         try:
-            self._open(budget, on_error)
+            self._open(budget, on_error, layout, notes)
         except SlideError:
             self.close()
             raise
+        except MemoryError as exc:
+            self.close()
+            raise SlideError(
+                self.path, "cannot be opened: its header asks for more memory than there is"
+            ) from exc
         except Exception as exc:
             self.close()
-            raise SlideError(self.path, f"cannot be opened as a slide ({exc})") from exc
+            raise SlideError(
+                self.path, f"cannot be opened as a slide ({_tiff.describe_exception(exc)})"
+            ) from exc
 
-    def _open(self, budget: int, on_error: OnError) -> None:
+    def _open(
+        self, budget: int, on_error: OnError, layout: _check.Layout, notes: list[str]
+    ) -> None:
         path = str(self.path)
         all_series = list(self._tif.series)
-        main = max(all_series, key=lambda s: _area(s))
+        main = _check_series(path, all_series, layout, on_error, notes)
         axes = main.axes
         info: FormatInfo = describe(self._tif, main, path)
+        keep = _check_levels(path, main, layout, on_error, notes)
         zarrs = _tiff.open_levels(main, path)
         series_levels: list[Any] = _tiff.series_levels(main)
         if len(series_levels) != len(zarrs):  # unexpected layout: read through zarr only
             series_levels = [None] * len(zarrs)
+        elif len(keep) != len(zarrs):  # levels that cannot be delivered are left out
+            zarrs = [zarrs[i] for i in keep]
+            series_levels = [series_levels[i] for i in keep]
         self.format = info.format
         self.mpp = info.mpp
         self.magnification = info.magnification
@@ -201,11 +216,15 @@ class Slide(_BaseSlide):
             self.channel_names = [f"channel {c}" for c in range(nch)]
         self.channel_colors = info.channel_colors if len(info.channel_colors) == nch else []
         loaders: dict[str, Callable[[], np.ndarray]] = {}
-        for s in all_series:
+        for number, s in enumerate(all_series):
             if s is main:
                 continue
-            name = (s.name or f"series {s.index}").strip().lower()
-            loaders[name] = partial(_tiff.read_page, s)
+            name = (str(s.name or "") or f"series {number}").strip().lower()
+            problem = _associated_problem(s, layout.size)
+            if problem is not None:
+                notes.append(f"the {name} image ({problem})")
+                continue
+            loaders[name] = partial(_read_associated, path, name, s)
         self.associated: Mapping[str, np.ndarray] = _Associated(loaders)
         self.metadata: dict[str, Any] = {
             "format": self.format,
@@ -218,11 +237,18 @@ class Slide(_BaseSlide):
             "magnification": self.magnification,
             "fluorescence": self.fluorescence,
             "channel_names": self.channel_names,
-            "properties": info.properties,
+            "properties": {k: _check.cap_text(v) for k, v in info.properties.items()},
             "associated": sorted(loaders),
             "axes": self.axes,
             "dtype": str(self.levels[0].dtype),
         }
+        self.problems = list(notes)
+        if notes:
+            warnings.warn(
+                f"{path}: opened with parts left out: {'; '.join(notes)}",
+                SlidescopeWarning,
+                stacklevel=4,
+            )
 
     def close(self) -> None:
         """Release the file handle (the dask levels can no longer be computed)."""
@@ -357,6 +383,84 @@ def open_slide(
     ((32914, 46000, 3), (0.499, 0.499))
     """
     return Slide(path, chunk_bytes=chunk_bytes, on_error=on_error)
+
+
+def _check_series(
+    path: str, all_series: list[Any], layout: _check.Layout, on_error: OnError, notes: list[str]
+) -> Any:
+    """Choose the main image series after checking the baseline's header.
+
+    The first series is what every slide format puts first (its baseline image): when
+    its header contradicts itself the file is damaged, and another series (a macro
+    image) must not silently take its place.
+    """
+    first = all_series[0]
+    rep = _check.check_page(_tiff.first_page(first), layout.size)
+    if rep.errors:
+        raise SlideError(path, f"is damaged: its main image {'; '.join(rep.errors)}")
+    return max(all_series, key=lambda s: _area(s))
+
+
+def _check_levels(
+    path: str, main: Any, layout: _check.Layout, on_error: OnError, notes: list[str]
+) -> list[int]:
+    """Check every pyramid level; return the indices of the levels to show."""
+    keep: list[int] = []
+    for i, level in enumerate(_tiff.series_levels(main)):
+        errors: list[str] = []
+        cut = total = 0
+        for page in level.pages:
+            if page is None:
+                continue
+            rep = _check.check_page(page, layout.size)
+            errors += rep.errors
+            cut += rep.cut
+            total += rep.total
+        if errors:
+            if i == 0:
+                raise SlideError(path, f"is damaged: level 0 {'; '.join(errors)}")
+            notes.append(f"pyramid level {i} ({'; '.join(errors)})")
+            continue
+        if cut:
+            what = (
+                f"{cut:,} of {total:,} level-{i} tiles lie past the end of the file "
+                f"({layout.size:,} bytes)"
+            )
+            if on_error == "raise":
+                raise SlideError(path, f"is truncated: {what}")
+            if i == 0:
+                notes.append(f"truncated: {what} and are shown blank")
+            else:
+                notes.append(f"pyramid level {i} (truncated: {what})")
+                continue
+        keep.append(i)
+    return keep
+
+
+def _associated_problem(series: Any, size: int) -> str | None:
+    """Why an associated image cannot be delivered, or None."""
+    try:
+        page = _tiff.first_page(series)
+        rep = _check.check_page(page, size)
+        nbytes = int(np.prod(series.shape)) * np.dtype(series.dtype).itemsize
+    except Exception as exc:
+        return f"unreadable header: {_tiff.describe_exception(exc)}"
+    if rep.errors:
+        return "; ".join(rep.errors)
+    if rep.cut:
+        return f"truncated: {rep.cut:,} of {rep.total:,} segments lie past the end of the file"
+    if nbytes > _check.MAX_ASSOCIATED_BYTES:
+        return f"{nbytes:,} bytes decoded is absurd for an associated image"
+    return None
+
+
+def _read_associated(path: str, name: str, series: Any) -> np.ndarray:
+    try:
+        return _tiff.read_page(series)
+    except Exception as exc:
+        raise SlideError(
+            path, f"the {name} image cannot be decoded ({_tiff.describe_exception(exc)})"
+        ) from exc
 
 
 def _area(series: Any) -> int:

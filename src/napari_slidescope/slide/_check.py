@@ -133,6 +133,13 @@ def walk(path: str, size: int) -> Layout:
         return _Walker(path, fh, size).run()
 
 
+def _entry_dtype(bo: str, word: str) -> np.dtype[Any]:
+    """One IFD entry: tag code, type, value count, value or offset to it."""
+    return np.dtype(
+        [("code", bo + "u2"), ("type", bo + "u2"), ("count", bo + word), ("value", bo + word)]
+    )
+
+
 class _Walker:
     def __init__(self, path: str, fh: Any, size: int) -> None:
         self.path, self.fh, self.size = path, fh, size
@@ -147,15 +154,11 @@ class _Walker:
             if (offsetsize, zero) != (8, 0):
                 raise SlideError(path, f"has a damaged BigTIFF header (offset size {offsetsize})")
             self.first = struct.unpack(self.bo + "Q", head[8:16])[0]
-            self.entry = np.dtype(
-                [("code", "u2"), ("type", "u2"), ("count", "u8"), ("value", "u8")]
-            ).newbyteorder(self.bo)
+            self.entry = _entry_dtype(self.bo, "u8")
             self.countsize, self.nextsize, self.inline = 8, 8, 8
         else:
             self.first = struct.unpack(self.bo + "I", head[4:8])[0]
-            self.entry = np.dtype(
-                [("code", "u2"), ("type", "u2"), ("count", "u4"), ("value", "u4")]
-            ).newbyteorder(self.bo)
+            self.entry = _entry_dtype(self.bo, "u4")
             self.countsize, self.nextsize, self.inline = 2, 8 if self.ndpi else 4, 4
         self.layout = Layout(size, self.bo, self.big, self.ndpi)
         self.seen: dict[int, int] = {}

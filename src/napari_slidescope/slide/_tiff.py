@@ -83,7 +83,7 @@ def open_tiff(
         if on_error == "raise":
             raise SlideError(path, f"is truncated: {layout.truncated}")
         notes.append(f"truncated: {layout.truncated}")
-    flags: dict[str, bool] = {}
+    flags: dict[str, Any] = {}
     if layout.description is not None and b"<!DOCTYPE" in layout.description:
         # DTDs declare entities (billion laughs, external files): no XML of this file is
         # parsed, by tifffile or by us, whatever the runtime's expat would allow

@@ -322,3 +322,28 @@ def test_slide_pipeline_finds_what_the_array_method_finds(shared_file):
     assert tiled.labels.shape == whole.shape
     assert abs(tiled.count - int(whole.max())) <= 0.05 * whole.max() and tiled.count > 150
     assert instance_scores(whole, tiled.labels)["f1"] > 0.9
+
+
+def test_prepare_nuclei_tiles_one_by_one_equal_segment_nuclei():
+    from napari_slidescope.pipeline.nuclei import prepare_nuclei
+
+    img, _ = discs()
+    kwargs = dict(mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False)
+    whole = segment_nuclei(img, workers=2, **kwargs)
+    run = prepare_nuclei(img, **kwargs)
+    assert len(run.tiles) == len(run.plan.tiles) > 4
+    # out of order, one tile at a time: local ids, shifted by the tiles before in plan order
+    order = [t.index for t in run.tiles][::-1]
+    results = {r.tile.index: r for r in run.segment(order, workers=1)}
+    offset, ids, areas = 0, [], []
+    for t in run.tiles:
+        r = results[t.index]
+        assert r.offset == 0 and list(r.table["id"]) == list(range(1, r.count + 1))
+        ids.extend(r.table["id"] + offset)
+        areas.extend(r.table["area_um2"])
+        offset += r.count
+    np.testing.assert_array_equal(ids, whole.table["id"])
+    np.testing.assert_array_equal(areas, whole.table["area_um2"])
+    with pytest.raises(ValueError, match="not among the tiles"):
+        next(run.segment([10_000]))
+    run.close()

@@ -15,7 +15,7 @@ import inspect
 import math
 import os
 import warnings
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +38,14 @@ from napari_slidescope.pipeline.tiling import (
     read_tile,
 )
 
-__all__ = ["NucleiResult", "NucleiStep", "iter_segment_nuclei", "segment_nuclei"]
+__all__ = [
+    "NucleiResult",
+    "NucleiStep",
+    "PreparedNuclei",
+    "iter_segment_nuclei",
+    "prepare_nuclei",
+    "segment_nuclei",
+]
 
 #: Tissue detection runs first (``tissue="auto"``) when the plan has more tiles than this.
 AUTO_TISSUE_TILES = 4
@@ -479,3 +486,128 @@ def _to_level0(labels: np.ndarray, plan: TilePlan) -> np.ndarray:
     rows = np.minimum(((np.arange(y1 - y0) + 0.5) / dy).astype(np.intp), labels.shape[0] - 1)
     cols = np.minimum(((np.arange(x1 - x0) + 0.5) / dx).astype(np.intp), labels.shape[1] - 1)
     return labels[rows[:, None], cols[None, :]]
+
+
+class PreparedNuclei:
+    """A nuclei run set up and not yet run: its plan, its tiles and a prepared segmenter.
+
+    Made by :func:`prepare_nuclei`. :meth:`segment` runs any subset of the tiles with
+    exactly the per-tile steps of :func:`segment_nuclei` (read, model, post-process,
+    ownership, measurements), so a tile segmented here, in another process or on
+    another machine gives the same nuclei as in one ``segment_nuclei`` call. This is
+    the entry point for engines that spread a slide's tiles over processes (the batch
+    engine in :mod:`napari_slidescope.batch`).
+
+    Attributes
+    ----------
+    plan : TilePlan
+        The plan of the whole region.
+    tiles : tuple of Tile
+        The tiles ``segment_nuclei`` would segment (those with tissue), in plan order.
+    segmenter : object
+        The prepared segmenter.
+    """
+
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+
+    @property
+    def plan(self) -> TilePlan:  # noqa: D102
+        return self._run.plan
+
+    @property
+    def tiles(self) -> tuple[Tile, ...]:  # noqa: D102
+        return self._run.tiles
+
+    @property
+    def segmenter(self) -> Any:  # noqa: D102
+        return self._run.segmenter
+
+    def segment(self, indices: Sequence[int], **runner_kwargs: Any) -> Iterator[TileResult]:
+        """Segment the tiles with these plan indices, yielding one result per tile.
+
+        Parameters
+        ----------
+        indices : sequence of int
+            ``Tile.index`` values of tiles in :attr:`tiles`.
+        **runner_kwargs
+            Passed to :func:`~napari_slidescope.pipeline.runner.iter_tiles`
+            (``workers``, ``read_threads``, ...; they change speed, never results).
+
+        Yields
+        ------
+        TileResult
+            In the order of ``indices``; ids are local to each tile (``1 .. count``):
+            add the counts of the tiles before it in :attr:`tiles` to get the ids
+            :func:`segment_nuclei` gives.
+
+        Raises
+        ------
+        ValueError
+            If an index is not one of :attr:`tiles`.
+        """
+        by_index = {t.index: t for t in self._run.tiles}
+        missing = [int(i) for i in indices if int(i) not in by_index]
+        if missing:
+            raise ValueError(f"indices: tiles {missing} are not among the tiles to segment")
+        kwargs = {**self._run.runner_kwargs, **runner_kwargs}
+        for i in indices:  # one tile per run: ids stay local to the tile
+            gen = iter_tiles(
+                self._run.slide,
+                self._run.plan,
+                self._run.segmenter,
+                tiles=[by_index[int(i)]],
+                measure=self._run.measure,
+                **kwargs,
+            )
+            try:
+                yield from gen
+            finally:
+                gen.close()
+
+    def close(self) -> None:
+        """Close the slide when :func:`prepare_nuclei` opened it."""
+        if self._run.owned:
+            self._run.slide.close()
+
+
+def prepare_nuclei(
+    source: Any,
+    *,
+    region: Box | None = None,
+    mpp: float | tuple[float, float] | None = None,
+    target_mpp: float | None = None,
+    tissue: TissueArg = "auto",
+    segmenter: Any = "builtin",
+    tile_size_um: float = 512.0,
+    **runner_kwargs: Any,
+) -> PreparedNuclei:
+    """Set up a nuclei run as :func:`segment_nuclei` does, without segmenting.
+
+    Plans the tiles, selects those with tissue and prepares the segmenter from
+    working-resolution crops of them, exactly as :func:`segment_nuclei` with the same
+    arguments; the parameters are those of :func:`segment_nuclei`. Pass a
+    ``TissueResult`` (or an object with ``mask``, ``downsample`` and ``origin``) as
+    ``tissue`` to reuse a tissue mask found elsewhere.
+
+    Returns
+    -------
+    PreparedNuclei
+        Close it (or let it be collected) when done when ``source`` was a path.
+
+    Examples
+    --------
+    >>> run = prepare_nuclei("slide.svs", tissue=True)  # doctest: +SKIP
+    >>> [r.count for r in run.segment([t.index for t in run.tiles[:2]])]  # doctest: +SKIP
+    """
+    run = _setup(
+        source,
+        region=region,
+        mpp=mpp,
+        target_mpp=target_mpp,
+        tissue=tissue,
+        segmenter=segmenter,
+        tile_size_um=tile_size_um,
+        **runner_kwargs,
+    )
+    return PreparedNuclei(run)

@@ -10,14 +10,20 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import IO, Any
 
 import numpy as np
 
 from napari_slidescope._io import atomic_write
 
-__all__ = ["read_geojson", "read_geojson_rings", "write_geojson"]
+__all__ = [
+    "polygon_feature",
+    "read_geojson",
+    "read_geojson_rings",
+    "write_features",
+    "write_geojson",
+]
 
 #: QuPath's default colour of the "Tissue" class is not fixed; this is a readable green.
 TISSUE_COLOR = (0, 200, 0)
@@ -71,30 +77,94 @@ def write_geojson(
         )
     if measurements is not None and len(measurements) != len(exteriors):
         raise ValueError("measurements: expected one dict per exterior")
-    rgb = [int(v) for v in color]
-    features: list[dict[str, Any]] = []
-    for i, (ext, hls) in enumerate(zip(exteriors, interiors, strict=True)):
-        if len(ext) < 3:
-            continue
-        rings = [_closed_xy(ext, exterior=True)]
-        rings += [_closed_xy(h, exterior=False) for h in hls if len(h) >= 3]
-        props: dict[str, Any] = {
-            "objectType": object_type,
-            "classification": {"name": name, "color": rgb},
-            "isLocked": False,
-        }
-        if measurements is not None:
-            props["measurements"] = {k: float(v) for k, v in measurements[i].items()}
-        features.append(
-            {
-                "type": "Feature",
-                "id": str(uuid.uuid4()),
-                "geometry": {"type": "Polygon", "coordinates": rings},
-                "properties": props,
-            }
+    features = [
+        polygon_feature(
+            ext,
+            hls,
+            name=name,
+            color=color,
+            object_type=object_type,
+            measurements=None if measurements is None else measurements[i],
         )
+        for i, (ext, hls) in enumerate(zip(exteriors, interiors, strict=True))
+        if len(ext) >= 3
+    ]
     with atomic_write(path, "w", encoding="utf-8") as fh:
         json.dump({"type": "FeatureCollection", "features": features}, fh)
+
+
+def polygon_feature(
+    exterior: np.ndarray,
+    interiors: Sequence[np.ndarray] = (),
+    *,
+    name: str = "Tissue",
+    color: Sequence[int] = TISSUE_COLOR,
+    object_type: str = "annotation",
+    measurements: dict[str, float] | None = None,
+    feature_id: str | None = None,
+) -> dict[str, Any]:
+    """One QuPath GeoJSON ``Feature`` for a polygon (see :func:`write_geojson`).
+
+    Parameters
+    ----------
+    exterior : (N, 2) ndarray
+        Level-0 ``(row, col)`` outer ring, open or closed, N >= 3.
+    interiors : sequence of (K, 2) ndarray
+        Holes; rings with fewer than 3 points are dropped.
+    name, color, object_type, measurements
+        As in :func:`write_geojson`; non-finite measurements are left out.
+    feature_id : str, optional
+        The feature's ``id``; default a random UUID.
+
+    Returns
+    -------
+    dict
+        A GeoJSON Feature, ready for ``json.dumps``.
+    """
+    rings = [_closed_xy(exterior, exterior=True)]
+    rings += [_closed_xy(h, exterior=False) for h in interiors if len(h) >= 3]
+    props: dict[str, Any] = {
+        "objectType": object_type,
+        "classification": {"name": name, "color": [int(v) for v in color]},
+        "isLocked": False,
+    }
+    if measurements is not None:
+        props["measurements"] = {
+            k: float(v) for k, v in measurements.items() if np.isfinite(float(v))
+        }
+    return {
+        "type": "Feature",
+        "id": feature_id or str(uuid.uuid4()),
+        "geometry": {"type": "Polygon", "coordinates": rings},
+        "properties": props,
+    }
+
+
+def write_features(fh: IO[str], features: Iterable[dict[str, Any]]) -> int:
+    """Stream features into an open text file as one GeoJSON FeatureCollection.
+
+    Each feature is serialised on its own, so memory stays that of one feature
+    whatever their number (a gzip file object gives a ``.geojson.gz`` QuPath opens).
+
+    Parameters
+    ----------
+    fh : text file
+        Open for writing, e.g. ``gzip.open(path, "wt", encoding="utf-8")``.
+    features : iterable of dict
+        GeoJSON features (e.g. from :func:`polygon_feature`).
+
+    Returns
+    -------
+    int
+        Number of features written.
+    """
+    fh.write('{"type": "FeatureCollection", "features": [')
+    n = 0
+    for feature in features:
+        fh.write(("," if n else "") + "\n" + json.dumps(feature))
+        n += 1
+    fh.write("\n]}\n")
+    return n
 
 
 def _features(doc: Any, path: str) -> list[dict[str, Any]]:

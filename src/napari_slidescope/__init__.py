@@ -29,11 +29,13 @@ _LAZY = {
     "TissueResult": "napari_slidescope.pipeline.tissue",
     "segment_nuclei": "napari_slidescope.pipeline.nuclei",
     "NucleiResult": "napari_slidescope.pipeline.nuclei",
+    "analyze_slides": "napari_slidescope.batch",
 }
 
 __all__ = ["SlidescopeWarning", "__version__", *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from napari_slidescope.batch import analyze_slides
     from napari_slidescope.pipeline.nuclei import NucleiResult, segment_nuclei
     from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
     from napari_slidescope.slide import ArraySlide, Slide, SlideError, open_slide

@@ -1,0 +1,332 @@
+"""The files of a batch run: tile parts, GeoParquet, QuPath GeoJSON, manifests, summary.
+
+Layout of ``OUT``::
+
+    OUT/summary.csv                  one row per slide
+    OUT/<slide file name>/manifest.json
+    OUT/<slide file name>/tissue.geojson
+    OUT/<slide file name>/nuclei.parquet
+    OUT/<slide file name>/nuclei.geojson.gz
+    OUT/<slide file name>/parts/tile-<index>.parquet   (while the slide runs)
+
+Every file is written to a temporary name in its folder, flushed and renamed.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from napari_slidescope.batch._atomic import atomic_path, atomic_write, write_text_atomic
+from napari_slidescope.batch.tasks import TileOut, wkb_ring
+
+__all__ = [
+    "NUCLEI_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "SlideSummary",
+    "read_manifest",
+    "write_manifest",
+    "write_nuclei",
+    "write_part",
+    "write_summary",
+]
+
+#: Columns of ``nuclei.parquet`` besides the measurements (and their units).
+NUCLEI_COLUMNS: dict[str, str] = {
+    "id": "slide-unique nucleus id (as segment_nuclei numbers them)",
+    "tile": "index of the tile that owns the nucleus",
+    "geometry": "outline, WKB polygon in level-0 pixel (x, y)",
+    "bbox_row0": "level-0 px",
+    "bbox_col0": "level-0 px",
+    "bbox_row1": "level-0 px",
+    "bbox_col1": "level-0 px",
+}
+
+#: Columns of ``summary.csv``.
+SUMMARY_COLUMNS = (
+    "slide",
+    "status",
+    "error",
+    "tissue_area_mm2",
+    "nuclei",
+    "nuclei_per_mm2",
+    "mean_nucleus_area_um2",
+    "seconds",
+    "path",
+)
+
+_NUCLEUS_COLOR = (30, 30, 200)
+
+
+@dataclass
+class SlideSummary:
+    """Totals of one slide's nuclei, gathered while its output is written."""
+
+    nuclei: int = 0
+    area_um2_sum: float = 0.0
+
+    @property
+    def mean_area_um2(self) -> float | None:
+        """Mean nucleus area in µm², None without nuclei."""
+        return self.area_um2_sum / self.nuclei if self.nuclei else None
+
+
+def parts_dir(slide_dir: Path) -> Path:
+    """Folder of the tile parts of a slide."""
+    return slide_dir / "parts"
+
+
+def part_path(slide_dir: Path, index: int) -> Path:
+    """Part file of one tile."""
+    return parts_dir(slide_dir) / f"tile-{index:06d}.parquet"
+
+
+def write_part(slide_dir: Path, tile: TileOut, digest: str) -> Path:
+    """Write one tile's nuclei (local ids) as a Parquet part, atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {k: pa.array(np.asarray(v)) for k, v in tile.table.items()}
+    cols["geometry"] = pa.array(tile.wkb, type=pa.binary())
+    meta = {"tile": str(tile.index), "seconds": repr(tile.seconds), "params_sha256": digest}
+    table = pa.table(cols).replace_schema_metadata({f"slidescope.{k}": v for k, v in meta.items()})
+    path = part_path(slide_dir, tile.index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return path
+
+
+def finished_parts(slide_dir: Path, digest: str) -> dict[int, float]:
+    """Tiles with a part written with these parameters: ``{index: seconds}``."""
+    import pyarrow.parquet as pq
+
+    done: dict[int, float] = {}
+    folder = parts_dir(slide_dir)
+    if not folder.is_dir():
+        return done
+    for p in sorted(folder.glob("tile-*.parquet")):
+        try:
+            meta = pq.read_schema(p).metadata or {}
+        except Exception:  # noqa: BLE001 - a part that cannot be read is redone
+            continue
+        if meta.get(b"slidescope.params_sha256", b"").decode() != digest:
+            continue
+        done[int(meta[b"slidescope.tile"])] = float(meta[b"slidescope.seconds"])
+    return done
+
+
+def clear_slide(slide_dir: Path) -> None:
+    """Remove a slide's parts and outputs (before it is redone from scratch)."""
+    shutil.rmtree(parts_dir(slide_dir), ignore_errors=True)
+    for name in ("nuclei.parquet", "nuclei.geojson.gz", "tissue.geojson", "manifest.json"):
+        (slide_dir / name).unlink(missing_ok=True)
+
+
+def _read_parts(slide_dir: Path, tiles: Sequence[int]) -> Iterator[tuple[int, Any]]:
+    import pyarrow.parquet as pq
+
+    for index in tiles:
+        yield index, pq.read_table(part_path(slide_dir, index))
+
+
+def write_nuclei(
+    slide_dir: Path,
+    tiles: Sequence[int],
+    *,
+    file_metadata: dict[str, Any],
+    units: dict[str, str],
+    feature_ns: str,
+) -> SlideSummary:
+    """Join a slide's parts into ``nuclei.parquet`` and ``nuclei.geojson.gz``.
+
+    Ids are made slide-unique as :func:`~napari_slidescope.segment_nuclei` numbers them:
+    tile by tile in plan order, each tile's local ids shifted by the nuclei of the tiles
+    before it. Parts are read one at a time and each becomes a row group and a run of
+    GeoJSON features, so memory holds one tile's nuclei whatever the slide.
+
+    Parameters
+    ----------
+    slide_dir : Path
+        ``OUT/<slide>/`` holding ``parts/``.
+    tiles : sequence of int
+        The tiles of the slide, in plan order; each must have a part.
+    file_metadata : dict
+        Stored as JSON under the ``slidescope`` key of the Parquet file metadata.
+    units : dict of str to str
+        Unit of each measurement column (Parquet field metadata ``unit``).
+    feature_ns : str
+        Seed of the GeoJSON feature ids (a UUID-5 per nucleus, the same on every run).
+
+    Returns
+    -------
+    SlideSummary
+    """
+    import pyarrow.parquet as pq
+
+    from napari_slidescope.analysis.geojson import polygon_feature, write_features
+
+    summary = SlideSummary()
+    ns = uuid.uuid5(uuid.NAMESPACE_URL, feature_ns)
+    file_meta = {"geo": json.dumps(_GEO), "slidescope": json.dumps(file_metadata, sort_keys=True)}
+    pq_path, gj_path = slide_dir / "nuclei.parquet", slide_dir / "nuclei.geojson.gz"
+    with atomic_path(pq_path) as pq_tmp, atomic_path(gj_path) as gj_tmp:
+        writer: Any = None
+
+        def features() -> Iterator[dict[str, Any]]:
+            nonlocal writer
+            offset = 0
+            for index in tiles:
+                part = pq.read_table(part_path(slide_dir, index))
+                table, rings, measures = _nuclei_table(part, index, offset, units)
+                if writer is None:
+                    writer = pq.ParquetWriter(
+                        pq_tmp, table.schema.with_metadata(file_meta), compression="zstd"
+                    )
+                writer.write_table(table.replace_schema_metadata(file_meta))
+                n = table.num_rows
+                summary.nuclei += n
+                if "area_um2" in measures:
+                    summary.area_um2_sum += float(np.nansum(measures["area_um2"]))
+                ids = table.column("id").to_numpy()
+                for k in range(n):
+                    meas = {c: float(v[k]) for c, v in measures.items()}
+                    meas["id"] = float(ids[k])
+                    yield polygon_feature(
+                        rings[k][:-1, ::-1],
+                        name="Nucleus",
+                        color=_NUCLEUS_COLOR,
+                        object_type="detection",
+                        measurements=meas,
+                        feature_id=str(uuid.uuid5(ns, str(int(ids[k])))),
+                    )
+                offset += n
+
+        with gzip.open(gj_tmp, "wt", encoding="utf-8", compresslevel=6) as gz:
+            write_features(gz, features())
+        if writer is None:  # a slide without nuclei: an empty table with every column
+            empty = _nuclei_table(_empty_part(), 0, 0, units)[0]
+            writer = pq.ParquetWriter(pq_tmp, empty.schema.with_metadata(file_meta))
+        writer.close()
+    return summary
+
+
+def _nuclei_table(
+    part: Any, index: int, offset: int, units: dict[str, str]
+) -> tuple[Any, list[np.ndarray], dict[str, np.ndarray]]:
+    """One tile's rows of ``nuclei.parquet``, its outlines ``(x, y)`` and measurements."""
+    import pyarrow as pa
+
+    n = part.num_rows
+    wkb = part.column("geometry")
+    rings = [wkb_ring(b) for b in wkb.to_pylist()]
+    box = np.array(
+        [[r[:, 1].min(), r[:, 0].min(), r[:, 1].max(), r[:, 0].max()] for r in rings], np.float64
+    ).reshape(n, 4)
+    measures = {
+        c: part.column(c).to_numpy() for c in part.column_names if c not in ("id", "geometry")
+    }
+    cols: dict[str, Any] = {
+        "id": pa.array(part.column("id").to_numpy().astype(np.int64) + offset),
+        "tile": pa.array(np.full(n, index, np.int32)),
+    }
+    cols.update({c: pa.array(v) for c, v in measures.items()})
+    for j, c in enumerate(("bbox_row0", "bbox_col0", "bbox_row1", "bbox_col1")):
+        cols[c] = pa.array(box[:, j])
+    cols["geometry"] = wkb
+    fields = []
+    for name, col in cols.items():
+        unit = units.get(name) or NUCLEI_COLUMNS.get(name)
+        f = pa.field(name, col.type)
+        fields.append(f.with_metadata({"unit": unit}) if unit else f)
+    return pa.Table.from_arrays(list(cols.values()), schema=pa.schema(fields)), rings, measures
+
+
+def _empty_part() -> Any:
+    import pyarrow as pa
+
+    from napari_slidescope.analysis.measure import empty_table
+
+    cols = {c: pa.array(v) for c, v in empty_table().items()}
+    cols["geometry"] = pa.array([], pa.binary())
+    return pa.table(cols)
+
+
+#: GeoParquet metadata of ``nuclei.parquet``: outlines in slide pixels, no geographic CRS.
+_GEO: dict[str, Any] = {
+    "version": "1.1.0",
+    "primary_column": "geometry",
+    "columns": {
+        "geometry": {
+            "encoding": "WKB",
+            "geometry_types": ["Polygon"],
+            # level-0 pixels of the slide (x right, y down): explicitly no CRS
+            "crs": None,
+        }
+    },
+}
+
+
+def write_tissue(
+    slide_dir: Path, polygons: list[np.ndarray], holes: list[list[np.ndarray]]
+) -> Path:
+    """``tissue.geojson``: one QuPath annotation per tissue piece, atomically."""
+    from napari_slidescope.analysis.geojson import polygon_feature, write_features
+
+    path = slide_dir / "tissue.geojson"
+    with atomic_write(path) as fh:
+        write_features(
+            fh,
+            (
+                polygon_feature(p, h, name="Tissue", object_type="annotation", feature_id=str(i))
+                for i, (p, h) in enumerate(zip(polygons, holes, strict=True))
+                if len(p) >= 3
+            ),
+        )
+    return path
+
+
+def read_manifest(slide_dir: Path) -> dict[str, Any] | None:
+    """Read the slide's ``manifest.json``; None when missing or unreadable."""
+    try:
+        return dict(json.loads((slide_dir / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def write_manifest(slide_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest.json`` atomically."""
+    write_text_atomic(slide_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}" if abs(value) < 1e15 else repr(value)
+    return str(value)
+
+
+def write_summary(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``summary.csv`` (:data:`SUMMARY_COLUMNS`, one row per slide), atomically."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(SUMMARY_COLUMNS)
+    for row in rows:
+        w.writerow([_fmt(row.get(c)) for c in SUMMARY_COLUMNS])
+    write_text_atomic(path, buf.getvalue())
+
+
+def remove_parts(slide_dir: Path) -> None:
+    """Remove a finished slide's parts (``nuclei.parquet`` holds them all now)."""
+    shutil.rmtree(parts_dir(slide_dir), ignore_errors=True)

@@ -1,0 +1,238 @@
+"""The functions dask.distributed runs on workers: one per slide, one per tile (or a few).
+
+A task carries a slide path, its stamp, the parameters and tile indices, never pixels
+or an open file. Each worker process keeps a few slides open and a few prepared nuclei
+runs (plan, tissue tiles, prepared segmenter) in small bounded caches, so a slide of
+thousands of tiles is opened and prepared once per worker, not once per tile.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from napari_slidescope.batch.params import BatchParams
+
+__all__ = [
+    "MAX_OPEN_SLIDES",
+    "MAX_PREPARED",
+    "SlideInfo",
+    "TileOut",
+    "TissueGrid",
+    "nuclei_task",
+    "slide_task",
+    "summary_of",
+    "wkb_polygon",
+]
+
+#: Slides a worker process keeps open (least recently used closed first).
+MAX_OPEN_SLIDES = 4
+#: Prepared nuclei runs (plan + prepared segmenter) a worker process keeps.
+MAX_PREPARED = 4
+
+_lock = threading.Lock()
+_slides: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
+_prepared: OrderedDict[tuple[str, int, int, str], Any] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class TissueGrid:
+    """The tissue mask and its grid: all a tile needs of tissue detection (picklable)."""
+
+    mask: np.ndarray
+    downsample: tuple[float, float]
+    origin: tuple[float, float]
+
+
+@dataclass
+class SlideInfo:
+    """What the per-slide task found: the slide, its tissue, the tiles to segment.
+
+    ``grid`` (the tissue mask) goes to tile tasks only; :func:`summary_of` drops it
+    before anything reaches the client.
+    """
+
+    shape0: tuple[int, int]
+    mpp: tuple[float, float] | None
+    format: str
+    tissue_area_um2: float | None
+    tissue_polygons: list[np.ndarray]
+    tissue_holes: list[list[np.ndarray]]
+    seconds: float
+    tiles: list[int] = field(default_factory=list)
+    plan: dict[str, Any] = field(default_factory=dict)
+    grid: TissueGrid | None = None
+
+
+@dataclass
+class TileOut:
+    """What a nuclei task returns for one tile: kilobytes, never a label image.
+
+    Attributes
+    ----------
+    index : int
+        The tile's plan index.
+    seconds : float
+        Time spent on the tile (read, model, post-process, outlines).
+    table : dict of str to ndarray
+        Measurement columns; ``id`` is local to the tile (``1 .. n``).
+    wkb : list of bytes
+        Each nucleus's outline, a WKB polygon in level-0 pixel ``(x, y)``.
+    """
+
+    index: int
+    seconds: float
+    table: dict[str, np.ndarray]
+    wkb: list[bytes]
+
+
+def _open(path: str, stamp: tuple[int, int]) -> Any:
+    """Return the open slide at ``path`` from this process's cache, checking it is unchanged."""
+    from napari_slidescope.slide import open_slide
+
+    st = os.stat(path)
+    if (int(st.st_size), int(st.st_mtime_ns)) != tuple(stamp):
+        raise RuntimeError(
+            f"{path}: the file changed since the batch started (size or modification time); "
+            "run it again"
+        )
+    key = (path, int(stamp[0]), int(stamp[1]))
+    with _lock:
+        slide = _slides.get(key)
+        if slide is not None:
+            _slides.move_to_end(key)
+            return slide
+        slide = open_slide(path)
+        _slides[key] = slide
+        while len(_slides) > MAX_OPEN_SLIDES:
+            # dropped, not closed: a thread may still read it; the file closes with it
+            _slides.popitem(last=False)
+        return slide
+
+
+def _make_segmenter(params: BatchParams) -> Any:
+    from napari_slidescope.pipeline.models import get_segmenter
+
+    return get_segmenter(params.segmenter)
+
+
+def _prepare(path: str, stamp: tuple[int, int], params: BatchParams, grid: TissueGrid) -> Any:
+    """Return the prepared nuclei run of a slide, made once per worker process."""
+    from napari_slidescope.pipeline.nuclei import prepare_nuclei
+
+    key = (path, int(stamp[0]), int(stamp[1]), params.digest())
+    with _lock:
+        run = _prepared.get(key)
+        if run is not None:
+            _prepared.move_to_end(key)
+            return run
+    slide = _open(path, stamp)
+    with _lock:
+        run = _prepared.get(key)
+        if run is None:  # prepared under the lock: two threads never prepare one slide twice
+            run = prepare_nuclei(
+                slide,
+                target_mpp=params.nuclei_mpp,
+                tissue=grid,
+                segmenter=_make_segmenter(params),
+                tile_size_um=params.tile_size_um,
+            )
+            _prepared[key] = run
+            while len(_prepared) > MAX_PREPARED:
+                _prepared.popitem(last=False)
+        return run
+
+
+def slide_task(path: str, stamp: tuple[int, int], params: BatchParams) -> SlideInfo:
+    """Find a slide's tissue and, for nuclei, the tiles to segment (the per-slide task)."""
+    from napari_slidescope.pipeline.tissue import detect_tissue
+
+    t0 = time.perf_counter()
+    slide = _open(path, stamp)
+    tissue = detect_tissue(slide, region=(0, 0, *slide.shape0))
+    info = SlideInfo(
+        shape0=tuple(slide.shape0),
+        mpp=None if slide.mpp is None else (float(slide.mpp[0]), float(slide.mpp[1])),
+        format=str(getattr(slide, "format", "")),
+        tissue_area_um2=tissue.area_um2,
+        tissue_polygons=tissue.polygons,
+        tissue_holes=tissue.holes,
+        seconds=0.0,
+    )
+    if params.nuclei:
+        info.grid = TissueGrid(tissue.mask, tissue.downsample, tissue.origin)
+        run = _prepare(path, stamp, params, info.grid)
+        plan = run.plan
+        info.tiles = [t.index for t in run.tiles]
+        info.plan = {
+            "mpp": plan.mpp,
+            "tile_size_px": plan.tile_size,
+            "overlap_px": plan.overlap,
+            "grid_shape": list(plan.grid_shape),
+            "tiles_in_plan": len(plan.tiles),
+            "tiles_with_tissue": len(run.tiles),
+            "segmenter": str(getattr(run.segmenter, "name", params.segmenter)),
+        }
+    info.seconds = time.perf_counter() - t0
+    return info
+
+
+def summary_of(info: SlideInfo) -> SlideInfo:
+    """``info`` without the tissue mask: what the client needs."""
+    return SlideInfo(**{**info.__dict__, "grid": None})
+
+
+def nuclei_task(
+    path: str, stamp: tuple[int, int], params: BatchParams, info: SlideInfo, indices: list[int]
+) -> list[TileOut]:
+    """Segment some tiles of a slide; return each tile's owned nuclei as a compact table."""
+    from napari_slidescope.analysis.geometry import labels_to_polygons
+
+    if info.grid is None:
+        raise ValueError("nuclei_task: the slide task found no tissue grid")
+    run = _prepare(path, stamp, params, info.grid)
+    plan = run.plan
+    dy, dx = plan.downsample
+    out = []
+    t0 = time.perf_counter()
+    # one thread each: dask runs one task per worker thread, the cluster is the parallelism
+    for res in run.segment(indices, workers=1, read_threads=1):
+        y0, x0 = res.tile.box[:2]
+        polys, ids = labels_to_polygons(
+            res.labels,
+            downsample=plan.downsample,
+            origin=(plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx),
+        )
+        by_id = dict(zip(ids.tolist(), polys, strict=True))
+        table = {k: np.asarray(v) for k, v in res.table.items()}
+        wkb = [wkb_polygon(by_id[int(i)]) for i in table["id"]]
+        t1 = time.perf_counter()
+        out.append(TileOut(res.tile.index, t1 - t0, table, wkb))
+        t0 = t1
+    return out
+
+
+def wkb_polygon(ring: np.ndarray) -> bytes:
+    """Encode a polygon of one level-0 ``(row, col)`` ring as little-endian WKB in ``(x, y)``.
+
+    The ring is closed (first point repeated) as WKB requires.
+    """
+    xy = np.asarray(ring, dtype="<f8")[:, ::-1]
+    if len(xy) and not np.array_equal(xy[0], xy[-1]):
+        xy = np.vstack([xy, xy[:1]])
+    return struct.pack("<BIII", 1, 3, 1, len(xy)) + np.ascontiguousarray(xy).tobytes()
+
+
+def wkb_ring(data: bytes) -> np.ndarray:
+    """Decode the exterior ring ``(x, y)`` of a WKB polygon made by :func:`wkb_polygon`."""
+    order, kind, rings, n = struct.unpack_from("<BIII", data)
+    if order != 1 or kind != 3 or rings < 1:
+        raise ValueError("wkb_ring: expected a little-endian WKB polygon")
+    return np.frombuffer(data, dtype="<f8", count=2 * n, offset=13).reshape(n, 2)

@@ -1,0 +1,207 @@
+"""analyze_slides on a 2-process cluster: the same nuclei as segment_nuclei, files as documented."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import signal
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import shapely
+
+from napari_slidescope import analyze_slides, segment_nuclei
+from napari_slidescope.analysis.measure import COLUMNS
+from napari_slidescope.batch.outputs import NUCLEI_COLUMNS, SUMMARY_COLUMNS
+
+#: Owned part of a tile, µm: small, so the small slides still have a dozen tiles or more.
+TILE_UM = 128.0
+
+
+@pytest.fixture(scope="module")
+def reference(slides):
+    """In-process segment_nuclei of each slide, same parameters as the batch."""
+    return {
+        name: segment_nuclei(
+            slides / name, tissue=True, tile_size_um=TILE_UM, labels=False, workers=1
+        )
+        for name in ("a.svs", "b.svs")
+    }
+
+
+@pytest.fixture(scope="module")
+def batch_out(client, slides, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    rows = analyze_slides(slides, out, tile_size_um=TILE_UM, client=client)
+    return out, rows
+
+
+def sorted_table(path):
+    return pq.read_table(path).sort_by("id")
+
+
+def test_same_nuclei_as_segment_nuclei(batch_out, reference):
+    out, rows = batch_out
+    assert [r["slide"] for r in rows] == ["a.svs", "b.svs"]
+    for row in rows:
+        res = reference[row["slide"]]
+        assert row["status"] == "done", row
+        assert row["nuclei"] == res.count > 20
+        table = pq.read_table(out / row["slide"] / "nuclei.parquet")
+        for col in COLUMNS:  # same ids, centroids and measurements, bit for bit
+            np.testing.assert_array_equal(table.column(col).to_numpy(), res.table[col], err_msg=col)
+        polys, ids = res.outlines
+        by_id = dict(zip(ids.tolist(), polys, strict=True))
+        geoms = table.column("geometry").to_pylist()
+        for nid, wkb in zip(table.column("id").to_pylist(), geoms, strict=True):
+            xy = np.asarray(shapely.from_wkb(wkb).exterior.coords)
+            np.testing.assert_array_equal(xy[:-1, ::-1], by_id[nid])
+        assert row["mean_nucleus_area_um2"] == pytest.approx(res.table["area_um2"].mean())
+
+
+def test_summary_csv(batch_out):
+    out, rows = batch_out
+    with open(out / "summary.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert list(got[0]) == list(SUMMARY_COLUMNS)
+    assert [(g["slide"], g["status"], int(g["nuclei"])) for g in got] == [
+        (r["slide"], "done", r["nuclei"]) for r in rows
+    ]
+    for g in got:
+        assert float(g["tissue_area_mm2"]) > 0
+        area = float(g["tissue_area_mm2"])
+        assert float(g["nuclei_per_mm2"]) == pytest.approx(int(g["nuclei"]) / area, rel=1e-5)
+
+
+def test_geoparquet_reads_back_with_documented_columns(batch_out, slides):
+    out, _ = batch_out
+    path = out / "a.svs" / "nuclei.parquet"
+    table = pq.read_table(path)
+    assert table.column_names == [
+        "id",
+        "tile",
+        *[c for c in COLUMNS if c != "id"],
+        "bbox_row0",
+        "bbox_col0",
+        "bbox_row1",
+        "bbox_col1",
+        "geometry",
+    ]
+    assert set(NUCLEI_COLUMNS) <= set(table.column_names)
+    meta = table.schema.metadata
+    geo = json.loads(meta[b"geo"])
+    assert geo["primary_column"] == "geometry"
+    assert geo["columns"]["geometry"]["encoding"] == "WKB"
+    assert geo["columns"]["geometry"]["geometry_types"] == ["Polygon"]
+    info = json.loads(meta[b"slidescope"])
+    assert info["slide"] == "a.svs" and info["mpp"] == [0.5, 0.5]
+    assert info["parameters"]["tile_size_um"] == TILE_UM
+    assert info["software"].startswith("napari-slidescope ")
+    assert table.schema.field("area_um2").metadata[b"unit"] == "µm²".encode()
+    geoms = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
+    assert all(g.geom_type == "Polygon" and g.is_valid for g in geoms)
+    # centroids in level-0 px lie inside each outline's bounding box, which lies in the slide
+    r, c = table.column("centroid_row").to_numpy(), table.column("centroid_col").to_numpy()
+    y0, x0 = table.column("bbox_row0").to_numpy(), table.column("bbox_col0").to_numpy()
+    y1, x1 = table.column("bbox_row1").to_numpy(), table.column("bbox_col1").to_numpy()
+    assert np.all((y0 <= r) & (r <= y1) & (x0 <= c) & (c <= x1))
+    assert y0.min() >= 0 and x0.min() >= 0 and y1.max() <= 1024 and x1.max() <= 1536
+    ids = table.column("id").to_numpy()
+    assert np.array_equal(ids, np.arange(1, len(ids) + 1))
+
+
+def test_geojson_is_qupath_detections(batch_out):
+    out, rows = batch_out
+    with gzip.open(out / "a.svs" / "nuclei.geojson.gz", "rt", encoding="utf-8") as fh:
+        doc = json.load(fh)
+    assert doc["type"] == "FeatureCollection"
+    feats = doc["features"]
+    assert len(feats) == rows[0]["nuclei"]
+    assert len({f["id"] for f in feats}) == len(feats)
+    for f in feats:
+        assert f["type"] == "Feature" and f["geometry"]["type"] == "Polygon"
+        ring = f["geometry"]["coordinates"][0]
+        assert len(ring) >= 4 and ring[0] == ring[-1]
+        props = f["properties"]
+        assert props["objectType"] == "detection"
+        assert props["classification"]["name"] == "Nucleus"
+        assert {"area_um2", "centroid_x_um", "id"} <= set(props["measurements"])
+    tissue = json.loads((out / "a.svs" / "tissue.geojson").read_text())
+    assert tissue["type"] == "FeatureCollection" and tissue["features"]
+    assert {f["properties"]["objectType"] for f in tissue["features"]} == {"annotation"}
+
+
+def test_manifest_records_slide_parameters_and_tiles(batch_out, slides):
+    out, _ = batch_out
+    m = json.loads((out / "a.svs" / "manifest.json").read_text())
+    st = os.stat(slides / "a.svs")
+    assert m["status"] == "done" and m["error"] is None
+    assert m["slide_stamp"]["size"] == st.st_size
+    assert m["slide_stamp"]["mtime_ns"] == st.st_mtime_ns
+    assert len(m["slide_stamp"]["head_sha256"]) == 64
+    assert m["parameters"]["tile_size_um"] == TILE_UM and len(m["parameters_sha256"]) == 64
+    assert m["slide_info"]["shape0"] == [1024, 1536]
+    tiles = m["tiles"]
+    assert len(tiles) == m["plan"]["tiles_with_tissue"] < m["plan"]["tiles_in_plan"]
+    assert all(t["status"] == "done" and t["seconds"] > 0 for t in tiles.values())
+    assert not (out / "a.svs" / "parts").exists()
+
+
+def test_worker_killed_mid_run_gives_identical_output(client, slides, batch_out, tmp_path):
+    out0, _ = batch_out
+    killed = []
+
+    def kill_one(state):
+        if not killed and state.tiles_done >= 3:
+            pids = client.run(os.getpid)
+            pid = sorted(pids.values())[0]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    rows = analyze_slides(
+        slides / "a.svs", tmp_path, tile_size_um=TILE_UM, client=client, progress=kill_one
+    )
+    assert killed, "no worker was killed"
+    assert rows[0]["status"] == "done", rows
+    assert sorted_table(tmp_path / "a.svs" / "nuclei.parquet").equals(
+        sorted_table(out0 / "a.svs" / "nuclei.parquet")
+    )
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_resume_keeps_finished_slides(client, slides, tmp_path):
+    analyze_slides(slides / "b.svs", tmp_path, tasks=["tissue"], client=client)
+    first = (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns
+    seen = []
+    rows = analyze_slides(
+        slides / "b.svs",
+        tmp_path,
+        tasks=["tissue"],
+        client=client,
+        resume=True,
+        progress=lambda s: seen.append(s.finished),
+    )
+    assert rows[0]["status"] == "done" and seen[0]["slide"] == "b.svs"
+    assert (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns == first
+    # other parameters: redone, not mixed
+    rows = analyze_slides(slides / "b.svs", tmp_path, client=client, tile_size_um=TILE_UM)
+    assert rows[0]["status"] == "done" and rows[0]["nuclei"] > 0
+    assert (tmp_path / "b.svs" / "nuclei.parquet").is_file()
+
+
+def test_changed_slide_is_redone(client, slides, tmp_path):
+    from napari_slidescope.sample_data import write_sample_slide
+
+    path = tmp_path / "in" / "c.svs"
+    path.parent.mkdir()
+    write_sample_slide(path, shape=(512, 768), mpp=0.5, seed=3, tile=128)
+    out = tmp_path / "out"
+    first = analyze_slides(path, out, tasks=["tissue"], client=client)[0]
+    write_sample_slide(path, shape=(512, 768), mpp=0.5, seed=4, tile=128)
+    again = analyze_slides(path, out, tasks=["tissue"], client=client, resume=True)[0]
+    m = json.loads((out / "c.svs" / "manifest.json").read_text())
+    assert m["slide_stamp"]["size"] == path.stat().st_size
+    assert again["status"] == "done" and again["tissue_area_mm2"] != first["tissue_area_mm2"]

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_slidescope.batch._atomic import atomic_path, atomic_write, write_text_atomic
+from napari_slidescope._io import atomic_write
 from napari_slidescope.batch.tasks import TileOut, wkb_ring
 
 __all__ = [
@@ -102,8 +102,8 @@ def write_part(slide_dir: Path, tile: TileOut, digest: str) -> Path:
     table = pa.table(cols).replace_schema_metadata({f"slidescope.{k}": v for k, v in meta.items()})
     path = part_path(slide_dir, tile.index)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+    with atomic_write(path, "wb") as fh:
+        pq.write_table(table, fh, compression="zstd")
     return path
 
 
@@ -180,7 +180,7 @@ def write_nuclei(
     ns = uuid.uuid5(uuid.NAMESPACE_URL, feature_ns)
     file_meta = {"geo": json.dumps(_GEO), "slidescope": json.dumps(file_metadata, sort_keys=True)}
     pq_path, gj_path = slide_dir / "nuclei.parquet", slide_dir / "nuclei.geojson.gz"
-    with atomic_path(pq_path) as pq_tmp, atomic_path(gj_path) as gj_tmp:
+    with atomic_write(pq_path, "wb") as pq_fh, atomic_write(gj_path, "wb") as gj_fh:
         writer: Any = None
 
         def features() -> Iterator[dict[str, Any]]:
@@ -191,7 +191,7 @@ def write_nuclei(
                 table, rings, measures = _nuclei_table(part, index, offset, units)
                 if writer is None:
                     writer = pq.ParquetWriter(
-                        pq_tmp, table.schema.with_metadata(file_meta), compression="zstd"
+                        pq_fh, table.schema.with_metadata(file_meta), compression="zstd"
                     )
                 writer.write_table(table.replace_schema_metadata(file_meta))
                 n = table.num_rows
@@ -212,11 +212,14 @@ def write_nuclei(
                     )
                 offset += n
 
-        with gzip.open(gj_tmp, "wt", encoding="utf-8", compresslevel=6) as gz:
-            write_features(gz, features())
+        with (
+            gzip.GzipFile(fileobj=gj_fh, mode="wb", compresslevel=6, mtime=0) as gz,
+            io.TextIOWrapper(gz, encoding="utf-8") as text,
+        ):
+            write_features(text, features())
         if writer is None:  # a slide without nuclei: an empty table with every column
             empty = _nuclei_table(_empty_part(), 0, 0, units)[0]
-            writer = pq.ParquetWriter(pq_tmp, empty.schema.with_metadata(file_meta))
+            writer = pq.ParquetWriter(pq_fh, empty.schema.with_metadata(file_meta))
         writer.close()
     return summary
 
@@ -284,7 +287,7 @@ def write_tissue(
     from napari_slidescope.analysis.geojson import polygon_feature, write_features
 
     path = slide_dir / "tissue.geojson"
-    with atomic_write(path) as fh:
+    with atomic_write(path, "w") as fh:
         write_features(
             fh,
             (
@@ -306,7 +309,8 @@ def read_manifest(slide_dir: Path) -> dict[str, Any] | None:
 
 def write_manifest(slide_dir: Path, manifest: dict[str, Any]) -> None:
     """Write ``manifest.json`` atomically."""
-    write_text_atomic(slide_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+    with atomic_write(slide_dir / "manifest.json", "w") as fh:
+        json.dump(manifest, fh, indent=1, sort_keys=True)
 
 
 def _fmt(value: Any) -> str:
@@ -319,12 +323,11 @@ def _fmt(value: Any) -> str:
 
 def write_summary(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     """Write ``summary.csv`` (:data:`SUMMARY_COLUMNS`, one row per slide), atomically."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(SUMMARY_COLUMNS)
-    for row in rows:
-        w.writerow([_fmt(row.get(c)) for c in SUMMARY_COLUMNS])
-    write_text_atomic(path, buf.getvalue())
+    with atomic_write(path, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(SUMMARY_COLUMNS)
+        for row in rows:
+            w.writerow([_fmt(row.get(c)) for c in SUMMARY_COLUMNS])
 
 
 def remove_parts(slide_dir: Path) -> None:

@@ -1,0 +1,136 @@
+"""The `slidescope batch` command: exit status, messages, SIGKILL and resume, damaged slides."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from napari_slidescope import analyze_slides
+
+TILE_UM = 128.0
+
+
+def cli(*args, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "napari_slidescope.batch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
+
+
+def summary(out):
+    with open(out / "summary.csv", newline="") as fh:
+        return {r["slide"]: r for r in csv.DictReader(fh)}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["batch", "{slides}", "-o", "{out}", "--bogus"], "unrecognized arguments: --bogus"),
+        (["batch", "{empty}", "-o", "{out}"], "no slides found"),
+        (["batch", "{slides}", "-o", "{file}"], "{file}"),
+        (["batch", "{slides}", "-o", "{out}", "--segmenter", "nope"], "unknown name 'nope'"),
+        (["batch", "{slides}", "-o", "{out}", "--tile-size-um", "-3"], "positive number"),
+        (["batch", "{slides}", "-o", "{out}", "--workers", "2", "--scheduler", "x"], "not allowed"),
+    ],
+)
+def test_bad_usage_exits_2_with_one_line(slides, tmp_path, args, message):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("not a folder")
+    names = {"slides": slides, "out": tmp_path / "out", "empty": tmp_path / "empty"}
+    names["file"] = tmp_path / "file"
+    res = cli(*[a.format(**names) for a in args])
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert message.format(**names) in lines[0]
+    assert "Traceback" not in res.stderr
+
+
+def test_help_documents_every_option_with_default():
+    res = cli("batch", "--help")
+    assert res.returncode == 0
+    text = " ".join(res.stdout.split())
+    for option in ("--tasks", "--segmenter", "--workers", "--scheduler", "--resume"):
+        assert option in text
+    assert "--nuclei-mpp UM" in text and "µm per pixel" in text
+    assert "--tile-size-um UM" in text and "(default: 512)" in text
+
+
+def test_damaged_slide_fails_alone_exit_1(client, slides, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    os.link(slides / "b.svs", folder / "good.svs")
+    (folder / "bad.svs").write_bytes(b"II*\x00" + os.urandom(4000))
+    out = tmp_path / "out"
+    res = cli(
+        "batch", folder, "-o", out, "--tasks", "tissue", "--scheduler", client.scheduler.address
+    )
+    assert res.returncode == 1, res.stderr
+    rows = summary(out)
+    assert rows["good.svs"]["status"] == "done" and float(rows["good.svs"]["tissue_area_mm2"]) > 0
+    assert rows["bad.svs"]["status"] == "failed"
+    assert "bad.svs" in rows["bad.svs"]["error"]
+    assert "FAILED bad.svs" in res.stderr + res.stdout
+    manifest = json.loads((out / "bad.svs" / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["error"] == rows["bad.svs"]["error"]
+    assert (out / "good.svs" / "tissue.geojson").is_file()
+
+
+def test_sigkill_mid_run_then_resume_gives_the_same_tables(client, slides, tmp_path):
+    ref = tmp_path / "ref"
+    analyze_slides(slides / "a.svs", ref, tile_size_um=TILE_UM, client=client)
+    out = tmp_path / "out"
+    args = ["batch", slides / "a.svs", "-o", out, "--tile-size-um", TILE_UM, "--no-progress"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "napari_slidescope.batch",
+            *map(str, args),
+            "--scheduler",
+            client.scheduler.address,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    parts = out / "a.svs" / "parts"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if parts.is_dir() and len(list(parts.glob("tile-*.parquet"))) >= 2:
+                break
+            assert proc.poll() is None, "the command ended before it could be killed"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    manifest = json.loads((out / "a.svs" / "manifest.json").read_text())
+    assert manifest["status"] == "running"
+    kept = len(list(parts.glob("tile-*.parquet")))
+    first = []
+    rows = analyze_slides(
+        slides / "a.svs",
+        out,
+        tile_size_um=TILE_UM,
+        client=client,
+        resume=True,
+        progress=lambda s: first.append(s.tiles_done) if not first else None,
+    )
+    assert rows[0]["status"] == "done"
+    assert 2 <= kept == first[0] < len(manifest["tiles"])  # finished tiles were kept
+    got = pq.read_table(out / "a.svs" / "nuclei.parquet").sort_by("id")
+    want = pq.read_table(ref / "a.svs" / "nuclei.parquet").sort_by("id")
+    assert got.equals(want)
+    assert got.schema.metadata[b"slidescope"] == want.schema.metadata[b"slidescope"]

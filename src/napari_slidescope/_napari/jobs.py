@@ -122,6 +122,8 @@ class JobSpec:
     covered: tuple[Box, ...] = ()
     id_offset: int = 0
     tissue: Any = None
+    #: The ``LabelPyramid`` the worker pastes tiles into (a whole-slide canvas), or None.
+    pyramid: Any = None
 
 
 def _segmenter(name: Any, options: dict[str, Any], target_mpp: float | None) -> Any:
@@ -184,6 +186,7 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
                 shape=shape,
                 covered=spec.covered,
                 id_offset=spec.id_offset,
+                pyramid=spec.pyramid,
             ) or (step.done, step.total)
             if cancel.is_set():
                 return

@@ -9,7 +9,9 @@ data coordinate ``i``, so a raster drawn over an image layer with ``scale`` ``s`
 ``t + s * origin``.
 
 Nuclei accumulate on a :class:`ResultCanvas` (a dense int32 raster on a fixed grid)
-that grows when a run covers new ground. Tiles are mapped onto the canvas grid on the
+that grows when a run covers new ground, or, for a whole slide and runs larger than
+:data:`MAX_CANVAS_PIXELS`, on a :class:`PyramidCanvas`: a label pyramid on disk shown as
+a multiscale Labels layer, exact at every zoom. Tiles are mapped onto the canvas grid on the
 worker thread (:func:`tile_patch`); the main thread only pastes patches and refreshes
 the changed part of the texture (:func:`paint_patch`).
 """
@@ -29,20 +31,24 @@ Pair = tuple[float, float]
 
 __all__ = [
     "Patch",
+    "PyramidCanvas",
     "ResultCanvas",
     "aligned_transform",
     "canvas_of",
     "paint_patch",
     "prepare_nuclei_layer",
+    "pyramid_outlines",
     "resample_to_grid",
     "show_tissue",
     "tile_patch",
 ]
 
-#: Most pixels of a nuclei canvas (int32: 256 MiB); larger runs draw at a coarser grid.
+#: Most pixels of a dense nuclei canvas (int32: 256 MiB); larger runs use a pyramid.
 MAX_CANVAS_PIXELS = 64 * 2**20
 
-_CANVASES: weakref.WeakKeyDictionary[Any, ResultCanvas] = weakref.WeakKeyDictionary()
+_CANVASES: weakref.WeakKeyDictionary[Any, ResultCanvas | PyramidCanvas] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass
@@ -53,8 +59,9 @@ class Patch:
     ----------
     box : (int, int, int, int)
         Canvas pixels ``(y0, x0, y1, x1)`` covered by ``labels``.
-    labels : (M, N) ndarray of int32
-        Final nucleus ids (0 = none), duplicates of earlier runs removed.
+    labels : (M, N) ndarray of int32 or None
+        Final nucleus ids (0 = none), duplicates of earlier runs removed; None when the
+        worker already pasted them into a :class:`PyramidCanvas`.
     table : dict of str to ndarray
         Table rows of the new nuclei, ``id`` final.
     done, total : int
@@ -62,7 +69,7 @@ class Patch:
     """
 
     box: Box
-    labels: np.ndarray
+    labels: np.ndarray | None
     table: dict[str, np.ndarray]
     done: int
     total: int
@@ -114,6 +121,11 @@ class ResultCanvas:
         return cls(np.zeros(shape, np.int32), (float(y0), float(x0)), ds, mpp)
 
     @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, cols)`` of the grid."""
+        return (int(self.data.shape[0]), int(self.data.shape[1]))
+
+    @property
     def box0(self) -> tuple[float, float, float, float]:
         """Level-0 extent ``(y0, x0, y1, x1)`` of the raster."""
         (oy, ox), (dy, dx) = self.origin, self.downsample
@@ -158,6 +170,130 @@ class ResultCanvas:
             table=table,
             region=(int(y0), int(x0), int(math.ceil(y1)), int(math.ceil(x1))),
         )
+
+
+@dataclass(eq=False)
+class PyramidCanvas:
+    """Nuclei of a whole slide on disk: a :class:`LabelPyramid` over the slide, and a table.
+
+    Used when a run covers more than :data:`MAX_CANVAS_PIXELS` on the working grid (a
+    whole slide): the layer is a multiscale Labels layer whose levels are the pyramid's,
+    so it is exact at full zoom and memory stays within the pyramid's chunk cache
+    whatever the slide's area. The worker thread pastes each tile into the pyramid
+    (:func:`tile_patch`); the main thread only keeps the table and refreshes the view.
+    Attributes as :class:`ResultCanvas`; ``origin`` is the slide's corner.
+    """
+
+    pyramid: Any
+    origin: Pair
+    downsample: Pair
+    mpp: Pair
+    regions: list[Box] = field(default_factory=list)
+    tables: list[dict[str, np.ndarray]] = field(default_factory=list)
+    next_id: int = 0
+    drawn: weakref.ref | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def for_slide(cls, shape0: tuple[int, int], downsample: Pair, mpp: Pair) -> PyramidCanvas:
+        """Make an empty pyramid over a whole slide of level-0 `shape0`, on a `downsample` grid."""
+        from napari_slidescope.pipeline.label_pyramid import LabelPyramid
+
+        shape = (
+            math.ceil(shape0[0] / downsample[0] - 1e-9),
+            math.ceil(shape0[1] / downsample[1] - 1e-9),
+        )
+        return cls(LabelPyramid(shape), (0.0, 0.0), tuple(downsample), mpp)  # type: ignore[arg-type]
+
+    @property
+    def data(self) -> list[Any]:
+        """The pyramid's levels, finest first (a multiscale layer's data)."""
+        return self.pyramid.levels
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, cols)`` of the finest grid."""
+        return self.pyramid.shape
+
+    def grown(self, region: Box, **_: Any) -> PyramidCanvas:
+        """Return self: the pyramid spans the whole slide already."""
+        return self
+
+    def table(self) -> dict[str, np.ndarray]:
+        """All table rows so far (one per nucleus painted)."""
+        return ResultCanvas.table(self)  # type: ignore[arg-type]
+
+    def to_result(self) -> Any:
+        """Return the nuclei as a ``NucleiResult`` with outlines (no dense labels)."""
+        from napari_slidescope.pipeline.nuclei import NucleiResult
+
+        table = self.table()
+        outlines = pyramid_outlines(self.pyramid, table, self.origin, self.downsample)
+        present = np.isin(table["id"], outlines[1])  # nuclei deleted from the layer go
+        table = {k: np.asarray(v)[present] for k, v in table.items()}
+        h, w = self.shape
+        return NucleiResult(
+            labels=None,
+            mpp=(self.mpp[0] * self.downsample[0], self.mpp[1] * self.downsample[1]),
+            origin=(0, 0),
+            downsample=self.downsample,
+            count=int(table["id"].size),
+            table=table,
+            region=(0, 0, math.ceil(h * self.downsample[0]), math.ceil(w * self.downsample[1])),
+            outlines=outlines,
+        )
+
+
+def pyramid_outlines(
+    pyramid: Any,
+    table: dict[str, np.ndarray],
+    origin: Pair,
+    downsample: Pair,
+    *,
+    block: int = 2048,
+    margin: int = 128,
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Outline every nucleus of a label pyramid, one block of level 0 at a time.
+
+    A nucleus is outlined by the block that holds its centroid (from `table`, level-0
+    px), read with a `margin` (grid px) so that nuclei smaller than the margin are whole:
+    each nucleus exactly once, and memory of one block whatever the slide's size.
+
+    Returns
+    -------
+    polygons, ids
+        Level-0 ``(row, col)`` rings and their ids (nuclei of `table` found in the pyramid).
+    """
+    from napari_slidescope.analysis.geometry import labels_to_polygons
+
+    ids = np.asarray(table["id"])
+    if ids.size == 0:
+        return [], np.zeros(0, np.int64)
+    (oy, ox), (dy, dx) = origin, downsample
+    rows = np.floor((np.asarray(table["centroid_row"]) - oy) / dy).astype(np.int64)
+    cols = np.floor((np.asarray(table["centroid_col"]) - ox) / dx).astype(np.int64)
+    by, bx = rows // block, cols // block
+    order = np.lexsort((bx, by))
+    polys: list[np.ndarray] = []
+    out_ids: list[np.ndarray] = []
+    keys = np.stack([by[order], bx[order]], axis=1)
+    starts = np.flatnonzero(np.r_[True, np.any(keys[1:] != keys[:-1], axis=1)])
+    for s, e in zip(starts, np.r_[starts[1:], len(order)], strict=True):
+        r, c = int(keys[s, 0]), int(keys[s, 1])
+        y0, x0 = max(0, r * block - margin), max(0, c * block - margin)
+        y1, x1 = (r + 1) * block + margin, (c + 1) * block + margin
+        lab = pyramid.read(0, (y0, x0, y1, x1))
+        want = ids[order[s:e]]
+        uniq, inv = np.unique(np.where(np.isin(lab, want), lab, 0), return_inverse=True)
+        compact = inv.reshape(lab.shape).astype(np.int32)  # 0 stays 0: uniq[0] == 0
+        if uniq[0] != 0:
+            compact += 1
+            uniq = np.r_[0, uniq]
+        p, i = labels_to_polygons(
+            compact, downsample=downsample, origin=(oy + y0 * dy, ox + x0 * dx)
+        )
+        polys.extend(p)
+        out_ids.append(uniq[i])
+    return polys, (np.concatenate(out_ids) if out_ids else np.zeros(0, np.int64))
 
 
 def aligned_transform(image: Any, origin: Sequence[float], downsample: Sequence[float]) -> tuple:
@@ -208,6 +344,7 @@ def tile_patch(
     shape: tuple[int, int],
     covered: Sequence[Box] = (),
     id_offset: int = 0,
+    pyramid: Any = None,
 ) -> Patch | None:
     """Map a finished tile (a ``NucleiStep``) onto a canvas grid; runs on the worker thread.
 
@@ -221,6 +358,9 @@ def tile_patch(
         Level-0 boxes of earlier runs: nuclei whose centroid lies in one are dropped.
     id_offset : int
         Added to the ids of this run (ids already on the canvas).
+    pyramid : LabelPyramid, optional
+        The grid's store (a :class:`PyramidCanvas`): the labels are pasted into it here,
+        on the worker thread, and the patch carries none.
     """
     res, plan = step.result, step.plan
     labels, table = res.labels, dict(res.table)
@@ -247,24 +387,42 @@ def tile_patch(
     )
     if out is None:
         return None
-    return Patch(out[0], out[1].astype(np.int32, copy=False), table, step.done, step.total)
+    labels = out[1].astype(np.int32, copy=False)
+    if pyramid is not None:
+        pyramid.paste(out[0], labels)
+        return Patch(out[0], None, table, step.done, step.total)
+    return Patch(out[0], labels, table, step.done, step.total)
 
 
-def canvas_of(layer: Any) -> ResultCanvas | None:
+def canvas_of(layer: Any) -> ResultCanvas | PyramidCanvas | None:
     """Return the canvas behind a nuclei layer (None if its data was replaced)."""
     canvas = _CANVASES.get(layer)
-    return canvas if canvas is not None and layer.data is canvas.data else None
+    if canvas is None:
+        return None
+    if isinstance(canvas, PyramidCanvas):
+        same = bool(layer.multiscale) and layer.data[0] is canvas.data[0]
+        return canvas if same else None
+    return canvas if layer.data is canvas.data else None
 
 
 def prepare_nuclei_layer(
-    viewer: Any, image: Any, region: Box, downsample: Pair, *, mode: str = "add"
-) -> tuple[Any, ResultCanvas, list[Box], int]:
+    viewer: Any,
+    image: Any,
+    region: Box,
+    downsample: Pair,
+    *,
+    mode: str = "add",
+    pyramid: bool | None = None,
+) -> tuple[Any, ResultCanvas | PyramidCanvas, list[Box], int]:
     """Create or grow ``"<image> nuclei"`` for a run over `region` (main thread).
 
     Parameters
     ----------
     mode : {"add", "replace"}
         Add to the nuclei already found (skipping duplicates), or start afresh.
+    pyramid : bool, optional
+        Draw on a :class:`PyramidCanvas` (a multiscale layer); by default only when the
+        region is larger than a dense canvas may be. Once a pyramid, always a pyramid.
 
     Returns
     -------
@@ -275,28 +433,82 @@ def prepare_nuclei_layer(
     mpp = (float(image.scale[-2]), float(image.scale[-1]))
     layer = viewer.layers[name] if name in viewer.layers else None
     old = canvas_of(layer) if layer is not None and mode == "add" else None
-    canvas = old.grown(region) if old is not None else None  # any grid works (resampled)
+    if pyramid and old is not None and not isinstance(old, PyramidCanvas):
+        canvas = None
+    else:  # any grid works (tiles are resampled onto it)
+        canvas = old.grown(region) if old is not None else None
     if canvas is None:
-        canvas = ResultCanvas.for_region(region, downsample, mpp)
+        y0, x0, y1, x1 = region
+        if pyramid is None:
+            pyramid = (y1 - y0) / downsample[0] * (x1 - x0) / downsample[1] > MAX_CANVAS_PIXELS
+        if old is None and not pyramid:
+            canvas = ResultCanvas.for_region(region, downsample, mpp)
+        else:  # a whole slide, or more than a dense canvas holds: a pyramid on disk
+            from napari_slidescope._napari.viewport import image_shape0
+
+            canvas = PyramidCanvas.for_slide(image_shape0(image), downsample, mpp)
+            if isinstance(old, ResultCanvas):
+                _copy_into(canvas, old)
     covered, offset = list(canvas.regions), canvas.next_id
     canvas.regions.append(tuple(int(v) for v in region))  # type: ignore[arg-type]
     scale, translate = aligned_transform(image, canvas.origin, canvas.downsample)
-    if layer is None:
+    multiscale = isinstance(canvas, PyramidCanvas)
+    if layer is not None and bool(layer.multiscale) != multiscale:
+        index = viewer.layers.index(layer)  # napari cannot switch a layer to multiscale
+        viewer.layers.remove(layer)
         layer = viewer.add_labels(
-            canvas.data, name=name, scale=scale, translate=translate, opacity=0.6, **_units(image)
-        )
+            canvas.data, name=name, scale=scale, translate=translate, opacity=0.6,
+            multiscale=multiscale, **_units(image),
+        )  # fmt: skip
+        viewer.layers.move(viewer.layers.index(layer), index)
+        set_features(layer, canvas)
+    elif layer is None:
+        layer = viewer.add_labels(
+            canvas.data, name=name, scale=scale, translate=translate, opacity=0.6,
+            multiscale=multiscale, **_units(image),
+        )  # fmt: skip
     else:  # each assignment re-slices the layer: only make those that change something
         if not np.allclose(layer.scale, scale) or not np.allclose(layer.translate, translate):
             layer.scale, layer.translate = scale, translate
-        layer.data = canvas.data
         if canvas is not old:
+            layer.data = canvas.data
             set_features(layer, canvas)
+        elif not multiscale:
+            layer.data = canvas.data
     _CANVASES[layer] = canvas
     return layer, canvas, covered, offset
 
 
-def paint_patch(layer: Any, canvas: ResultCanvas, patch: Patch) -> None:
-    """Paste a patch where the canvas is still empty and refresh only that part (main thread)."""
+def _copy_into(pyramid: PyramidCanvas, old: ResultCanvas) -> None:
+    """Move a dense canvas's nuclei, table and regions onto a pyramid (main thread)."""
+    out = resample_to_grid(
+        old.data,
+        src_origin=old.origin,
+        src_downsample=old.downsample,
+        dst_origin=pyramid.origin,
+        dst_downsample=pyramid.downsample,
+        dst_shape=pyramid.shape,
+    )
+    if out is not None:
+        pyramid.pyramid.paste(out[0], out[1])
+    pyramid.regions = list(old.regions)
+    pyramid.tables = list(old.tables)
+    pyramid.next_id = old.next_id
+
+
+def paint_patch(layer: Any, canvas: ResultCanvas | PyramidCanvas, patch: Patch) -> None:
+    """Paste a patch where the canvas is still empty and refresh only that part (main thread).
+
+    A :class:`PyramidCanvas` patch is on disk already: its table is kept, and the part of
+    the displayed tile it covers is read back and uploaded.
+    """
+    if isinstance(canvas, PyramidCanvas) or patch.labels is None:
+        if patch.table and "id" in patch.table and patch.table["id"].size:
+            canvas.tables.append(patch.table)
+            canvas.next_id = max(canvas.next_id, int(patch.table["id"].max()))
+        if isinstance(canvas, PyramidCanvas):
+            _refresh_pyramid_box(layer, canvas, patch.box)
+        return
     y0, x0, y1, x1 = patch.box
     dst = canvas.data[y0:y1, x0:x1]
     new = (patch.labels > 0) & (dst == 0)
@@ -312,6 +524,46 @@ def paint_patch(layer: Any, canvas: ResultCanvas, patch: Patch) -> None:
         layer.refresh()
     else:
         _refresh_box(layer, (slice(y0, y1), slice(x0, x1)))
+
+
+def _refresh_pyramid_box(layer: Any, canvas: PyramidCanvas, box: Box) -> None:
+    """Upload the part of a multiscale layer's displayed tile that a patch changed.
+
+    napari shows a multiscale layer as one tile of its current level (the visible part,
+    ``_slice.tile_to_data`` gives its corner); the changed box is read back from the
+    pyramid at that level and sent as napari's own partial update (``labels_update``).
+    Same private napari API as :func:`_refresh_box`, with the same fallback (a full
+    ``refresh()``) when anything does not match.
+    """
+    try:
+        if not layer.loaded or layer.contour:
+            raise ValueError("no plain 2D slice to patch")
+        level = int(layer.data_level)
+        sl = layer._slice
+        f = 2**level
+        scale = np.asarray(sl.tile_to_data.scale, float)[-2:]
+        if not np.allclose(scale, f):
+            raise ValueError("the displayed tile is not at the layer's level")
+        cy, cx = (int(round(v)) for v in np.asarray(sl.tile_to_data.translate)[-2:] / f)
+        raw, view = sl.image.raw, sl.image.view
+        if raw.ndim != 2 or raw.shape != view.shape:
+            raise ValueError("displayed slice is not a 2D tile")
+        half = f // 2
+        y0, x0, y1, x1 = box
+        r0 = max(-(-(y0 - half) // f), cy)
+        c0 = max(-(-(x0 - half) // f), cx)
+        r1 = min(-(-(y1 - half) // f), cy + raw.shape[0])
+        c1 = min(-(-(x1 - half) // f), cx + raw.shape[1])
+        if r1 <= r0 or c1 <= c0:
+            return  # not on screen: the next slice reads it from the pyramid
+        values = canvas.pyramid.read(level, (r0, c0, r1, c1))
+        tsl = (slice(r0 - cy, r1 - cy), slice(c0 - cx, c1 - cx))
+        raw[tsl] = values
+        colors = np.ascontiguousarray(layer.colormap._data_to_texture(values))
+        view[tsl] = colors
+        layer.events.labels_update(data=colors, offset=(r0 - cy, c0 - cx))
+    except (AttributeError, ValueError, TypeError, IndexError):
+        layer.refresh()
 
 
 def _refresh_box(layer: Any, sl: tuple[slice, slice]) -> None:
@@ -336,7 +588,7 @@ def _refresh_box(layer: Any, sl: tuple[slice, slice]) -> None:
         layer.refresh()
 
 
-def set_features(layer: Any, canvas: ResultCanvas) -> None:
+def set_features(layer: Any, canvas: ResultCanvas | PyramidCanvas) -> None:
     """Attach the nuclei table as the layer's ``features`` (hover shows measurements)."""
     table = canvas.table()
     columns = {k: v for k, v in table.items() if k != "id"}

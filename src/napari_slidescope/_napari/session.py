@@ -85,7 +85,7 @@ class _Run:
     cancel: threading.Event
     pbar: Any
     layer: Any = None
-    canvas: _layers.ResultCanvas | None = None
+    canvas: _layers.ResultCanvas | _layers.PyramidCanvas | None = None
     worker: Any = None
     timer: Any = None
     pending: deque = field(default_factory=deque)
@@ -179,9 +179,11 @@ class SlideAnalysis:
             ds = (target / source.mpp[0], target / source.mpp[1])
             box = region or (0, 0, *source.shape0)
             run.layer, run.canvas, covered, offset = _layers.prepare_nuclei_layer(
-                self.viewer, image, box, ds, mode=mode
+                self.viewer, image, box, ds, mode=mode, pyramid=True if region is None else None
             )
-            spec.grid = (run.canvas.origin, run.canvas.downsample, run.canvas.data.shape)
+            spec.grid = (run.canvas.origin, run.canvas.downsample, run.canvas.shape)
+            if isinstance(run.canvas, _layers.PyramidCanvas):
+                spec.pyramid = run.canvas.pyramid
             spec.covered, spec.id_offset = tuple(covered), offset
         run.worker = create_worker(run_job, spec, run.cancel, _start_thread=False)
         run.worker.yielded.connect(lambda item, run=run: self._guard(run, self._on_yielded, item))

@@ -1,0 +1,192 @@
+"""Panning a slide with a whole-slide nuclei result shown, against panning without it.
+
+A synthetic SVS-like slide is written (``write_sample_slide``), and a whole-slide nuclei
+result of ``--nuclei`` nuclei is generated straight into a label pyramid (round nuclei of
+radius 3-7 px on a jittered grid, pasted tile by tile as a run would; no segmentation),
+shown as the multiscale Labels layer a whole-slide run makes, with one feature row per
+nucleus. In a shown napari viewer (run under ``xvfb-run``), the camera then pans 24 steps
+of a quarter screen at full zoom (8 right, 8 down, 8 left) from random starts; a frame is
+the time from moving the camera to the end of a synchronous repaint (slicing, reading,
+colour mapping and drawing). Passes alternate the result layer visible / removed from
+the draw (``visible=False``: napari neither slices nor draws it), so both conditions see
+the same machine load.
+
+Memory: resident set size (``/proc/self/statm``) before the pyramid is made and after all
+passes (the generator's freed scratch handed back with ``malloc_trim``), against the
+pyramid's chunk-cache bound plus the feature table.
+
+Usage::
+
+    xvfb-run -a python benchmarks/viewer_results.py [--size 16384] [--nuclei 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import ndimage as ndi
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def synth_nuclei(pyramid, n_target: int, tile: int = 1024, seed: int = 0) -> dict:
+    """Paste about `n_target` round nuclei into `pyramid`, tile by tile; return the table."""
+    h, w = pyramid.shape
+    rng = np.random.default_rng(seed)
+    spacing = np.sqrt(h * w / n_target)
+    ys = np.arange(spacing / 2, h, spacing)
+    xs = np.arange(spacing / 2, w, spacing)
+    cy, cx = np.meshgrid(ys, xs, indexing="ij")
+    cy = (cy + rng.uniform(-0.25, 0.25, cy.shape) * spacing).ravel()
+    cx = (cx + rng.uniform(-0.25, 0.25, cx.shape) * spacing).ravel()
+    ok = (cy >= 8) & (cy < h - 8) & (cx >= 8) & (cx < w - 8)
+    cy, cx = cy[ok], cx[ok]
+    radius = rng.uniform(3, 7, cy.size)
+    ids = np.arange(1, cy.size + 1, dtype=np.int32)
+    for y0 in range(0, h, tile):
+        for x0 in range(0, w, tile):
+            sel = (cy >= y0) & (cy < y0 + tile) & (cx >= x0) & (cx < x0 + tile)
+            if not sel.any():
+                continue
+            m = 8  # nuclei near the tile edge reach into the margin
+            th, tw = min(tile, h - y0) + 2 * m, min(tile, w - x0) + 2 * m
+            seeds = np.zeros((th, tw), bool)
+            r = (cy[sel] - y0 + m).astype(int)
+            c = (cx[sel] - x0 + m).astype(int)
+            seeds[r, c] = True
+            index = np.zeros((th, tw), np.int32)
+            index[r, c] = np.flatnonzero(sel) + 1
+            dist, (iy, ix) = ndi.distance_transform_edt(~seeds, return_indices=True)
+            nearest = index[iy, ix]
+            lab = np.where(dist <= radius[np.maximum(nearest - 1, 0)], nearest, 0).astype(np.int32)
+            yy0, xx0 = max(0, y0 - m), max(0, x0 - m)
+            crop = lab[yy0 - (y0 - m) :, xx0 - (x0 - m) :]
+            crop = crop[: h - yy0, : w - xx0]
+            pyramid.paste((yy0, xx0, yy0 + crop.shape[0], xx0 + crop.shape[1]), crop)
+    area = np.pi * radius**2
+    return {
+        "id": ids,
+        "centroid_row": cy,
+        "centroid_col": cx,
+        "area_um2": area * 0.25,
+        "perimeter_um": 2 * np.pi * radius * 0.5,
+        "eccentricity": np.zeros(cy.size),
+        "solidity": np.ones(cy.size),
+    }
+
+
+def pan_path(y: float, x: float, q: float) -> list[tuple[float, float]]:
+    path = [(y, x)]
+    for dy, dx in [(0, q)] * 8 + [(q, 0)] * 8 + [(0, -q)] * 8:
+        y, x = y + dy, x + dx
+        path.append((y, x))
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=16384, help="slide side, level-0 px")
+    ap.add_argument("--nuclei", type=int, default=200_000)
+    ap.add_argument("--passes", type=int, default=6, help="passes per condition")
+    ap.add_argument("--canvas", type=int, default=1024, help="viewer canvas side, screen px")
+    args = ap.parse_args()
+
+    import napari
+    from qtpy.QtWidgets import QApplication
+
+    from napari_slidescope._napari import layers as _layers
+    from napari_slidescope.sample_data import write_sample_slide
+
+    tmp = Path(tempfile.mkdtemp(prefix="viewer-bench-"))
+    slide_path = tmp / "bench.svs"
+    t = time.perf_counter()
+    write_sample_slide(slide_path, shape=(args.size, args.size), mpp=0.5, seed=3, tile=256)
+    print(f"slide {args.size} x {args.size} written in {time.perf_counter() - t:.0f} s")
+
+    viewer = napari.Viewer(show=True)
+    viewer.window._qt_window.resize(args.canvas + 400, args.canvas + 200)
+    [image] = viewer.open(str(slide_path), plugin="napari-slidescope")
+    native = viewer.window._qt_viewer.canvas.native
+    app = QApplication.instance()
+
+    def frame() -> None:
+        app.processEvents()
+        native.repaint()
+        app.processEvents()
+
+    for _ in range(5):
+        frame()
+    rss0 = rss_mib()
+    canvas = _layers.PyramidCanvas.for_slide((args.size, args.size), (1.0, 1.0), (0.5, 0.5))
+    t = time.perf_counter()
+    table = synth_nuclei(canvas.pyramid, args.nuclei)
+    canvas.tables.append(table)
+    n = int(table["id"].size)
+    print(f"{n:,} nuclei pasted into the pyramid in {time.perf_counter() - t:.0f} s")
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand back the generator's freed scratch
+    scale, translate = _layers.aligned_transform(image, canvas.origin, canvas.downsample)
+    layer = viewer.add_labels(
+        canvas.data, name="nuclei", scale=scale, translate=translate, opacity=0.6,
+        multiscale=True, units=("µm", "µm"),
+    )  # fmt: skip
+    _layers._CANVASES[layer] = canvas
+    _layers.set_features(layer, canvas)
+    feat_mib = layer.features.memory_usage(deep=True).sum() / 2**20
+
+    viewer.camera.zoom = 2.0  # screen px per µm: one per level-0 px, level 0 of both layers
+    frame()
+    screen_um = max(native.width(), native.height()) * 0.5
+    print(f"canvas {native.width()} x {native.height()} screen px, {n:,} nuclei shown")
+    ms: dict[bool, list[float]] = {True: [], False: []}
+    q = screen_um / 4
+    rng = np.random.default_rng(7)
+    side_um = args.size * 0.5
+    for p in range(2 * args.passes):
+        shown = p % 2 == 0
+        layer.visible = shown
+        y = float(rng.uniform(screen_um, side_um - screen_um - 8 * q))
+        x = float(rng.uniform(screen_um, side_um - screen_um - 8 * q))
+        path = pan_path(y, x, q)
+        viewer.camera.center = path[0]
+        frame()
+        steps = []
+        for c in path[1:]:
+            t0 = time.perf_counter()
+            viewer.camera.center = c
+            frame()
+            steps.append((time.perf_counter() - t0) * 1000)
+        ms[shown].append(statistics.median(steps))
+    assert layer.data_level == 0 and image.data_level == 0
+    rss1 = rss_mib()
+    with_r, without = statistics.median(ms[True]), statistics.median(ms[False])
+    bound = canvas.pyramid.cache_bytes / 2**20
+    print(f"pan frame, median of {args.passes} pass medians (24 steps each), ms:")
+    print(f"  without result: {without:.1f}  (passes {', '.join(f'{v:.1f}' for v in ms[False])})")
+    print(f"  with result:    {with_r:.1f}  (passes {', '.join(f'{v:.1f}' for v in ms[True])})")
+    print(f"  ratio with / without: {with_r / without:.2f}  (target <= 1.5)")
+    print(
+        f"memory: RSS {rss0:.0f} -> {rss1:.0f} MiB (+{rss1 - rss0:.0f} MiB) with the result; "
+        f"pyramid chunk cache bound {bound:.0f} MiB, cached now "
+        f"{canvas.pyramid.nbytes_cached / 2**20:.0f} MiB; feature table {feat_mib:.0f} MiB "
+        f"({n:,} rows); label pyramid on disk "
+        f"{sum(f.stat().st_size for f in canvas.pyramid.path.iterdir()) / 2**20:.0f} MiB "
+        f"in {canvas.pyramid.chunks_written} chunks; level 0 as a dense array would be "
+        f"{canvas.data[0].nbytes / 2**20:.0f} MiB"
+    )
+    viewer.close()
+
+
+if __name__ == "__main__":
+    main()

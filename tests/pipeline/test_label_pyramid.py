@@ -1,0 +1,94 @@
+"""The on-disk label pyramid: every level shows level 0's ids; memory stays bounded."""
+
+import gc
+
+import numpy as np
+import pytest
+
+from napari_slidescope.pipeline.label_pyramid import LabelPyramid
+
+
+@pytest.fixture
+def pyramid(tmp_path):
+    return LabelPyramid((1000, 1500), chunk=128, root=tmp_path)
+
+
+def _dense(pyr):
+    return np.asarray(pyr.levels[0])
+
+
+def test_levels_halve_exactly_and_sample_level0(pyramid):
+    rng = np.random.default_rng(0)
+    lab = rng.integers(0, 6, (300, 700)).astype(np.int32)
+    pyramid.paste((100, 37, 400, 737), lab)
+    ref = np.zeros(pyramid.shape, np.int32)
+    ref[100:400, 37:737] = lab
+    shapes = [lv.shape for lv in pyramid.levels]
+    assert shapes[0][0] >= 1000 and shapes[0][1] >= 1500
+    assert max(shapes[-1]) <= 128
+    for k, lv in enumerate(pyramid.levels):
+        f = 2**k
+        assert lv.shape == (shapes[0][0] // f, shapes[0][1] // f)
+        np.testing.assert_array_equal(np.asarray(lv), ref[f // 2 :: f, f // 2 :: f])
+
+
+def test_slicing_like_napari(pyramid):
+    lab = np.arange(1, 401, dtype=np.int32).reshape(20, 20)
+    pyramid.paste((120, 250, 140, 270), lab)
+    lv = pyramid.levels[0]
+    assert lv[125, 255] == lab[5, 5] and np.ndim(lv[125, 255]) == 0
+    np.testing.assert_array_equal(lv[120:140, 250:270], lab)
+    np.testing.assert_array_equal(lv[120:140:3, 250:270:2], lab[::3, ::2])
+    np.testing.assert_array_equal(lv[130], _dense(pyramid)[130])
+    np.testing.assert_array_equal(lv[..., 260], _dense(pyramid)[:, 260])
+    assert lv[-1, -1] == 0 and lv[2000:3000, 0:5].shape == (0, 5)
+    with pytest.raises(IndexError):
+        lv[5000, 0]
+
+
+def test_paste_never_overwrites_and_erase_removes(pyramid):
+    a = np.full((50, 50), 3, np.int32)
+    pyramid.paste((0, 0, 50, 50), a)
+    b = np.full((50, 50), 9, np.int32)
+    b[:10] = 0
+    pyramid.paste((25, 25, 75, 75), b)
+    d = _dense(pyramid)
+    assert d[30, 30] == 3 and d[60, 60] == 9 and d[30, 60] == 0  # b's zero rows stay empty
+    pyramid.erase(np.array([3]))
+    d = _dense(pyramid)
+    assert not (d == 3).any() and d[60, 60] == 9
+    assert not (np.asarray(pyramid.levels[2]) == 3).any()
+
+
+def test_memory_is_the_chunk_cache_whatever_the_area(tmp_path):
+    """A 64k x 64k label image, painted all over, holds at most its cache in memory."""
+    bound = 8 * 2**20
+    pyr = LabelPyramid((65536, 65536), chunk=256, root=tmp_path, cache_bytes=bound)
+    tile = np.zeros((512, 512), np.int32)
+    tile[100:140, 100:140] = 1
+    for y in range(0, 65536, 8192):
+        for x in range(0, 65536, 8192):
+            pyr.paste((y, x, y + 512, x + 512), tile + (y // 8192) * 8 + x // 8192)
+            assert pyr.nbytes_cached <= bound
+    assert pyr.chunks_written >= 64  # the chunks went to disk, not memory
+    assert pyr.levels[0][8192 * 3 + 120, 8192 * 5 + 120] == 1 + 3 * 8 + 5
+    assert pyr.levels[4][(8192 * 3 + 120) // 16, (8192 * 5 + 120) // 16] == 1 + 3 * 8 + 5
+
+
+def test_store_is_deleted_with_the_pyramid(tmp_path):
+    pyr = LabelPyramid((300, 300), chunk=64, root=tmp_path)
+    pyr.paste((0, 0, 10, 10), np.ones((10, 10), np.int32))
+    path = pyr.path
+    assert any(path.iterdir())
+    del pyr
+    gc.collect()
+    assert not path.exists()
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="positive"):
+        LabelPyramid((0, 10))
+    pyr = LabelPyramid((100, 100), chunk=32)
+    with pytest.raises(ValueError, match="shape"):
+        pyr.paste((0, 0, 10, 10), np.ones((5, 5), np.int32))
+    pyr.close()

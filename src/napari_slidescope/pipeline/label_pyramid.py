@@ -221,7 +221,11 @@ class LabelPyramid:
                 self._store(key, arr)
 
     def _store(self, key: _Key, arr: np.ndarray) -> None:
-        """Write a chunk file (atomically: temporary file then rename) and cache it."""
+        """Write a chunk file (temporary file then rename) and cache it.
+
+        Not through ``_io.atomic_write``: the store is a cache that dies with the process,
+        so the rename (readers see a whole old or new chunk) is kept and the fsync skipped.
+        """
         data = zlib.compress(arr.tobytes(), 1)
         fd, tmp = tempfile.mkstemp(dir=self.path, suffix=".tmp")
         try:

@@ -48,10 +48,20 @@ def _wants(path: str) -> bool:
     try:
         info = probe(path)
     except SlideError:
-        return False
+        # a damaged TIFF: claim it, so the user reads what is wrong instead of pixels
+        # another reader makes up (tifffile shows missing tiles as black)
+        return _has_tiff_magic(path)
     if info.is_vendor_slide or info.levels > 1:
         return True
     return info.tiled and info.nbytes > EAGER_LIMIT_BYTES
+
+
+def _has_tiff_magic(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
+    except OSError:
+        return False
 
 
 def read_slide(path: str | list[str]) -> list[LayerData]:

@@ -147,6 +147,11 @@ class _Walker:
         self.bo = "<" if head[:2] == b"II" else ">"
         version = struct.unpack(self.bo + "H", head[2:4])[0]
         self.big = version == 43
+        if len(head) < (16 if self.big else 8):
+            raise SlideError(
+                path,
+                f"is truncated: the file ends inside its TIFF header ({_size(len(head))})",
+            )
         # tifffile reads a little-endian classic TIFF named .ndpi with 8-byte IFD offsets
         self.ndpi = not self.big and self.bo == "<" and path.lower().endswith(".ndpi")
         if self.big:
@@ -351,7 +356,7 @@ def check_page(page: Any, size: int) -> PageReport:
     key = "TileOffsets" if tiled and "TileOffsets" in tags else "StripOffsets"
     counts_key = "TileByteCounts" if key == "TileOffsets" else "StripByteCounts"
     if key not in tags or counts_key not in tags:
-        rep.errors.append(f"has no {key} or {counts_key} tag")
+        rep.errors.append(f"the {key} or {counts_key} tag is missing")
         return rep
     raw_offsets = tags[key].value
     raw_counts = tags[counts_key].value
@@ -416,9 +421,10 @@ def check_page(page: Any, size: int) -> PageReport:
         same = (so[1:] == so[:-1]) & (se[1:] == se[:-1])
         overlap = (so[1:] < se[:-1]) & ~same
         if np.any(overlap):
+            k = int(np.count_nonzero(overlap))
             rep.errors.append(
-                f"{_n(int(np.count_nonzero(overlap)))} data segments overlap the next one "
-                "(damaged offsets or byte counts)"
+                f"{_n(k)} data segment{' overlaps' if k == 1 else 's overlap'} the next one "
+                "(damaged tile offsets or byte counts)"
             )
     return rep
 

@@ -79,26 +79,33 @@ def open_tiff(
     size = _check.preflight(path)
     layout = _check.walk(path, size)
     notes: list[str] = []
-    if layout.truncated is not None:
-        if on_error == "raise":
-            raise SlideError(path, f"is truncated: {layout.truncated}")
+    if layout.truncated is not None and on_error != "raise":
         notes.append(f"truncated: {layout.truncated}")
+    # (in "raise" mode the caller raises after counting what the cut took away)
     flags: dict[str, Any] = {}
     if layout.description is not None and b"<!DOCTYPE" in layout.description:
         # DTDs declare entities (billion laughs, external files): no XML of this file is
         # parsed, by tifffile or by us, whatever the runtime's expat would allow
         flags = {f"is_{name}": False for name in _XML_FLAGS}
         notes.append("its XML metadata declares a DTD or entities and was ignored")
+    damage = f"is truncated: {layout.truncated}" if layout.truncated else "is a damaged TIFF"
     try:
         tif = tifffile.TiffFile(path, **flags)
     except Exception as exc:  # tifffile raises many types on damaged files
-        raise SlideError(path, f"is a damaged TIFF ({describe_exception(exc)})") from exc
+        raise SlideError(path, f"{damage} ({describe_exception(exc)})") from exc
     try:
+        first = tif.pages.first
+        errors = _check.check_page(first, size).errors
+        if errors:  # before tifffile's series code meets e.g. a zero width
+            raise SlideError(path, f"is damaged: first image: {'; '.join(errors)}")
         series = tif.series
+    except SlideError:
+        tif.close()
+        raise
     except Exception as exc:
         tif.close()
         raise SlideError(
-            path, f"is a damaged TIFF: its images cannot be listed ({describe_exception(exc)})"
+            path, f"{damage}: its images cannot be listed ({describe_exception(exc)})"
         ) from exc
     if not series:
         tif.close()
@@ -107,7 +114,7 @@ def open_tiff(
 
 
 #: tifffile flags whose series parse an ImageDescription as XML.
-_XML_FLAGS = ("ome", "scn", "philips", "indica", "metaseries", "qpi", "bif")
+_XML_FLAGS = ("ome", "scn", "philips", "indica", "metaseries")
 
 
 #: Slide dialects we recognise, in order of precedence (an SVS may also look generic).

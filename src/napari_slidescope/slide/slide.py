@@ -190,6 +190,8 @@ class Slide(_BaseSlide):
         axes = main.axes
         info: FormatInfo = describe(self._tif, main, path)
         keep = _check_levels(path, main, layout, on_error, notes)
+        if layout.truncated is not None and on_error == "raise":
+            raise SlideError(path, f"is truncated: {layout.truncated}")
         zarrs = _tiff.open_levels(main, path)
         series_levels: list[Any] = _tiff.series_levels(main)
         if len(series_levels) != len(zarrs):  # unexpected layout: read through zarr only
@@ -397,7 +399,7 @@ def _check_series(
     first = all_series[0]
     rep = _check.check_page(_tiff.first_page(first), layout.size)
     if rep.errors:
-        raise SlideError(path, f"is damaged: its main image {'; '.join(rep.errors)}")
+        raise SlideError(path, f"is damaged: main image: {'; '.join(rep.errors)}")
     return max(all_series, key=lambda s: _area(s))
 
 
@@ -418,7 +420,7 @@ def _check_levels(
             total += rep.total
         if errors:
             if i == 0:
-                raise SlideError(path, f"is damaged: level 0 {'; '.join(errors)}")
+                raise SlideError(path, f"is damaged: level 0: {'; '.join(errors)}")
             notes.append(f"pyramid level {i} ({'; '.join(errors)})")
             continue
         if cut:

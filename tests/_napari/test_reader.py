@@ -7,6 +7,7 @@ import pytest
 import tifffile
 
 from napari_slidescope._napari.reader import get_reader, read_slide
+from napari_slidescope.slide import SlideError
 
 
 def test_manifest_mirror_is_identical():
@@ -68,7 +69,13 @@ def test_takes_large_tiled_tiff(tmp_path, monkeypatch):
 def test_sniffer_never_raises(tmp_path):
     path = tmp_path / "bad.tif"
     path.write_bytes(b"II*\x00" + b"\xff" * 20)
-    assert get_reader(str(path)) is None
+    # a damaged TIFF is claimed, so the user reads what is wrong with it
+    reader = get_reader(str(path))
+    assert reader is read_slide
+    with pytest.raises(SlideError, match=r"bad\.tif: is truncated"):
+        reader(str(path))
+    (tmp_path / "notes.tif").write_bytes(b"not a tiff at all")
+    assert get_reader(str(tmp_path / "notes.tif")) is None
     assert get_reader(str(tmp_path)) is None
 
 

@@ -51,7 +51,7 @@ def _wants(path: str) -> bool:
         # a damaged TIFF: claim it, so the user reads what is wrong instead of pixels
         # another reader makes up (tifffile shows missing tiles as black)
         return _has_tiff_magic(path)
-    if info.is_vendor_slide or info.levels > 1:
+    if info.is_vendor_slide or info.levels > 1 or info.damage is not None:
         return True
     return info.tiled and info.nbytes > EAGER_LIMIT_BYTES
 

@@ -28,12 +28,15 @@ class SlideProbe:
         Whether that series' level 0 is stored in tiles.
     nbytes : int
         Decoded bytes of that series' level 0.
+    damage : str or None
+        What is wrong with the file's structure (e.g. it is truncated), or None.
     """
 
     format: str
     levels: int
     tiled: bool
     nbytes: int
+    damage: str | None = None
 
     @property
     def is_vendor_slide(self) -> bool:
@@ -67,7 +70,7 @@ def probe(path: str | os.PathLike[str]) -> SlideProbe:
     >>> probe("CMU-1.svs")  # doctest: +SKIP
     SlideProbe(format='svs', levels=3, tiled=True, nbytes=4541352000)
     """
-    tif, _layout, _notes = _tiff.open_tiff(path, on_error="blank")
+    tif, layout, _notes = _tiff.open_tiff(path, on_error="blank")
     with tif:
         series = tif.series[0]
         page = _tiff.first_page(series)
@@ -76,4 +79,5 @@ def probe(path: str | os.PathLike[str]) -> SlideProbe:
             levels=len(_tiff.series_levels(series)),
             tiled=bool(page.is_tiled),
             nbytes=int(np.prod(series.shape, dtype=np.int64)) * np.dtype(series.dtype).itemsize,
+            damage=None if layout.truncated is None else f"truncated: {layout.truncated}",
         )

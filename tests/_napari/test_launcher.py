@@ -48,7 +48,45 @@ def test_launcher_without_path_opens_the_sample(no_event_loop, sample_slide, mon
 def test_launcher_names_a_bad_file(no_event_loop, tmp_path, capsys):
     bad = tmp_path / "broken.svs"
     bad.write_bytes(b"not a tiff")
-    with pytest.raises(SystemExit) as exc:
-        launcher.main([str(bad)])
-    assert exc.value.code == 2
-    assert "broken.svs" in capsys.readouterr().err
+    assert launcher.main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "broken.svs" in err and err.count("\n") == 1
+    assert no_event_loop == []  # refused before any window was made
+
+
+def test_launcher_shows_the_scale_bar_and_fits_after_docking(no_event_loop, sample_slide):
+    path, _ = sample_slide
+    assert launcher.main([str(path)]) == 0
+    [viewer] = no_event_loop
+    assert viewer.scale_bar.visible
+    assert tuple(str(u) for u in viewer.layers[0].units) in (("µm", "µm"), ("micrometer",) * 2)
+    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
+    zoom = camera.zoom
+    viewer.reset_view()
+    assert camera.zoom == pytest.approx(zoom)  # already fitted to the final canvas
+
+
+@pytest.mark.parametrize("kind", ["missing", "bad", "directory"])
+def test_launcher_exits_2_with_one_line_for_a_bad_path(tmp_path, kind):
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "slide.svs"
+    if kind == "bad":
+        path.write_bytes(b"II*\x00" + b"\xff" * 64)
+    elif kind == "directory":
+        path.mkdir()
+    code = "import sys; from napari_slidescope._napari.launcher import main; sys.exit(main())"
+    for _ in range(3):  # every time, never a crash on the way out
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
+        )
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "slide.svs" in lines[0], proc.stderr
+        assert lines[0].startswith("napari-slidescope: ")

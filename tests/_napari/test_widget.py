@@ -53,6 +53,7 @@ def test_widget_describes_the_slide_and_uses_function_defaults(
     widget.show_advanced.value = True
     assert widget.advanced.visible
     assert widget.status.value == "Ready" and not widget.cancel_button.enabled
+    assert widget.run_button.enabled
 
 
 def test_choosing_a_segmenter_shows_its_working_resolution(
@@ -68,7 +69,7 @@ def test_choosing_a_segmenter_shows_its_working_resolution(
     assert "coarse-model" in [c for c in widget.segmenter.choices]
     widget.segmenter.value = "coarse-model"
     assert widget.nuclei_mpp.value == 1.0
-    assert widget.options()["nuclei_options"]["target_mpp"] == 1.0
+    assert widget.run_options()["nuclei_options"]["target_mpp"] == 1.0
     widget.segmenter.value = "builtin"
     assert widget.nuclei_mpp.value == max(NucleiParams().target_mpp, 0.5)  # the slide's 0.5
 
@@ -99,7 +100,7 @@ def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, s
         widget.summary.value.startswith(f"{count} nuclei")
         and "/mm² of tissue" in widget.summary.value
     )
-    assert widget.status.value == "Ready" and not widget.cancel_button.enabled
+    assert widget.status.value.startswith("Done") and not widget.cancel_button.enabled
 
 
 def test_instanseg_from_the_widget_on_the_visible_region(make_napari_viewer, sample_slide, qtbot):
@@ -117,7 +118,7 @@ def test_instanseg_from_the_widget_on_the_visible_region(make_napari_viewer, sam
     assert widget.nuclei_mpp.value == 0.5  # the model's training resolution
     assert widget.run() is not None
     _wait_ready(qtbot, widget, timeout=120_000)
-    assert widget.status.value == "Ready", widget.status.value
+    assert widget.status.value.startswith("Done"), widget.status.value
     layer = viewer.layers[f"{image.name} nuclei"]
     np.testing.assert_allclose(layer.scale, (0.5, 0.5))  # µm per label pixel, as the image
     count = int(layer.features.shape[0])
@@ -165,7 +166,8 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
     qtbot.waitUntil(lambda: run.pbar.n >= 2, timeout=20_000)
     t0 = time.perf_counter()
     widget.cancel_button.clicked.emit()
-    assert not ctl.busy and widget.status.value == "Ready" and not widget.cancel_button.enabled
+    assert not ctl.busy and not widget.cancel_button.enabled
+    assert widget.status.value.startswith("Cancelled: "), widget.status.value
     qtbot.waitUntil(lambda: not worker.is_running, timeout=5_000)
     stopped = time.perf_counter() - t0
     assert stopped < 1.5  # the tile in flight (0.25 s of model time) finishes, no more
@@ -221,7 +223,8 @@ def test_error_in_worker_notifies_and_leaves_widget_ready(
     widget.task.value = "tissue"
     assert widget.run() is not None
     _wait_ready(qtbot, widget)
-    assert widget.status.value == "Ready"
+    assert widget.status.value == "Done"
+    assert widget.summary.value.startswith("Tissue ") and "mm²" in widget.summary.value
 
 
 def test_export_buttons_write_geojson_and_csv(

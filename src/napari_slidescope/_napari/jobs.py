@@ -103,6 +103,30 @@ class TissueDone:
 
 
 @dataclass
+class Stage:
+    """The run entered a stage.
+
+    ``"tissue"`` (finding tissue), ``"preparing"`` (planning tiles, estimating stains,
+    loading the model) or ``"segmenting"``.
+    """
+
+    name: Literal["tissue", "preparing", "segmenting"]
+
+
+@dataclass
+class TileDone:
+    """A tile finished: ``done`` of ``total``; ``core0`` the level-0 box it owns.
+
+    ``patch`` holds its nuclei on the canvas grid (None when it adds nothing there).
+    """
+
+    done: int
+    total: int
+    core0: Box
+    patch: _layers.Patch | None
+
+
+@dataclass
 class Failed:
     """The run failed with ``error``."""
 
@@ -142,9 +166,9 @@ def _segmenter(name: Any, options: dict[str, Any], target_mpp: float | None) -> 
 def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None]:
     """Open the slide and analyse it, yielding results as they finish (worker thread).
 
-    Yields :class:`TissueDone`, :class:`~napari_slidescope._napari.layers.Patch` (one per
-    tile, or None for a tile with nothing on the canvas) and, on error, one
-    :class:`Failed` (exceptions never escape, so the worker always finishes cleanly).
+    Yields :class:`Stage` as the run moves on, :class:`TissueDone`, one :class:`TileDone`
+    per finished tile and, on error, one :class:`Failed` (exceptions never escape, so the
+    worker always finishes cleanly).
     Stops after the tile in progress once `cancel` is set.
     """
     from napari_slidescope.pipeline import nuclei as nuclei_mod
@@ -156,6 +180,7 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
         mpp, tissue = spec.source.mpp, spec.tissue
         if spec.task == "tissue" or tissue is None:
             region = spec.region if spec.task == "tissue" else None
+            yield Stage("tissue")
             tissue = tissue_mod.detect_tissue(slide, region=region, mpp=mpp, **spec.tissue_options)
             yield TissueDone(tissue, region is None)
         if spec.task != "nuclei" or cancel.is_set():
@@ -178,8 +203,13 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
             **opts,
         )
         origin, downsample, shape = spec.grid  # type: ignore[misc]
+        yield Stage("preparing")  # set-up runs on the first next(): tissue, stains, model
+        segmenting = False
         for step in steps:
-            yield _layers.tile_patch(
+            if not segmenting:
+                segmenting = True
+                yield Stage("segmenting")
+            patch = _layers.tile_patch(
                 step,
                 origin=origin,
                 downsample=downsample,
@@ -187,7 +217,9 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
                 covered=spec.covered,
                 id_offset=spec.id_offset,
                 pyramid=spec.pyramid,
-            ) or (step.done, step.total)
+            )
+            core0 = step.plan.working_to_level0(step.result.tile.core)
+            yield TileDone(step.done, step.total, core0, patch)
             if cancel.is_set():
                 return
     except Exception as exc:  # noqa: BLE001 - reported to the user as a notification

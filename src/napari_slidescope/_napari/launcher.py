@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
+from typing import Any
+
+#: Exit status for a path that is missing or cannot be opened as a slide.
+EXIT_BAD_PATH = 2
 
 
 def main(argv: list[str] | None = None) -> int:
     """Open napari with `PATH` (or the bundled sample slide) and dock "Slide analysis".
+
+    The path is checked before any window exists: a missing path, or a file that
+    cannot be opened as a slide, prints one line naming the file and the problem to
+    stderr and returns :data:`EXIT_BAD_PATH` (2), with no viewer to tear down.
 
     Parameters
     ----------
@@ -17,8 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        The exit status, 0 once the napari window is closed. A slide that cannot be
-        opened exits with status 2 and a message naming the file.
+        The exit status: 0 once the napari window is closed, 2 for a bad path.
     """
     parser = argparse.ArgumentParser(
         prog="napari-slidescope",
@@ -26,24 +35,71 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("path", nargs="?", help="slide file (default: the synthetic sample slide)")
     args = parser.parse_args(argv)
+    if args.path is not None:
+        problem = check_path(args.path)
+        if problem is not None:
+            return _fail(problem)
 
     import napari
-    from napari_slidescope.slide import SlideError
 
     viewer = napari.Viewer(title="napari-slidescope")
-    if args.path is None:
-        viewer.open_sample("napari-slidescope", "synthetic_he")
-    else:
-        try:
+    try:
+        if args.path is None:
+            viewer.open_sample("napari-slidescope", "synthetic_he")
+        else:
             viewer.open(args.path, plugin="napari-slidescope")
-        except SlideError as exc:
-            parser.exit(2, f"napari-slidescope: {exc}\n")
+    except Exception as exc:  # noqa: BLE001 - any failure to open is one line and status 2
+        _close(viewer)
+        return _fail(_one_line(exc))
     dock_analysis_widget(viewer)
+    show_scale_bar(viewer)
+    fit_view(viewer)
     napari.run()
     return 0
 
 
-def dock_analysis_widget(viewer: object) -> object | None:
+def check_path(path: str) -> str | None:
+    """Return why `path` cannot be opened as a slide (one line), or None when it can."""
+    from napari_slidescope.slide import open_slide
+
+    if not os.path.exists(path):
+        return f"{path}: no such file"
+    if not os.path.isfile(path):
+        return f"{path}: not a regular file"
+    # our message says what is wrong: tifffile's own log lines would only repeat it
+    quiet = logging.NullHandler()
+    logging.getLogger("tifffile").addHandler(quiet)
+    try:
+        with open_slide(path, on_error="blank"):
+            pass
+    except Exception as exc:  # noqa: BLE001 - SlideError, or anything else, is reported
+        return _one_line(exc)
+    finally:
+        logging.getLogger("tifffile").removeHandler(quiet)
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 400 else text[:399] + "…"
+
+
+def _fail(message: str) -> int:
+    print(f"napari-slidescope: {message}", file=sys.stderr)
+    return EXIT_BAD_PATH
+
+
+def _close(viewer: Any) -> None:
+    """Close a viewer and let Qt finish tearing it down (no live widgets at exit)."""
+    from qtpy.QtWidgets import QApplication
+
+    viewer.close()
+    app = QApplication.instance()
+    if app is not None:
+        app.processEvents()
+
+
+def dock_analysis_widget(viewer: Any) -> Any:
     """Dock the plugin's "Slide analysis" widget; return it (None without the contribution)."""
     from npe2 import PluginManager
 
@@ -51,8 +107,30 @@ def dock_analysis_widget(viewer: object) -> object | None:
     names = [w.display_name for w in manifest.contributions.widgets or []]
     if "Slide analysis" not in names:
         return None
-    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")  # type: ignore[attr-defined]
+    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
     return widget
+
+
+def show_scale_bar(viewer: Any) -> None:
+    """Turn napari's scale bar on, in µm.
+
+    Slide layers are scaled in µm per pixel and carry ``units=("µm", "µm")``, which
+    napari >= 0.6 shows on the bar; older napari takes the unit from the overlay.
+    """
+    bar = viewer.scale_bar
+    bar.visible = True
+    if "unit" in getattr(type(bar), "model_fields", {}):
+        bar.unit = "um"
+
+
+def fit_view(viewer: Any) -> None:
+    """Fit the slide to the canvas as it is once the docks took their room."""
+    from qtpy.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    if app is not None:
+        app.processEvents()  # the canvas shrinks to its final size
+    viewer.reset_view()
 
 
 if __name__ == "__main__":  # pragma: no cover

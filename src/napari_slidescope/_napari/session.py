@@ -28,7 +28,9 @@ from napari_slidescope._napari.jobs import (
     JobSpec,
     Scope,
     SlideSource,
+    Stage,
     Task,
+    TileDone,
     TissueDone,
     run_job,
     slide_layers,
@@ -39,7 +41,23 @@ _PAINT_INTERVAL_MS = 100
 _PAINT_BUDGET_S = 0.03
 _FEATURES_INTERVAL_S = 1.0
 
-__all__ = ["SlideAnalysis", "SlideSource", "Summary", "controller_for", "slide_layers"]
+__all__ = [
+    "Outcome",
+    "Progress",
+    "SlideAnalysis",
+    "SlideSource",
+    "Summary",
+    "controller_for",
+    "slide_layers",
+]
+
+#: The stages of a run, in words for the user.
+STAGE_WORDS = {
+    "starting": "Starting",
+    "tissue": "Finding tissue",
+    "preparing": "Preparing",
+    "segmenting": "Segmenting nuclei",
+}
 
 
 # -- the controller: main thread --------------------------------------------------------------
@@ -47,12 +65,20 @@ __all__ = ["SlideAnalysis", "SlideSource", "Summary", "controller_for", "slide_l
 
 @dataclass
 class Summary:
-    """Nuclei count, their density per mm² of tissue, and their mean area."""
+    """Nuclei count, their density per mm² of tissue, and their mean area.
+
+    ``partial`` is True when the last run on the slide stopped early (cancelled or
+    failed): then count, tissue area and density cover only the tiles that finished,
+    ``tiles_done`` of ``tiles_total``.
+    """
 
     count: int
     tissue_mm2: float | None
     density_per_mm2: float | None
     mean_area_um2: float | None
+    partial: bool = False
+    tiles_done: int | None = None
+    tiles_total: int | None = None
 
     def __str__(self) -> str:
         parts = [f"{self.count:,} nuclei"]
@@ -60,7 +86,49 @@ class Summary:
             parts.append(f"{self.density_per_mm2:,.0f} /mm² of tissue")
         if self.mean_area_um2 is not None:
             parts.append(f"mean area {self.mean_area_um2:.1f} µm²")
-        return " · ".join(parts)
+        text = " · ".join(parts)
+        if self.partial:
+            of = (
+                f" {self.tiles_done:,} of {self.tiles_total:,} tiles"
+                if self.tiles_total is not None
+                else ""
+            )
+            text = f"Partial ({of.strip() or 'stopped early'}): {text}"
+        return text
+
+
+@dataclass
+class Progress:
+    """Where a run is: its stage, tiles done of total (0: not known yet), seconds left."""
+
+    task: Task
+    stage: str
+    done: int = 0
+    total: int = 0
+    eta_s: float | None = None
+
+    @property
+    def words(self) -> str:
+        """The stage in words (``"Segmenting nuclei"``)."""
+        return STAGE_WORDS.get(self.stage, self.stage)
+
+
+@dataclass
+class Outcome:
+    """How the last run ended: ``state`` is ``"done"``, ``"cancelled"`` or ``"failed"``.
+
+    ``tiles_done``/``tiles_total`` count nuclei tiles (0/0 for tissue runs or a run
+    stopped before its tiles were planned); ``tissue`` is the tissue result of a
+    tissue run; ``error`` the failure message.
+    """
+
+    task: Task
+    state: Literal["done", "cancelled", "failed"]
+    tiles_done: int = 0
+    tiles_total: int = 0
+    summary: Summary | None = None
+    tissue: Any = None
+    error: str | None = None
 
 
 def tissue_area_um2(tissue: Any, boxes: list[Box]) -> float | None:
@@ -86,21 +154,30 @@ class _Run:
     pbar: Any
     layer: Any = None
     canvas: _layers.ResultCanvas | _layers.PyramidCanvas | None = None
+    region_index: int | None = None
     worker: Any = None
     timer: Any = None
     pending: deque = field(default_factory=deque)
     failed: BaseException | None = None
     features_at: float = 0.0
     ended: bool = False
+    outcome: Outcome | None = None
+    progress: Progress | None = None
+    cores: list[Box] = field(default_factory=list)
+    tissue: Any = None
+    segmenting_since: float | None = None
 
 
 class SlideAnalysis:
     """Background analysis for one viewer (shared by the dock widget and the console).
 
-    Signals: ``started(task)``, ``finished(summary_or_None)``, ``failed(message)``.
+    Signals: ``started(task)``, ``progress(Progress)``, ``finished(summary_or_None)``
+    (after every run, cancelled and failed ones too; :attr:`outcome` says how it
+    ended), ``failed(message)``.
     """
 
     started = Signal(str)
+    progress = Signal(object)
     finished = Signal(object)
     failed = Signal(str)
 
@@ -108,6 +185,8 @@ class SlideAnalysis:
         self._viewer = weakref.ref(viewer)  # the registry is keyed by the viewer
         self._run: _Run | None = None
         self._tissue: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._partial: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        self.outcome: Outcome | None = None
 
     @property
     def viewer(self) -> Any:
@@ -121,6 +200,11 @@ class SlideAnalysis:
     def busy(self) -> bool:
         """True while a run is in flight."""
         return self._run is not None
+
+    @property
+    def current_progress(self) -> Progress | None:
+        """Progress of the run in flight (None when idle)."""
+        return self._run.progress if self._run is not None else None
 
     def run(
         self,
@@ -171,8 +255,13 @@ class SlideAnalysis:
         spec = JobSpec(source, task, region, dict(tissue_options or {}), nuclei_options)
         spec.tissue = self._tissue.get(image) if task == "nuclei" else None
         run = _Run(
-            image, task, scope, threading.Event(), progress(total=0, desc=f"{task}: starting")
+            image,
+            task,
+            scope,
+            threading.Event(),
+            progress(total=0, desc=f"Slide analysis: {STAGE_WORDS['starting'].lower()}"),
         )
+        run.progress = Progress(task, "starting")
         if task == "nuclei":
             target = nuclei_options.get("target_mpp") or DEFAULT_NUCLEI_MPP
             nuclei_options["target_mpp"] = target
@@ -181,10 +270,12 @@ class SlideAnalysis:
             run.layer, run.canvas, covered, offset = _layers.prepare_nuclei_layer(
                 self.viewer, image, box, ds, mode=mode, pyramid=True if region is None else None
             )
+            run.region_index = len(run.canvas.regions) - 1
             spec.grid = (run.canvas.origin, run.canvas.downsample, run.canvas.shape)
             if isinstance(run.canvas, _layers.PyramidCanvas):
                 spec.pyramid = run.canvas.pyramid
             spec.covered, spec.id_offset = tuple(covered), offset
+            self._partial.pop(image, None)
         run.worker = create_worker(run_job, spec, run.cancel, _start_thread=False)
         run.worker.yielded.connect(lambda item, run=run: self._guard(run, self._on_yielded, item))
         run.worker.finished.connect(lambda run=run: self._guard(run, self._on_finished))
@@ -195,16 +286,20 @@ class SlideAnalysis:
         run.timer.start()
         run.worker.start()
         self.started.emit(task)
+        self.progress.emit(run.progress)
         return run.worker
 
     def cancel(self) -> None:
-        """Stop the run in flight after its current tile; finished tiles stay painted."""
+        """Stop the run in flight; every tile finished so far stays painted.
+
+        The run ends at once: tiles still in flight are dropped, the summary covers the
+        finished tiles only (marked partial) and :attr:`outcome` says ``"cancelled"``.
+        """
         run = self._run
         if run is not None:
             run.cancel.set()
-            run.pbar.set_description(f"{run.task}: cancelling")
-            self._run = None
-            self.finished.emit(self.summary(run.image))
+            run.pbar.set_description("Slide analysis: cancelling")
+            self._end(run, "cancelled")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Process events until the run finishes (GUI stays live); False on timeout."""
@@ -217,7 +312,11 @@ class SlideAnalysis:
         return not self.busy
 
     def summary(self, image: Any) -> Summary | None:
-        """Count, density and mean area of the nuclei found on `image` so far."""
+        """Count, density and mean area of the nuclei found on `image` so far.
+
+        After a run that stopped early the summary is marked partial and covers the
+        finished tiles only: nuclei of those tiles over the tissue inside them.
+        """
         name = f"{image.name} nuclei"
         layer = self.viewer.layers[name] if name in self.viewer.layers else None
         canvas = _layers.canvas_of(layer) if layer is not None else None
@@ -228,7 +327,16 @@ class SlideAnalysis:
         area = tissue_area_um2(self._tissue.get(image), canvas.regions)
         mean = float(np.mean(table["area_um2"])) if count else None
         density = count / (area / 1e6) if area else None
-        return Summary(count, None if area is None else area / 1e6, density, mean)
+        partial = self._partial.get(image)
+        return Summary(
+            count,
+            None if area is None else area / 1e6,
+            density,
+            mean,
+            partial=partial is not None,
+            tiles_done=None if partial is None else partial[0],
+            tiles_total=None if partial is None else partial[1],
+        )
 
     def tissue_result(self, image: Any) -> Any:
         """Return the last whole-slide tissue result of `image`, or None."""
@@ -244,34 +352,52 @@ class SlideAnalysis:
             run.failed = run.failed or exc
             run.cancel.set()
             if slot == self._on_finished:  # never leave the controller busy
-                run.failed, err = None, exc
                 if run.worker is not None:
                     _release(run)
-                if self._run is run:
-                    self._run = None
-                    self.finished.emit(None)
-                self._notify(run, err)
+                if run.outcome is None:
+                    self._end(run, "failed")
 
     def _on_yielded(self, run: _Run, item: Any) -> None:
+        if run.outcome is not None:  # cancelled: what is still in flight is dropped ...
+            if isinstance(item, TileDone) and isinstance(run.canvas, _layers.PyramidCanvas):
+                self._late_tile(run, item)  # ... unless the worker already wrote it to disk
+            return
+        prog = run.progress or Progress(run.task, "starting")
         if isinstance(item, Failed):
             run.failed = item.error
             return
-        if isinstance(item, TissueDone):
+        if isinstance(item, Stage):
+            prog.stage = item.name
+            if item.name == "segmenting":
+                run.segmenting_since = time.monotonic()
+        elif isinstance(item, TissueDone):
+            run.tissue = item.result
             if item.whole:
                 self._tissue[run.image] = item.result
             if run.task == "tissue" or run.scope == "slide":
                 _layers.show_tissue(self.viewer, run.image, item.result)
             return
-        if isinstance(item, _layers.Patch) and run.canvas is not None:
-            run.pending.append(item)
-        if run.ended:  # napari's progress bar processes events: finished can come first
-            self._paint(run, None)
+        elif isinstance(item, TileDone):
+            # book-keeping first: napari's progress bar may process events (finished too)
+            if item.patch is not None and run.canvas is not None:
+                run.pending.append(item.patch)
+            run.cores.append(tuple(int(v) for v in item.core0))  # type: ignore[arg-type]
+            prog.stage, prog.done, prog.total = "segmenting", len(run.cores), item.total
+            if run.segmenting_since is not None and prog.done:
+                rate = prog.done / max(time.monotonic() - run.segmenting_since, 1e-6)
+                prog.eta_s = (prog.total - prog.done) / rate
+        else:
             return
-        total = item.total if isinstance(item, _layers.Patch) else item[1]
-        if run.pbar.total != total:
-            run.pbar.total = total
-            run.pbar.set_description(f"{run.task}: tiles")
-        run.pbar.update(1)
+        if run.ended:
+            return
+        self.progress.emit(prog)  # before the progress bar, which may process events
+        if run.outcome is not None:
+            return
+        if run.pbar.total != prog.total:
+            run.pbar.total = prog.total
+        run.pbar.set_description(f"Slide analysis: {prog.words.lower()}")
+        if isinstance(item, TileDone):
+            run.pbar.update(1)
 
     def _paint(self, run: _Run, budget: float | None) -> None:
         start = time.perf_counter()
@@ -290,20 +416,71 @@ class SlideAnalysis:
 
     def _on_finished(self, run: _Run) -> None:
         run.ended = True
-        run.timer.stop()
-        current = self._run is run
-        if current or run.cancel.is_set():
-            self._paint(run, None)
-        run.pbar.close()
+        if run.outcome is None:
+            self._end(run, "failed" if run.failed is not None else "done")
         _release(run)
-        if current:
-            self._run = None
-        if run.failed is not None:
-            self._notify(run, run.failed)
-        if current:
-            self.finished.emit(self.summary(run.image))
 
-    def _notify(self, run: _Run, err: BaseException) -> None:
+    def _end(self, run: _Run, state: Literal["done", "cancelled", "failed"]) -> None:
+        """Paint what finished, record how the run ended, emit ``finished`` (once per run)."""
+        if run.outcome is not None:
+            return
+        run.outcome = Outcome(run.task, state)
+        if self._run is run:
+            self._run = None
+        if run.timer is not None:
+            run.timer.stop()
+        try:
+            self._paint(run, None)  # every tile that arrived
+        except Exception as exc:  # noqa: BLE001 - reported below like any failure
+            run.failed, state = run.failed or exc, "failed"
+        prog = run.progress or Progress(run.task, "starting")
+        total = prog.total if run.task == "nuclei" else 0
+        done = len(run.cores)
+        complete = state == "done" or (total and done >= total and run.failed is None)
+        if run.task == "nuclei" and not complete and run.canvas is not None:
+            if run.region_index is not None and run.region_index < len(run.canvas.regions):
+                # the density's tissue area is that of the finished tiles only
+                run.canvas.regions[run.region_index : run.region_index + 1] = run.cores
+            self._partial[run.image] = (done, total)
+        run.pbar.close()
+        summary = self.summary(run.image)
+        run.outcome = Outcome(
+            run.task,
+            state,
+            done,
+            total,
+            summary,
+            run.tissue if run.task == "tissue" else None,
+        )
+        self.outcome = run.outcome
+        if run.failed is not None:
+            run.outcome.error = self._notify(run, run.failed)
+        self.finished.emit(summary)
+
+    def _late_tile(self, run: _Run, item: TileDone) -> None:
+        """Count a tile that finished after Cancel but is on disk already (pyramid canvas).
+
+        Its labels cannot be taken back, so its table, its area and its count join the
+        result, and ``finished`` is emitted again with the updated partial summary.
+        """
+        out, canvas = run.outcome, run.canvas
+        if out is None or canvas is None or self._run is not None or out.state == "done":
+            return  # a newer run owns the layer now
+        if item.patch is not None:
+            run.pending.append(item.patch)
+            self._paint(run, None)
+        if run.region_index is not None:
+            canvas.regions.insert(run.region_index + len(run.cores), tuple(item.core0))
+        run.cores.append(tuple(int(v) for v in item.core0))  # type: ignore[arg-type]
+        out.tiles_done = len(run.cores)
+        if out.tiles_total and out.tiles_done >= out.tiles_total:
+            self._partial.pop(run.image, None)
+        else:
+            self._partial[run.image] = (out.tiles_done, out.tiles_total)
+        out.summary = self.summary(run.image)
+        self.finished.emit(out.summary)
+
+    def _notify(self, run: _Run, err: BaseException) -> str:
         from napari.utils.notifications import show_error
 
         notes = " ".join(getattr(err, "__notes__", []))
@@ -311,6 +488,7 @@ class SlideAnalysis:
         msg += f"{type(err).__name__}: {err}" + (f" ({notes})" if notes else "")
         show_error(msg)
         self.failed.emit(msg)
+        return msg
 
 
 def _release(run: _Run) -> None:
@@ -318,11 +496,14 @@ def _release(run: _Run) -> None:
 
     PyQt references a slot's closure from C++, where the garbage collector cannot see it.
     """
+    if run.worker is None:
+        return
     for signal in (run.worker.yielded, run.worker.finished, run.timer.timeout):
         try:
             signal.disconnect()
         except (TypeError, RuntimeError):  # already disconnected or deleted
             pass
+    run.timer.stop()
     run.timer.deleteLater()
     run.worker = run.timer = None
     run.pending.clear()

@@ -1,19 +1,29 @@
 """The "Slide analysis" dock widget: a magicgui view of :class:`~.session.SlideAnalysis`.
 
-Pick a slide layer, a scope (visible region or whole slide) and a task, press Run:
-the analysis runs in the background and its tiles stream into ``"<slide> tissue"`` /
-``"<slide> nuclei"``. All the work and state live in the controller, which the napari
-console helpers (:mod:`napari_slidescope._napari.console`, re-exported as :mod:`napari_slidescope.viewer`) share; this module only wires widgets.
+Pick a slide layer, a task (tissue or nuclei) and a scope (visible region or whole
+slide), press Run: the analysis runs in the background, its tiles stream into
+``"<slide> tissue"`` / ``"<slide> nuclei"``, and the widget shows the stage, a progress
+bar with tiles done and the time left, then the result (marked partial after Cancel or
+an error). All the work and state live in the controller, which the napari console
+helpers (:mod:`napari_slidescope._napari.console`) share; this module only wires widgets.
+
+Parameters are remembered between sessions (Qt's settings store, see :func:`settings_store`)
+and "Restore defaults" brings back :func:`default_settings`, built from the analysis
+packages' documented defaults. Shortcuts (napari key bindings on the viewer):
+:data:`RUN_KEY` runs the task on the current view, :data:`CANCEL_KEY` cancels.
 """
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import os
+import weakref
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+from magicgui.types import FileDialogMode
 from magicgui.widgets import (
     CheckBox,
     ComboBox,
@@ -22,37 +32,150 @@ from magicgui.widgets import (
     FloatSpinBox,
     Image,
     Label,
+    ProgressBar,
     PushButton,
     RadioButtons,
     SpinBox,
+    Widget,
 )
+from qtpy.QtCore import QEvent, QObject, QSettings, Qt
+from qtpy.QtWidgets import QComboBox, QLabel, QSizePolicy
 
 from napari_slidescope._napari import jobs, session
 from napari_slidescope._napari.layers import canvas_of
 
-__all__ = ["SlideAnalysisWidget"]
+__all__ = [
+    "CANCEL_KEY",
+    "MAX_WIDTH",
+    "RUN_KEY",
+    "SlideAnalysisWidget",
+    "WidgetSettings",
+    "default_settings",
+    "settings_store",
+]
 
-_THUMB_PX = 160
+#: Widest the widget grows (px): long names and messages wrap or elide instead.
+MAX_WIDTH = 420
+#: napari key binding that runs the chosen task on the current view.
+RUN_KEY = "Control-Shift-R"
+#: napari key binding that cancels the run in flight.
+CANCEL_KEY = "Control-Shift-X"
+#: Preview size (px) of the label image and of the macro image.
+_LABEL_PX, _MACRO_PX = 150, 230
+_SETTINGS_GROUP = "slide_analysis"
 
 
-def _defaults() -> dict[str, Any]:
-    """Defaults of the analysis functions, read from their signatures (never copied)."""
+def _key_text(key: str) -> str:
+    return key.replace("Control", "Ctrl").replace("-", "+")
+
+
+@dataclass(frozen=True)
+class WidgetSettings:
+    """The widget's parameters (physical units), as remembered between sessions.
+
+    Attributes
+    ----------
+    task : {"tissue", "nuclei"}
+    scope : {"visible", "slide"}
+    mode : {"add", "replace"}
+        What a nuclei run does with the nuclei already found.
+    segmenter : str
+        Registered segmenter name.
+    nuclei_mpp : float
+        Nuclei working resolution, µm/px.
+    tile_size_um : float
+        Tile side, µm.
+    min_area_um2, max_area_um2 : float
+        Built-in segmenter: nucleus area range, µm².
+    workers : int
+        Worker threads (0: all cores but one).
+    tissue_mpp : float
+        Tissue working resolution, µm/px.
+    min_tissue_um2, max_hole_um2 : float
+        Smallest tissue piece kept and largest hole filled, µm².
+    tissue_mode : {"auto", "brightfield", "fluorescence"}
+    """
+
+    task: str
+    scope: str
+    mode: str
+    segmenter: str
+    nuclei_mpp: float
+    tile_size_um: float
+    min_area_um2: float
+    max_area_um2: float
+    workers: int
+    tissue_mpp: float
+    min_tissue_um2: float
+    max_hole_um2: float
+    tissue_mode: str
+
+
+def default_settings() -> WidgetSettings:
+    """Return the defaults, taken from the analysis packages' documented constants.
+
+    Nuclei: :class:`~napari_slidescope.analysis.nuclei.NucleiParams` (the built-in
+    segmenter's resolution and area range) and
+    :data:`~napari_slidescope.pipeline.nuclei.DEFAULT_TILE_SIZE_UM`; tissue:
+    :data:`~napari_slidescope.pipeline.tissue.DEFAULT_TARGET_MPP` and
+    ``DEFAULT_MIN_TISSUE_UM2`` / ``DEFAULT_MAX_HOLE_UM2``.
+    """
     from napari_slidescope.analysis.nuclei import NucleiParams
-    from napari_slidescope.pipeline.nuclei import segment_nuclei
-    from napari_slidescope.pipeline.tissue import detect_tissue
+    from napari_slidescope.pipeline import nuclei, tissue
 
-    tissue = {k: p.default for k, p in inspect.signature(detect_tissue).parameters.items()}
-    nuclei = {k: p.default for k, p in inspect.signature(segment_nuclei).parameters.items()}
     params = NucleiParams()
-    return {
-        "tissue_mpp": float(tissue["target_mpp"]),
-        "min_tissue_um2": float(tissue["min_tissue_um2"]),
-        "max_hole_um2": float(tissue["max_hole_um2"]),
-        "tile_size_um": float(nuclei["tile_size_um"]),
-        "nuclei_mpp": float(params.target_mpp),
-        "min_area_um2": float(params.min_area_um2),
-        "max_area_um2": float(params.max_area_um2),
-    }
+    return WidgetSettings(
+        task="nuclei",
+        scope="visible",
+        mode="add",
+        segmenter="builtin",
+        nuclei_mpp=params.target_mpp,
+        tile_size_um=nuclei.DEFAULT_TILE_SIZE_UM,
+        min_area_um2=params.min_area_um2,
+        max_area_um2=params.max_area_um2,
+        workers=0,
+        tissue_mpp=tissue.DEFAULT_TARGET_MPP,
+        min_tissue_um2=tissue.DEFAULT_MIN_TISSUE_UM2,
+        max_hole_um2=tissue.DEFAULT_MAX_HOLE_UM2,
+        tissue_mode="auto",
+    )
+
+
+def settings_store() -> QSettings:
+    """Qt's per-user settings file of this plugin (INI; tests move it with ``setPath``)."""
+    return QSettings(
+        QSettings.Format.IniFormat,
+        QSettings.Scope.UserScope,
+        "napari-slidescope",
+        "slide-analysis",
+    )
+
+
+def _wrap(label: Label) -> None:
+    """Let a label wrap and never ask for more width than the dock has."""
+    native = label.native
+    if isinstance(native, QLabel):
+        native.setWordWrap(True)
+        native.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    native.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    native.setMinimumWidth(50)
+
+
+class _ClickFilter(QObject):
+    """Call `callback` when the watched widget is clicked."""
+
+    def __init__(self, callback: Any) -> None:
+        super().__init__()
+        self._callback = callback
+
+    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.MouseButtonRelease:
+            self._callback()
+            return True
+        return False
+
+
+_WIDGETS: weakref.WeakValueDictionary[int, SlideAnalysisWidget] = weakref.WeakValueDictionary()
 
 
 class SlideAnalysisWidget(Container):
@@ -70,77 +193,107 @@ class SlideAnalysisWidget(Container):
         super().__init__(name="slide_analysis", labels=True)
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
         self.controller = session.controller_for(self._viewer)
-        d = _defaults()
+        self._loading = False  # True while settings are applied (nothing is saved)
+        self._thumb_token = 0
+        self._associated: dict[str, np.ndarray] = {}
+        d = default_settings()
+
         self.image = ComboBox(label="Slide", choices=self._image_choices, nullable=True)
+        combo = self.image.native
+        if isinstance(combo, QComboBox):  # a long slide name must not widen the dock
+            combo.setSizeAdjustPolicy(
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            combo.setMinimumContentsLength(12)
         self.info = Label(label="", value="")
-        self.info.native.setWordWrap(True)  # Qt: magicgui's Label has no wrap option
-        self.label_image, self.macro_image = Image(label="Label"), Image(label="Macro")
+        self.label_image = Image(label="Label")
+        self.macro_image = Image(label="Macro")
         self.thumbnails = Container(
-            widgets=[self.label_image, self.macro_image], layout="horizontal", visible=False
+            widgets=[self.label_image, self.macro_image],
+            layout="horizontal",
+            labels=False,
+            visible=False,
         )
+        self._click_filters = []
+        for key, img in (("label", self.label_image), ("macro", self.macro_image)):
+            filt = _ClickFilter(lambda key=key: self.open_associated(key))
+            img.native.installEventFilter(filt)
+            img.native.setCursor(Qt.CursorShape.PointingHandCursor)
+            img.tooltip = f"The slide's {key} image: click to open it as a layer"
+            self._click_filters.append(filt)
+
         self.task = RadioButtons(
             label="Task",
             choices=[("Detect tissue", "tissue"), ("Segment nuclei", "nuclei")],
-            value="nuclei",
         )
+        self.task.value = d.task
         self.scope = RadioButtons(
             label="Scope",
             choices=[("Visible region", "visible"), ("Whole slide (tissue only)", "slide")],
-            value="visible",
         )
+        self.scope.value = d.scope
+        # nuclei parameters
         self.mode = ComboBox(
             label="Nuclei layer",
             choices=[("Add (skip duplicates)", "add"), ("Replace", "replace")],
-            value="add",
+            value=d.mode,
         )
-        um2 = {"min": 0.0, "max": 1e12, "step": 10.0}
+        self.segmenter = ComboBox(label="Segmenter", choices=available_segmenters() or ["builtin"])
         self.nuclei_mpp = FloatSpinBox(
-            label="Nuclei resolution (µm/px)", value=d["nuclei_mpp"], min=0.05, max=8, step=0.05
+            label="Resolution (µm/px)", value=d.nuclei_mpp, min=0.05, max=8.0, step=0.05
         )
         self.tile_size_um = FloatSpinBox(
-            label="Tile size (µm)", value=d["tile_size_um"], min=32, max=8192, step=64
+            label="Tile size (µm)", value=d.tile_size_um, min=32.0, max=8192.0, step=64.0
         )
-        self.tissue_mpp = FloatSpinBox(
-            label="Tissue resolution (µm/px)", value=d["tissue_mpp"], min=0.5, max=128, step=1
-        )
-        self.min_tissue_um2 = FloatSpinBox(
-            label="Smallest tissue piece (µm²)", value=d["min_tissue_um2"], **um2
-        )
-        self.show_advanced = CheckBox(text="Advanced", value=False)
-        self.segmenter = ComboBox(label="Segmenter", choices=available_segmenters() or ["builtin"])
         self.min_area_um2 = FloatSpinBox(
-            label="Nucleus area min (µm²)", value=d["min_area_um2"], **um2
+            label="Nucleus area min (µm²)", value=d.min_area_um2, min=0.0, max=1e6, step=5.0
         )
         self.max_area_um2 = FloatSpinBox(
-            label="Nucleus area max (µm²)", value=d["max_area_um2"], **um2
+            label="Nucleus area max (µm²)", value=d.max_area_um2, min=0.0, max=1e6, step=10.0
+        )
+        self.workers = SpinBox(label="Workers (0: all)", value=d.workers, min=0, max=256)
+        # tissue parameters
+        self.tissue_mpp = FloatSpinBox(
+            label="Resolution (µm/px)", value=d.tissue_mpp, min=0.5, max=128.0, step=1.0
+        )
+        self.min_tissue_um2 = FloatSpinBox(
+            label="Smallest piece (µm²)", value=d.min_tissue_um2, min=0.0, max=1e12, step=100.0
         )
         self.max_hole_um2 = FloatSpinBox(
-            label="Fill tissue holes below (µm²)", value=d["max_hole_um2"], **um2
+            label="Fill holes below (µm²)", value=d.max_hole_um2, min=0.0, max=1e12, step=100.0
         )
         self.tissue_mode = ComboBox(
-            label="Tissue mode", choices=["auto", "brightfield", "fluorescence"], value="auto"
+            label="Stain", choices=["auto", "brightfield", "fluorescence"], value=d.tissue_mode
         )
-        self.workers = SpinBox(label="Workers (0: all cores)", value=0, min=0, max=256)
+        self.nuclei_params = Container(
+            widgets=[self.mode, self.segmenter, self.nuclei_mpp, self.tile_size_um], labels=True
+        )
+        nuclei_advanced: list[Widget] = [self.min_area_um2, self.max_area_um2, self.workers]
+        self.nuclei_advanced = Container(widgets=nuclei_advanced, labels=True)
+        self.tissue_params = Container(widgets=[self.tissue_mpp, self.min_tissue_um2], labels=True)
+        tissue_advanced: list[Widget] = [self.tissue_mode, self.max_hole_um2]
+        self.tissue_advanced = Container(widgets=tissue_advanced, labels=True)
+        self.show_advanced = CheckBox(text="Advanced options", value=False)
         self.advanced = Container(
-            widgets=[
-                self.segmenter,
-                self.min_area_um2,
-                self.max_area_um2,
-                self.tissue_mode,
-                self.max_hole_um2,
-                self.workers,
-            ],
-            visible=False,
-            labels=True,
+            widgets=[self.nuclei_advanced, self.tissue_advanced], labels=False, visible=False
         )
+
         self.run_button = PushButton(text="Run")
         self.cancel_button = PushButton(text="Cancel", enabled=False)
+        self.cancel_button.tooltip = f"Stop the run; finished tiles stay ({_key_text(CANCEL_KEY)})"
+        self.progress = ProgressBar(value=0, min=0, max=1, visible=False)
         self.status = Label(label="Status", value="Ready")
-        self.summary = Label(label="Nuclei", value="–")
-        self.export_dir = FileEdit(label="Export to", mode="d", value=Path.cwd())
+        self.summary = Label(label="Result", value="–")
+        for label in (self.info, self.status, self.summary):
+            _wrap(label)
+        self.export_dir = FileEdit(
+            label="Export to", mode=FileDialogMode.EXISTING_DIRECTORY, value=Path.cwd()
+        )
         self.export_tissue = PushButton(text="Tissue GeoJSON")
         self.export_nuclei = PushButton(text="Nuclei GeoJSON")
         self.export_csv = PushButton(text="Nuclei CSV")
+        self.restore_defaults = PushButton(text="Restore defaults")
+        self.restore_defaults.tooltip = "Set every parameter back to its documented default"
         self.extend(
             [
                 self.image,
@@ -148,39 +301,127 @@ class SlideAnalysisWidget(Container):
                 self.thumbnails,
                 self.task,
                 self.scope,
-                self.mode,
-                self.nuclei_mpp,
-                self.tile_size_um,
-                self.tissue_mpp,
-                self.min_tissue_um2,
+                self.nuclei_params,
+                self.tissue_params,
                 self.show_advanced,
                 self.advanced,
-                Container(widgets=[self.run_button, self.cancel_button], layout="horizontal"),
+                Container(
+                    widgets=[self.run_button, self.cancel_button], layout="horizontal", labels=False
+                ),
+                self.progress,
                 self.status,
                 self.summary,
                 self.export_dir,
                 Container(
                     widgets=[self.export_tissue, self.export_nuclei, self.export_csv],
                     layout="horizontal",
+                    labels=False,
                 ),
+                self.restore_defaults,
             ]
         )
-        self.show_advanced.changed.connect(lambda v: setattr(self.advanced, "visible", bool(v)))
+        self.native.setMaximumWidth(MAX_WIDTH)
+
+        self.show_advanced.changed.connect(self._on_task)
+        self.task.changed.connect(self._on_task)
+        self.scope.changed.connect(self._update_run_button)
         self.image.changed.connect(self._on_image)
         self.segmenter.changed.connect(self._on_segmenter)
         self.run_button.clicked.connect(self.run)
-        self.cancel_button.clicked.connect(self.controller.cancel)
-        self.export_tissue.clicked.connect(lambda: self.export("tissue"))
-        self.export_nuclei.clicked.connect(lambda: self.export("nuclei"))
-        self.export_csv.clicked.connect(lambda: self.export("csv"))
+        self.cancel_button.clicked.connect(self.cancel)
+        self.restore_defaults.clicked.connect(self.reset_settings)
+        self.export_tissue.clicked.connect(self._on_export_tissue)
+        self.export_nuclei.clicked.connect(self._on_export_nuclei)
+        self.export_csv.clicked.connect(self._on_export_csv)
+        for widget in self._setting_widgets().values():
+            widget.changed.connect(self._on_setting_changed)
         self.controller.started.connect(self._on_started)
+        self.controller.progress.connect(self._on_progress)
         self.controller.finished.connect(self._on_finished)
-        self.controller.failed.connect(self._on_failed)
         layers_events = self._viewer.layers.events
         layers_events.inserted.connect(self._on_layers_changed)
         layers_events.removed.connect(self._on_layers_changed)
+        camera = _camera(self._viewer)
+        camera.events.center.connect(self._update_run_button)
+        camera.events.zoom.connect(self._update_run_button)
+        self._bind_keys()
+        self.load_settings()
         self._on_layers_changed()
         self._on_image(self.image.value)
+        self._on_task()
+
+    # -- settings ---------------------------------------------------------------------------
+
+    def _setting_widgets(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(WidgetSettings)}
+
+    def settings(self) -> WidgetSettings:
+        """Return the parameters as the widgets show them."""
+        d = default_settings()
+        values = {}
+        for name, widget in self._setting_widgets().items():
+            value = widget.value
+            values[name] = type(getattr(d, name))(value) if value is not None else getattr(d, name)
+        return WidgetSettings(**values)
+
+    def apply_settings(self, settings: WidgetSettings) -> None:
+        """Show `settings` in the widgets (values a widget cannot take are left as they are)."""
+        self._loading = True
+        try:
+            for name, widget in self._setting_widgets().items():
+                value = getattr(settings, name)
+                choices = getattr(widget, "choices", None)
+                if choices is not None and value not in choices:
+                    continue
+                try:
+                    widget.value = value
+                except (ValueError, TypeError):
+                    continue
+        finally:
+            self._loading = False
+
+    def load_settings(self) -> None:
+        """Show the parameters remembered from the last session (defaults where none)."""
+        store = settings_store()
+        store.beginGroup(_SETTINGS_GROUP)
+        d = default_settings()
+        values = {}
+        for f in dataclasses.fields(WidgetSettings):
+            default = getattr(d, f.name)
+            raw = store.value(f.name, None)
+            try:
+                values[f.name] = default if raw is None else type(default)(raw)
+            except (TypeError, ValueError):
+                values[f.name] = default
+        store.endGroup()
+        self.apply_settings(WidgetSettings(**values))
+
+    def save_settings(self) -> None:
+        """Remember the parameters shown now."""
+        store = settings_store()
+        store.beginGroup(_SETTINGS_GROUP)
+        for name, value in dataclasses.asdict(self.settings()).items():
+            store.setValue(name, value)
+        store.endGroup()
+        store.sync()
+
+    def reset_settings(self) -> None:
+        """Show the documented defaults (clamped to the slide's pixels) and remember them."""
+        self.apply_settings(default_settings())
+        self._on_segmenter(self.segmenter.value)
+        self.save_settings()
+
+    def _on_setting_changed(self, _value: Any = None) -> None:
+        if not self._loading:
+            self.save_settings()
+
+    # -- shortcuts ----------------------------------------------------------------------------
+
+    def _bind_keys(self) -> None:
+        """Register the run and cancel shortcuts as napari key bindings of the viewer."""
+        _WIDGETS[id(self._viewer)] = self
+        self._viewer.bind_key(RUN_KEY, _run_shortcut, overwrite=True)
+        self._viewer.bind_key(CANCEL_KEY, _cancel_shortcut, overwrite=True)
 
     # -- choices and slide info -------------------------------------------------------------
 
@@ -188,17 +429,32 @@ class SlideAnalysisWidget(Container):
         return [(ly.name, ly) for ly in jobs.slide_layers(self._viewer)]
 
     def _on_layers_changed(self, event: Any = None) -> None:
+        before = self.image.value
         self.image.reset_choices()
         if self.image.value is None:
             try:
                 self.image.value = jobs.active_slide_layer(self._viewer)
             except ValueError:
                 pass
+        if self.image.value is None and before is not None:
+            self._on_image(None)  # the slide went away: drop its previews
+        self._update_run_button()
 
-    def _on_segmenter(self, name: str) -> None:
+    def _on_task(self, _value: Any = None) -> None:
+        nuclei = self.task.value == "nuclei"
+        self.nuclei_params.visible = nuclei
+        self.tissue_params.visible = not nuclei
+        self.nuclei_advanced.visible = nuclei
+        self.tissue_advanced.visible = not nuclei
+        self.advanced.visible = bool(self.show_advanced.value)
+        self._update_run_button()
+
+    def _on_segmenter(self, name: Any) -> None:
         """Show the chosen segmenter's own working resolution (a model's training scale)."""
         from napari_slidescope.pipeline.models import segmenter_target_mpp
 
+        if self._loading:
+            return
         mpp = segmenter_target_mpp(name) if name else None
         if mpp is not None:
             self.nuclei_mpp.value = max(mpp, self._slide_mpp())
@@ -212,33 +468,55 @@ class SlideAnalysisWidget(Container):
         return float(min(mpp)) if mpp else 0.0
 
     def _on_image(self, layer: Any) -> None:
+        self._thumb_token += 1
+        self._associated = {}
         self.thumbnails.visible = False
         for img in (self.label_image, self.macro_image):
             img.visible = False
+        self._update_run_button()
         if layer is None:
             self.info.value = "Open a slide (a 2D RGB image layer)"
             return
         src = jobs.SlideSource.from_layer(layer)
         self.info.value = _describe(src)
-        self._on_segmenter(self.segmenter.value)  # not finer than this slide's pixels
+        self.nuclei_mpp.value = max(float(self.nuclei_mpp.value), self._slide_mpp())
         folder = Path(src.path).parent if src.path else Path.cwd()
         self.export_dir.value = folder if os.access(folder, os.W_OK) else Path.cwd()
         if src.path and {"label", "macro"} & set(src.info.get("associated", [])):
             from napari.qt.threading import create_worker
 
-            worker = create_worker(_load_thumbnails, src.path, _start_thread=False)
-            worker.returned.connect(self._show_thumbnails)
+            token = self._thumb_token
+            worker = create_worker(_load_associated, src.path, _start_thread=False)
+            worker.returned.connect(lambda images: self._show_thumbnails(images, token))
             worker.start()
 
-    def _show_thumbnails(self, images: dict[str, np.ndarray]) -> None:
-        for key, widget in (("label", self.label_image), ("macro", self.macro_image)):
+    def _show_thumbnails(self, images: dict[str, np.ndarray], token: int = -1) -> None:
+        if token not in (-1, self._thumb_token):
+            return  # the slide changed while they were read
+        self._associated = dict(images)
+        for key, widget, px in (
+            ("label", self.label_image, _LABEL_PX),
+            ("macro", self.macro_image, _MACRO_PX),
+        ):
             if key in images:
-                widget.value = images[key]
+                widget.value = _preview(images[key], px)
                 widget.visible = self.thumbnails.visible = True
+
+    def open_associated(self, key: str) -> Any:
+        """Open the slide's ``"label"`` or ``"macro"`` image as its own image layer."""
+        img = self._associated.get(key)
+        layer = self.image.value
+        if img is None or layer is None:
+            return None
+        name = f"{layer.name} {key}"
+        if name in self._viewer.layers:
+            self._viewer.layers.selection.active = self._viewer.layers[name]
+            return self._viewer.layers[name]
+        return self._viewer.add_image(img, name=name, rgb=img.ndim == 3)
 
     # -- running -------------------------------------------------------------------------------
 
-    def options(self) -> dict[str, Any]:
+    def run_options(self) -> dict[str, Any]:
         """Return the run's keyword arguments, from the widgets (physical units)."""
         tissue = {
             "target_mpp": float(self.tissue_mpp.value),
@@ -262,8 +540,33 @@ class SlideAnalysisWidget(Container):
         }
         return {"tissue_options": tissue, "nuclei_options": nuclei}
 
-    def run(self) -> Any:
-        """Start the chosen task on the chosen scope (cancelling a run in flight).
+    def why_not_runnable(self) -> str | None:
+        """Why Run is disabled now (None when it can run)."""
+        layer = self.image.value
+        if layer is None:
+            return "Open a slide first (File ▸ Open, or File ▸ Open Sample ▸ Slidescope)"
+        if self.controller.busy:
+            return f"A run is in progress: Cancel it first ({_key_text(CANCEL_KEY)})"
+        if self.scope.value == "visible":
+            from napari_slidescope._napari.viewport import visible_region
+
+            try:
+                visible_region(self._viewer, layer)
+            except ValueError:
+                return "None of the slide is in view: pan or zoom to it, or choose Whole slide"
+            except RuntimeError:
+                pass  # no canvas size yet: run() says what is wrong
+        return None
+
+    def _update_run_button(self, _event: Any = None) -> None:
+        reason = self.why_not_runnable()
+        self.run_button.enabled = reason is None
+        self.run_button.tooltip = reason or (
+            f"Run the chosen task ({_key_text(RUN_KEY)} runs it on the current view)"
+        )
+
+    def run(self, scope: str | None = None) -> Any:
+        """Start the chosen task on the chosen scope (or `scope`).
 
         Returns the worker, or None when nothing could be started (the reason is
         shown as a notification and in the status line).
@@ -274,36 +577,75 @@ class SlideAnalysisWidget(Container):
         if layer is None:
             show_warning("Slide analysis: open a slide first")
             return None
-        task = self.task.value
         try:
             return self.controller.run(
                 layer,
-                task,
-                scope=self.scope.value,
+                self.task.value,
+                scope=cast(jobs.Scope, scope or self.scope.value),
                 mode=self.mode.value,
-                **self.options(),
+                **self.run_options(),
             )
         except ValueError as exc:  # e.g. nothing of the slide on screen
             self.status.value = f"Not started: {exc}"
             show_warning(f"Slide analysis: {exc}")
             return None
 
+    def run_on_view(self) -> Any:
+        """Run the chosen task on the current view (the run shortcut); None if busy."""
+        if self.controller.busy:
+            return None
+        return self.run("visible")
+
+    def cancel(self) -> None:
+        """Cancel the run in flight (finished tiles stay; the result is marked partial)."""
+        self.controller.cancel()
+
     def _on_started(self, task: str) -> None:
         self.cancel_button.enabled = True
-        self.status.value = "Detecting tissue…" if task == "tissue" else "Segmenting nuclei…"
+        self.summary.value = "–"
+        self.progress.visible = True
+        self._update_run_button()
+
+    def _on_progress(self, prog: session.Progress) -> None:
+        bar = self.progress.native
+        if prog.total:
+            self.progress.max = prog.total
+            self.progress.value = prog.done
+            eta = f" · about {_duration(prog.eta_s)} left" if prog.eta_s is not None else ""
+            bar.setFormat(f"{prog.done:,} / {prog.total:,} tiles")
+            self.status.value = f"{prog.words}: {prog.done:,} of {prog.total:,} tiles{eta}"
+        else:
+            bar.setRange(0, 0)  # busy indicator: the count is not known yet
+            bar.setFormat("")
+            self.status.value = f"{prog.words}…"
 
     def _on_finished(self, summary: Any) -> None:
-        self.cancel_button.enabled = self.controller.busy
-        if not self.controller.busy:
-            if not self.status.value.startswith("Failed"):
-                self.status.value = "Ready"
-        if summary is not None:
+        busy = self.controller.busy
+        self.cancel_button.enabled = busy
+        self.progress.visible = busy
+        self._update_run_button()
+        if busy:
+            return  # a new run already started
+        out = self.controller.outcome
+        if out is None:
+            self.status.value = "Ready"
+            return
+        self.status.value = _outcome_words(out)
+        if out.task == "tissue":
+            self.summary.value = _tissue_words(out.tissue)
+        elif summary is not None:
             self.summary.value = str(summary)
 
-    def _on_failed(self, message: str) -> None:
-        self.status.value = "Failed: " + message.split(" failed: ", 1)[-1][:200]
-
     # -- export ----------------------------------------------------------------------------------
+
+    def _on_export_tissue(self) -> None:
+        self.export("tissue")
+
+    def _on_export_nuclei(self) -> None:
+        self.export("nuclei")
+
+    def _on_export_csv(self) -> None:
+        self.export("csv")
 
     def export(self, kind: str, path: str | os.PathLike[str] | None = None) -> Path | None:
         """Write ``"tissue"`` (GeoJSON), ``"nuclei"`` (GeoJSON) or ``"csv"`` (nuclei table).
@@ -319,7 +661,8 @@ class SlideAnalysisWidget(Container):
             return None
         stem = Path(layer.name).stem
         suffix = {"tissue": "_tissue.geojson", "nuclei": "_nuclei.geojson", "csv": "_nuclei.csv"}
-        target = Path(path) if path else Path(self.export_dir.value) / f"{stem}{suffix[kind]}"
+        target = Path(path) if path else Path(str(self.export_dir.value)) / f"{stem}{suffix[kind]}"
+        result: Any = None
         if kind == "tissue":
             name = f"{layer.name} tissue"
             tl = self._viewer.layers[name] if name in self._viewer.layers else None
@@ -340,6 +683,58 @@ class SlideAnalysisWidget(Container):
         return target
 
 
+def _camera(viewer: Any) -> Any:
+    """Return the camera (``viewer.scene.camera`` from napari 0.9, else ``viewer.camera``)."""
+    scene = getattr(viewer, "scene", None)
+    return scene.camera if scene is not None and hasattr(scene, "camera") else viewer.camera
+
+
+def _run_shortcut(viewer: Any) -> None:
+    widget = _WIDGETS.get(id(getattr(viewer, "__wrapped__", viewer)))
+    if widget is not None:
+        widget.run_on_view()
+
+
+def _cancel_shortcut(viewer: Any) -> None:
+    session.controller_for(viewer).cancel()
+
+
+_run_shortcut.__doc__ = "Slide analysis: run the chosen task on the current view"
+_cancel_shortcut.__doc__ = "Slide analysis: cancel the run in flight"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def _outcome_words(out: session.Outcome) -> str:
+    """Say how a run ended: ``"Cancelled: 37 of 120 tiles"``."""
+    tiles = f"{out.tiles_done:,} of {out.tiles_total:,} tiles" if out.tiles_total else ""
+    if out.state == "done":
+        return f"Done: {tiles}" if tiles else "Done"
+    if out.state == "cancelled":
+        return f"Cancelled: {tiles}" if tiles else "Cancelled before any tile finished"
+    error = (out.error or "").split(" failed: ", 1)[-1][:200]
+    return f"Failed after {tiles}: {error}" if tiles else f"Failed: {error}"
+
+
+def _tissue_words(result: Any) -> str:
+    if result is None:
+        return "–"
+    parts = []
+    if result.area_um2 is not None:
+        parts.append(f"Tissue {result.area_um2 / 1e6:,.2f} mm²")
+    else:
+        parts.append(f"Tissue {result.area_px:,.0f} px² (uncalibrated)")
+    parts.append(f"{100 * result.fraction:.0f}% of the area analysed")
+    return " · ".join(parts)
+
+
 def _describe(src: jobs.SlideSource) -> str:
     info = src.info
     h, w = src.shape0
@@ -355,15 +750,19 @@ def _describe(src: jobs.SlideSource) -> str:
     return " · ".join(parts)
 
 
-def _load_thumbnails(path: str) -> dict[str, np.ndarray]:
-    """Read the slide's label and macro images, small (worker thread)."""
+def _preview(img: np.ndarray, px: int) -> np.ndarray:
+    """Shrink an RGB image (nearest pixel) so that its longer side is at most `px`."""
+    step = max(1, int(np.ceil(max(img.shape[:2]) / px)))
+    return np.ascontiguousarray(img[::step, ::step, :3])
+
+
+def _load_associated(path: str) -> dict[str, np.ndarray]:
+    """Read the slide's label and macro images (worker thread)."""
     from napari_slidescope.slide import open_slide
 
     out = {}
     with open_slide(path) as slide:
         for key in ("label", "macro"):
             if key in slide.associated:
-                img = np.asarray(slide.associated[key])
-                step = max(1, int(np.ceil(max(img.shape[:2]) / _THUMB_PX)))
-                out[key] = np.ascontiguousarray(img[::step, ::step, :3])
+                out[key] = np.ascontiguousarray(np.asarray(slide.associated[key])[..., :3])
     return out

@@ -50,6 +50,8 @@ __all__ = [
 #: Tissue detection runs first (``tissue="auto"``) when the plan has more tiles than this.
 AUTO_TISSUE_TILES = 4
 
+#: Tile side in µm when none is given (a few hundred nuclei per tile at any resolution).
+DEFAULT_TILE_SIZE_UM = 512.0
 #: Largest label image :func:`segment_nuclei` builds with ``labels="auto"`` (1 GiB of
 #: int32: 16k x 16k px at the working resolution, a 4 x 4 mm region at 0.25 µm/px).
 #: Beyond it the result keeps the table and one outline per nucleus, not the image.
@@ -296,7 +298,7 @@ def iter_segment_nuclei(
     target_mpp: float | None = None,
     tissue: TissueArg = "auto",
     segmenter: Any = "builtin",
-    tile_size_um: float = 512.0,
+    tile_size_um: float = DEFAULT_TILE_SIZE_UM,
     workers: int | None = None,
     **runner_kwargs: Any,
 ) -> Generator[NucleiStep, None, None]:
@@ -335,7 +337,7 @@ def segment_nuclei(
     target_mpp: float | None = None,
     tissue: TissueArg = "auto",
     segmenter: Any = "builtin",
-    tile_size_um: float = 512.0,
+    tile_size_um: float = DEFAULT_TILE_SIZE_UM,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     labels: bool | Literal["auto"] = "auto",

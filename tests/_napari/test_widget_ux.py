@@ -1,0 +1,224 @@
+"""The widget as a user meets it: progress, partial results, layout, settings, shortcuts."""
+
+import numpy as np
+import pytest
+
+from napari_slidescope._napari import session
+from napari_slidescope._napari.layers import canvas_of
+from napari_slidescope._napari.widget import (
+    MAX_WIDTH,
+    SlideAnalysisWidget,
+    default_settings,
+)
+
+pytestmark = pytest.mark.gui
+
+
+def _docked(make_napari_viewer, path, qtbot):
+    viewer = make_napari_viewer(show=True)
+    [image] = viewer.open(str(path), plugin="napari-slidescope")
+    dock, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
+    qtbot.wait(10)
+    return viewer, image, widget
+
+
+def _slow_run(widget, image, threshold_segmenter, delay=0.15):
+    opts = {
+        "segmenter": threshold_segmenter(delay=delay),
+        "tile_size_um": 64.0,
+        "target_mpp": 0.5,
+        "workers": 1,
+    }
+    return widget.controller.run(image, "nuclei", scope="slide", nuclei_options=opts)
+
+
+def test_progress_shows_stage_tiles_and_time_left(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
+    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    seen = []
+    widget.controller.progress.connect(lambda p: seen.append((p.stage, p.done, p.total)))
+    _slow_run(widget, image, threshold_segmenter)
+    assert widget.progress.visible and widget.cancel_button.enabled
+    assert not widget.run_button.enabled and "in progress" in widget.run_button.tooltip
+    qtbot.waitUntil(lambda: widget.progress.value >= 3, timeout=20_000)
+    bar = widget.progress.native
+    done, total = bar.value(), bar.maximum()
+    assert 3 <= done < total
+    assert f"of {total} tiles" in widget.status.value and "left" in widget.status.value
+    assert widget.status.value.startswith("Segmenting nuclei")
+    stages = [s for s, _, _ in seen]
+    assert stages[:3] == ["starting", "tissue", "preparing"] and "segmenting" in stages
+    counts = [d for s, d, _ in seen if s == "segmenting" and d]
+    assert counts == sorted(counts) and counts[0] == 1
+    # napari's activity entry follows the same run
+    assert widget.controller._run.pbar.total == total
+    widget.cancel_button.clicked.emit()
+    assert not widget.progress.visible
+    out = widget.controller.outcome
+    assert out.state == "cancelled" and 3 <= out.tiles_done < out.tiles_total == total
+    assert widget.status.value == f"Cancelled: {out.tiles_done} of {total} tiles"
+    qtbot.waitUntil(lambda: not widget.controller.busy)
+
+
+def test_partial_summary_equals_a_run_over_the_finished_tiles(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
+    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    ctl = widget.controller
+    worker = _slow_run(widget, image, threshold_segmenter)
+    qtbot.waitUntil(lambda: widget.progress.value >= 4, timeout=20_000)
+    widget.cancel()
+    qtbot.waitUntil(lambda: not worker.is_running, timeout=5_000)
+    out = ctl.outcome
+    partial = ctl.summary(image)
+    assert partial.partial and partial.tiles_done == out.tiles_done < partial.tiles_total
+    assert widget.summary.value == str(partial) and widget.summary.value.startswith("Partial (")
+    layer = viewer.layers[f"{image.name} nuclei"]
+    cores = list(canvas_of(layer).regions)
+    assert len(cores) == out.tiles_done  # the density's area: finished tiles only
+    count_partial = partial.count
+    assert count_partial == canvas_of(layer).table()["id"].size > 0
+
+    # the complete run, restricted to the same tiles, gives the same numbers
+    _slow_run(widget, image, threshold_segmenter, delay=0.0)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
+    full = ctl.summary(image)
+    assert not full.partial and full.count > count_partial
+    table = canvas_of(layer).table()
+    rows, cols = table["centroid_row"], table["centroid_col"]
+    inside = np.zeros(rows.shape, bool)
+    for y0, x0, y1, x1 in cores:
+        inside |= (rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)
+    assert int(inside.sum()) == count_partial
+    area = session.tissue_area_um2(ctl.tissue_result(image), cores)
+    assert partial.tissue_mm2 == pytest.approx(area / 1e6)
+    assert partial.density_per_mm2 == pytest.approx(count_partial / (area / 1e6))
+    assert partial.density_per_mm2 == pytest.approx(full.density_per_mm2, rel=0.5)
+
+
+def test_replace_run_clears_the_previous_summary(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
+    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
+    widget.controller.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_options=seg)
+    qtbot.waitUntil(lambda: not widget.controller.busy, timeout=20_000)
+    assert "nuclei" in widget.summary.value
+    _slow_run(widget, image, threshold_segmenter)
+    assert widget.summary.value == "–"
+    widget.cancel()
+
+
+def test_run_is_disabled_without_a_slide(make_napari_viewer, small_slide, qtbot):
+    viewer = make_napari_viewer(show=True)
+    widget = SlideAnalysisWidget(viewer)
+    assert not widget.run_button.enabled
+    assert widget.run_button.tooltip.startswith("Open a slide")
+    [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
+    qtbot.wait(10)
+    assert widget.image.value is image and widget.run_button.enabled
+    assert "Ctrl+Shift+R" in widget.run_button.tooltip
+    viewer.layers.remove(image)
+    assert widget.image.value is None and not widget.run_button.enabled
+    assert not widget.thumbnails.visible
+
+
+def test_dock_width_stays_bounded_with_a_long_slide_name(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer(show=True)
+    viewer.window._qt_window.resize(1400, 900)
+    name = "a-very-long-slide-name-without-spaces-" * 8 + ".svs"
+    viewer.add_image(np.zeros((256, 256, 3), np.uint8), name=name, rgb=True)
+    dock, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
+    widget.status.value = "Failed: " + "x" * 400  # a long unbreakable message too
+    widget.summary.value = "word " * 200
+    qtbot.wait(200)
+    assert widget.image.value.name == name
+    assert widget.native.width() <= MAX_WIDTH
+    assert dock.width() <= MAX_WIDTH + 60  # the dock's frame and scroll bar
+    assert viewer.window._qt_viewer.canvas.native.width() >= 500  # was ~250 px
+
+
+def test_parameters_show_for_the_chosen_task_only(make_napari_viewer, small_slide, qtbot):
+    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    widget.task.value = "tissue"
+    assert widget.tissue_params.visible and not widget.nuclei_params.visible
+    assert not widget.advanced.visible
+    widget.show_advanced.value = True
+    assert widget.tissue_advanced.visible and not widget.nuclei_advanced.visible
+    widget.task.value = "nuclei"
+    assert widget.nuclei_params.visible and widget.nuclei_advanced.visible
+    assert not widget.tissue_params.visible and not widget.tissue_advanced.visible
+
+
+def test_settings_survive_closing_and_reopening_the_widget(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer(show=False)
+    first = SlideAnalysisWidget(viewer)
+    first.task.value = "tissue"
+    first.scope.value = "slide"
+    first.tile_size_um.value = 256.0
+    first.tissue_mpp.value = 4.0
+    first.max_area_um2.value = 250.0
+    first.mode.value = "replace"
+    first.close()
+    del first
+    second = SlideAnalysisWidget(viewer)
+    got = second.settings()
+    assert (got.task, got.scope, got.mode) == ("tissue", "slide", "replace")
+    assert (got.tile_size_um, got.tissue_mpp, got.max_area_um2) == (256.0, 4.0, 250.0)
+    second.restore_defaults.clicked.emit()
+    assert second.settings() == default_settings()
+    third = SlideAnalysisWidget(viewer)
+    assert third.settings() == default_settings()
+
+
+def test_defaults_come_from_the_documented_constants():
+    from napari_slidescope.analysis.nuclei import NucleiParams
+    from napari_slidescope.pipeline import nuclei, tissue
+
+    d = default_settings()
+    assert d.nuclei_mpp == NucleiParams().target_mpp
+    assert (d.min_area_um2, d.max_area_um2) == (
+        NucleiParams().min_area_um2,
+        NucleiParams().max_area_um2,
+    )
+    assert d.tile_size_um == nuclei.DEFAULT_TILE_SIZE_UM
+    assert d.tissue_mpp == tissue.DEFAULT_TARGET_MPP
+    assert d.min_tissue_um2 == tissue.DEFAULT_MIN_TISSUE_UM2
+    assert d.max_hole_um2 == tissue.DEFAULT_MAX_HOLE_UM2
+
+
+def test_shortcuts_start_and_cancel_a_run(make_napari_viewer, small_slide, qtbot):
+    from qtpy.QtCore import Qt
+
+    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    widget.scope.value = "slide"  # the shortcut runs on the current view whatever is chosen
+    widget.nuclei_mpp.value = 0.5
+    canvas = viewer.window._qt_viewer.canvas.native
+    mods = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    qtbot.keyClick(canvas, Qt.Key.Key_R, mods)
+    assert widget.controller.busy
+    assert widget.controller._run.scope == "visible"
+    qtbot.keyClick(canvas, Qt.Key.Key_X, mods)
+    assert not widget.controller.busy
+    assert widget.status.value.startswith("Cancelled")
+    assert "Ctrl+Shift+X" in widget.cancel_button.tooltip
+
+
+def test_label_and_macro_previews_open_as_layers(make_napari_viewer, small_slide, qtbot):
+    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    rng = np.random.default_rng(0)
+    images = {
+        "label": rng.integers(0, 255, (600, 580, 3), np.uint8),
+        "macro": rng.integers(0, 255, (700, 1800, 3), np.uint8),
+    }
+    widget._show_thumbnails(images)  # what the reading worker hands over
+    assert widget.thumbnails.visible
+    for key in ("label", "macro"):
+        preview = getattr(widget, f"{key}_image")
+        assert max(preview.value.shape[:2]) >= 100  # readable, not a 14 px icon
+        layer = widget.open_associated(key)
+        assert layer.name == f"{image.name} {key}"
+        assert layer.data.shape == images[key].shape
+    viewer.layers.remove(image)
+    assert not widget.thumbnails.visible and not widget._associated

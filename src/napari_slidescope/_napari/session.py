@@ -395,7 +395,8 @@ class SlideAnalysis:
             return
         if run.pbar.total != prog.total:
             run.pbar.total = prog.total
-        run.pbar.set_description(f"Slide analysis: {prog.words.lower()}")
+        if isinstance(item, Stage):
+            run.pbar.set_description(f"Slide analysis: {prog.words.lower()}")
         if isinstance(item, TileDone):
             run.pbar.update(1)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,8 @@ CANCEL_KEY = "Control-Shift-X"
 #: Preview size (px) of the label image and of the macro image.
 _LABEL_PX, _MACRO_PX = 150, 230
 _SETTINGS_GROUP = "slide_analysis"
+#: Least interval (s) between two progress updates of the widget within one stage.
+_PROGRESS_S = 0.2
 
 
 def _key_text(key: str) -> str:
@@ -195,6 +198,7 @@ class SlideAnalysisWidget(Container):
         self.controller = session.controller_for(self._viewer)
         self._loading = False  # True while settings are applied (nothing is saved)
         self._thumb_token = 0
+        self._shown_stage, self._shown_at = "", 0.0
         self._associated: dict[str, np.ndarray] = {}
         d = default_settings()
 
@@ -286,6 +290,8 @@ class SlideAnalysisWidget(Container):
         self.summary = Label(label="Result", value="–")
         for label in (self.info, self.status, self.summary):
             _wrap(label)
+        # its text changes with every tile: it must never change the dock's width
+        self.progress.native.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.export_dir = FileEdit(
             label="Export to", mode=FileDialogMode.EXISTING_DIRECTORY, value=Path.cwd()
         )
@@ -601,12 +607,18 @@ class SlideAnalysisWidget(Container):
         self.controller.cancel()
 
     def _on_started(self, task: str) -> None:
+        self._shown_stage = ""
         self.cancel_button.enabled = True
         self.summary.value = "–"
         self.progress.visible = True
         self._update_run_button()
 
     def _on_progress(self, prog: session.Progress) -> None:
+        now = time.monotonic()
+        last = prog.total and prog.done >= prog.total
+        if prog.stage == self._shown_stage and now - self._shown_at < _PROGRESS_S and not last:
+            return  # a few updates a second are enough to read; each relays out the dock
+        self._shown_stage, self._shown_at = prog.stage, now
         bar = self.progress.native
         if prog.total:
             self.progress.max = prog.total
@@ -615,8 +627,11 @@ class SlideAnalysisWidget(Container):
             bar.setFormat(f"{prog.done:,} / {prog.total:,} tiles")
             self.status.value = f"{prog.words}: {prog.done:,} of {prog.total:,} tiles{eta}"
         else:
-            bar.setRange(0, 0)  # busy indicator: the count is not known yet
-            bar.setFormat("")
+            # the count is not known yet; no busy indicator: its animation repaints
+            # the dock continuously, which costs the canvas frames
+            bar.setRange(0, 1)
+            bar.setValue(0)
+            bar.setFormat(f"{prog.words}…")
             self.status.value = f"{prog.words}…"
 
     def _on_finished(self, summary: Any) -> None:

@@ -470,9 +470,10 @@ class SlideAnalysis:
         if item.patch is not None:
             run.pending.append(item.patch)
             self._paint(run, None)
+        y0, x0, y1, x1 = (int(v) for v in item.core0)
         if run.region_index is not None:
-            canvas.regions.insert(run.region_index + len(run.cores), tuple(item.core0))
-        run.cores.append(tuple(int(v) for v in item.core0))  # type: ignore[arg-type]
+            canvas.regions.insert(run.region_index + len(run.cores), (y0, x0, y1, x1))
+        run.cores.append((y0, x0, y1, x1))
         out.tiles_done = len(run.cores)
         if out.tiles_total and out.tiles_done >= out.tiles_total:
             self._partial.pop(run.image, None)

@@ -539,7 +539,9 @@ class PreparedNuclei:
         Yields
         ------
         TileResult
-            In the order of ``indices``; ids are local to each tile (``1 .. count``):
+            In the order of ``indices`` (one staged run: reading, the model and
+            post-processing of different tiles overlap); ids are local to each tile
+            (``1 .. count``):
             add the counts of the tiles before it in :attr:`tiles` to get the ids
             :func:`segment_nuclei` gives.
 
@@ -553,19 +555,26 @@ class PreparedNuclei:
         if missing:
             raise ValueError(f"indices: tiles {missing} are not among the tiles to segment")
         kwargs = {**self._run.runner_kwargs, **runner_kwargs}
-        for i in indices:  # one tile per run: ids stay local to the tile
-            gen = iter_tiles(
-                self._run.slide,
-                self._run.plan,
-                self._run.segmenter,
-                tiles=[by_index[int(i)]],
-                measure=self._run.measure,
-                **kwargs,
-            )
-            try:
-                yield from gen
-            finally:
-                gen.close()
+        # one staged run over all the tiles (reading and post-processing overlap the
+        # model), ids made local to each tile again
+        gen = iter_tiles(
+            self._run.slide,
+            self._run.plan,
+            self._run.segmenter,
+            tiles=[by_index[int(i)] for i in indices],
+            measure=self._run.measure,
+            **kwargs,
+        )
+        try:
+            for res in gen:
+                if res.offset:
+                    shift = np.int32(res.offset)
+                    labels = np.where(res.labels > 0, res.labels - shift, 0).astype(np.int32)
+                    table = {**res.table, "id": np.asarray(res.table["id"]) - shift}
+                    res = dataclasses.replace(res, labels=labels, table=table, offset=0)
+                yield res
+        finally:
+            gen.close()
 
     def close(self) -> None:
         """Close the slide when :func:`prepare_nuclei` opened it."""

@@ -205,3 +205,21 @@ def test_changed_slide_is_redone(client, slides, tmp_path):
     m = json.loads((out / "c.svs" / "manifest.json").read_text())
     assert m["slide_stamp"]["size"] == path.stat().st_size
     assert again["status"] == "done" and again["tissue_area_mm2"] != first["tissue_area_mm2"]
+
+
+def test_several_tiles_per_task_same_nuclei(client, slides, reference, tmp_path):
+    rows = analyze_slides(
+        slides / "b.svs", tmp_path, tile_size_um=TILE_UM, client=client, tiles_per_task=3
+    )
+    table = pq.read_table(tmp_path / "b.svs" / "nuclei.parquet")
+    assert rows[0]["nuclei"] == reference["b.svs"].count
+    for col in COLUMNS:
+        np.testing.assert_array_equal(table.column(col).to_numpy(), reference["b.svs"].table[col])
+
+
+def test_gpu_tasks_run_on_workers_with_a_gpu_resource(slides, reference, tmp_path):
+    # its own local cluster: every worker gets {"GPU": 1}; tile tasks ask for it
+    rows = analyze_slides(slides / "b.svs", tmp_path, tile_size_um=TILE_UM, workers=1, gpu=True)
+    assert rows[0]["status"] == "done" and rows[0]["nuclei"] == reference["b.svs"].count
+    ids = pq.read_table(tmp_path / "b.svs" / "nuclei.parquet").column("id").to_numpy()
+    np.testing.assert_array_equal(ids, reference["b.svs"].table["id"])

@@ -138,9 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--tiles-per-task",
         type=_positive(int),
-        default=1,
         metavar="N",
-        help="tiles per nuclei task; more means fewer tasks for the scheduler (default: 1)",
+        help="tiles per nuclei task; more means fewer tasks for the scheduler "
+        "(default: 1, or 8 with --gpu)",
     )
     b.add_argument(
         "--retries",
@@ -153,7 +153,8 @@ def _parser() -> argparse.ArgumentParser:
         "--gpu",
         action="store_true",
         help="run nuclei tasks only on workers with a GPU resource (`dask worker "
-        '--resources "GPU=1"`), one at a time per GPU (default: off)',
+        '--resources "GPU=1"`), one at a time per GPU, reading and post-processing on '
+        "CPU threads of that worker while the model runs (default: off)",
     )
     b.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
     return parser

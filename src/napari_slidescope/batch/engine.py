@@ -97,7 +97,7 @@ def analyze_slides(
     workers: int | None = None,
     resume: bool = False,
     retries: int = 1,
-    tiles_per_task: int = 1,
+    tiles_per_task: int | None = None,
     gpu: bool = False,
     progress: Callable[[BatchProgress], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -130,11 +130,14 @@ def analyze_slides(
     retries : int
         Times dask re-runs a task that raised before its slide counts as failed (a task
         on a worker that died is re-run by dask whatever this says).
-    tiles_per_task : int
-        Tiles per nuclei task (more tiles per task: fewer tasks for the scheduler).
+    tiles_per_task : int, optional
+        Tiles per nuclei task (more tiles per task: fewer tasks for the scheduler);
+        default 1, or 8 with ``gpu``.
     gpu : bool
         Run nuclei tasks only on workers with a ``GPU`` resource (one task per GPU at a
-        time); a local cluster then gives each worker ``{"GPU": 1}``.
+        time), each task's tiles in one staged run with 2 reading and 2 post-processing
+        threads so the model does not wait for the CPU; a local cluster then gives each
+        worker ``{"GPU": 1}``.
     progress : callable, optional
         ``progress(BatchProgress)`` after each finished task and slide.
 
@@ -174,6 +177,8 @@ def analyze_slides(
     names = output_names(slides)
     out = Path(out)
     check_writable(out)
+    if tiles_per_task is None:
+        tiles_per_task = 8 if gpu else 1
     if int(tiles_per_task) < 1:
         raise ValueError(f"tiles_per_task: expected >= 1, got {tiles_per_task!r}")
     cluster = None
@@ -390,6 +395,7 @@ class _Batch:
                     self.params,
                     s.prep,
                     chunk,
+                    2 if self.gpu else 1,
                     key=f"slidescope-nuclei-{s.index}-{chunk[0]}-{self.token}",
                     retries=self.retries,
                     resources={"GPU": 1} if self.gpu else None,

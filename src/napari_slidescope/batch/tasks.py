@@ -190,9 +190,19 @@ def summary_of(info: SlideInfo) -> SlideInfo:
 
 
 def nuclei_task(
-    path: str, stamp: tuple[int, int], params: BatchParams, info: SlideInfo, indices: list[int]
+    path: str,
+    stamp: tuple[int, int],
+    params: BatchParams,
+    info: SlideInfo,
+    indices: list[int],
+    threads: int = 1,
 ) -> list[TileOut]:
-    """Segment some tiles of a slide; return each tile's owned nuclei as a compact table."""
+    """Segment some tiles of a slide; return each tile's owned nuclei as a compact table.
+
+    The tiles go through one staged run (read -> model -> post-process) with ``threads``
+    reading and ``threads`` post-processing threads: 1 where dask runs one task per core;
+    more on a GPU worker, so the model never waits for the CPU work of the task's tiles.
+    """
     from napari_slidescope.analysis.geometry import labels_to_polygons
 
     if info.grid is None:
@@ -202,8 +212,8 @@ def nuclei_task(
     dy, dx = plan.downsample
     out = []
     t0 = time.perf_counter()
-    # one thread each: dask runs one task per worker thread, the cluster is the parallelism
-    for res in run.segment(indices, workers=1, read_threads=1):
+    threads = max(1, int(threads))
+    for res in run.segment(indices, workers=threads, read_threads=threads):
         y0, x0 = res.tile.box[:2]
         polys, ids = labels_to_polygons(
             res.labels,

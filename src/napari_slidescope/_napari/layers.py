@@ -588,10 +588,26 @@ def _refresh_box(layer: Any, sl: tuple[slice, slice]) -> None:
         layer.refresh()
 
 
+#: Hover names of the pixel-position columns (whole pixels, shown as integers).
+_HOVER_NAMES = {"centroid_row": "centroid_row_px", "centroid_col": "centroid_col_px"}
+
+
 def set_features(layer: Any, canvas: ResultCanvas | PyramidCanvas) -> None:
-    """Attach the nuclei table as the layer's ``features`` (hover shows measurements)."""
+    """Attach the nuclei table as the layer's ``features`` (hover shows measurements).
+
+    Positions are whole numbers (level-0 pixels and µm, never ``1.97e+03``), every name
+    carries its unit, and other values keep three decimals.
+    """
     table = canvas.table()
-    columns = {k: v for k, v in table.items() if k != "id"}
+    columns: dict[str, np.ndarray] = {}
+    for key, values in table.items():
+        if key == "id":
+            continue
+        values = np.asarray(values)
+        if key in _HOVER_NAMES or key in ("centroid_y_um", "centroid_x_um"):
+            columns[_HOVER_NAMES.get(key, key)] = np.rint(values).astype(np.int64)
+        else:
+            columns[key] = np.round(values, 3)
     layer.features = {"index": np.asarray(table["id"]), **columns}
 
 

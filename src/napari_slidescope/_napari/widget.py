@@ -298,6 +298,8 @@ class SlideAnalysisWidget(Container):
         self.export_tissue = PushButton(text="Tissue GeoJSON")
         self.export_nuclei = PushButton(text="Nuclei GeoJSON")
         self.export_csv = PushButton(text="Nuclei CSV")
+        self.show_table = PushButton(text="Measurements table")
+        self.show_table.tooltip = "One row per nucleus, a range filter and a histogram"
         self.restore_defaults = PushButton(text="Restore defaults")
         self.restore_defaults.tooltip = "Set every parameter back to its documented default"
         self.extend(
@@ -323,7 +325,11 @@ class SlideAnalysisWidget(Container):
                     layout="horizontal",
                     labels=False,
                 ),
-                self.restore_defaults,
+                Container(
+                    widgets=[self.show_table, self.restore_defaults],
+                    layout="horizontal",
+                    labels=False,
+                ),
             ]
         )
         self.native.setMaximumWidth(MAX_WIDTH)
@@ -336,6 +342,7 @@ class SlideAnalysisWidget(Container):
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
         self.restore_defaults.clicked.connect(self.reset_settings)
+        self.show_table.clicked.connect(self.open_table)
         self.export_tissue.clicked.connect(self._on_export_tissue)
         self.export_nuclei.clicked.connect(self._on_export_nuclei)
         self.export_csv.clicked.connect(self._on_export_csv)
@@ -650,6 +657,14 @@ class SlideAnalysisWidget(Container):
             self.summary.value = _tissue_words(out.tissue)
         elif summary is not None:
             self.summary.value = str(summary)
+
+    def open_table(self) -> Any:
+        """Dock the "Nuclei measurements" table (once per viewer) and return it."""
+        _, table = self._viewer.window.add_plugin_dock_widget(
+            "napari-slidescope", "Nuclei measurements"
+        )
+        table.refresh()
+        return table
 
     # -- export ----------------------------------------------------------------------------------
 

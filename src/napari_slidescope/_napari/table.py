@@ -1,0 +1,448 @@
+"""The "Nuclei measurements" dock: one row per nucleus, a range filter and a histogram.
+
+The table follows the slide chosen in the viewer (the selected slide layer, else the
+last one) and its ``"<slide> nuclei"`` layer; it reloads when a run ends. Selecting a
+row centres the view on that nucleus and rings it; clicking a nucleus in the viewer
+selects its row. Sorting and filtering run on numpy arrays (a whole slide holds
+hundreds of thousands of nuclei), never row by row in Python.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from qtpy.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from qtpy.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from napari_slidescope._napari import jobs, session
+from napari_slidescope._napari.layers import canvas_of
+
+__all__ = ["NucleiTableModel", "NucleiTableWidget", "column_title"]
+
+#: Table columns shown, in order (the analysis table's names).
+SHOWN = (
+    "id",
+    "area_um2",
+    "perimeter_um",
+    "eccentricity",
+    "solidity",
+    "hematoxylin_od_mean",
+    "eosin_od_mean",
+    "centroid_row",
+    "centroid_col",
+    "centroid_y_um",
+    "centroid_x_um",
+)
+_TITLES = {
+    "id": "ID",
+    "area_um2": "Area (µm²)",
+    "perimeter_um": "Perimeter (µm)",
+    "eccentricity": "Eccentricity",
+    "solidity": "Solidity",
+    "hematoxylin_od_mean": "Hematoxylin (OD)",
+    "eosin_od_mean": "Eosin (OD)",
+    "centroid_row": "Row (px)",
+    "centroid_col": "Column (px)",
+    "centroid_y_um": "y (µm)",
+    "centroid_x_um": "x (µm)",
+}
+_INTEGER = {"id", "centroid_row", "centroid_col", "centroid_y_um", "centroid_x_um"}
+_Index = QModelIndex | QPersistentModelIndex
+
+
+def column_title(name: str) -> str:
+    """Column heading with its unit (``"Area (µm²)"``)."""
+    return _TITLES.get(name, name)
+
+
+class NucleiTableModel(QAbstractTableModel):
+    """A nuclei table (dict of equal-length arrays) with numpy sorting and range filter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._table: dict[str, np.ndarray] = {}
+        self._columns: list[str] = []
+        self._rows = np.zeros(0, np.intp)  # table rows shown, in display order
+        self._sort: tuple[int, Qt.SortOrder] | None = None
+        self._filter: tuple[str, float, float] | None = None
+
+    # -- content --------------------------------------------------------------------------
+
+    def set_table(self, table: dict[str, np.ndarray]) -> None:
+        """Show `table` (keeps the sort order and the filter)."""
+        self.beginResetModel()
+        self._table = {k: np.asarray(v) for k, v in table.items()}
+        self._columns = [c for c in SHOWN if c in self._table]
+        self._update_rows()
+        self.endResetModel()
+
+    @property
+    def columns(self) -> list[str]:
+        """Names of the shown columns."""
+        return list(self._columns)
+
+    @property
+    def total(self) -> int:
+        """Rows in the table (filtered or not)."""
+        return int(self._table["id"].size) if "id" in self._table else 0
+
+    def values(self, column: str) -> np.ndarray:
+        """`column` of the rows shown, in display order."""
+        return self._table[column][self._rows]
+
+    def set_filter(self, column: str | None, lo: float = -math.inf, hi: float = math.inf) -> None:
+        """Show only rows with ``lo <= column <= hi`` (None: every row)."""
+        self.beginResetModel()
+        self._filter = None if column is None else (column, float(lo), float(hi))
+        self._update_rows()
+        self.endResetModel()
+
+    def _update_rows(self) -> None:
+        n = self.total
+        keep = np.ones(n, bool)
+        if self._filter is not None and self._filter[0] in self._table:
+            col, lo, hi = self._filter
+            v = self._table[col]
+            keep = (v >= lo) & (v <= hi)
+        rows = np.flatnonzero(keep)
+        if self._sort is not None and self._columns:
+            column, order = self._sort
+            v = self._table[self._columns[column]][rows]
+            rows = rows[np.argsort(v, kind="stable")]
+            if order == Qt.SortOrder.DescendingOrder:
+                rows = rows[::-1]
+        self._rows = rows
+
+    def nucleus_id(self, row: int) -> int:
+        """Return the nucleus id shown in `row`."""
+        return int(self._table["id"][self._rows[row]])
+
+    def record(self, row: int) -> dict[str, float]:
+        """All values of the nucleus shown in `row`."""
+        i = self._rows[row]
+        return {k: float(v[i]) for k, v in self._table.items()}
+
+    def row_of(self, nucleus_id: int) -> int:
+        """Return the display row of `nucleus_id`, or -1 when it is not shown."""
+        if "id" not in self._table:
+            return -1
+        hit = np.flatnonzero(self._table["id"][self._rows] == nucleus_id)
+        return int(hit[0]) if hit.size else -1
+
+    # -- Qt model -------------------------------------------------------------------------
+
+    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else int(self._rows.size)
+
+    def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(self._columns)
+
+    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        name = self._columns[index.column()]
+        value = self._table[name][self._rows[index.row()]]
+        if role == Qt.ItemDataRole.DisplayRole:
+            if name in _INTEGER:
+                return f"{int(round(float(value))):,}"
+            return f"{float(value):.3f}" if abs(value) < 10 else f"{float(value):,.1f}"
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def headerData(  # noqa: N802
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if role != Qt.ItemDataRole.DisplayRole:
+            return None
+        if orientation == Qt.Orientation.Horizontal and section < len(self._columns):
+            return column_title(self._columns[section])
+        return None
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        self.layoutAboutToBeChanged.emit()
+        self._sort = (column, order)
+        self._update_rows()
+        self.layoutChanged.emit()
+
+
+class NucleiTableWidget(QWidget):
+    """Dock: the nuclei of the chosen slide, a range filter, and a histogram.
+
+    Parameters
+    ----------
+    napari_viewer : napari.Viewer
+    """
+
+    def __init__(self, napari_viewer: Any) -> None:
+        super().__init__()
+        self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
+        self.controller = session.controller_for(self._viewer)
+        self._image: Any = None
+        self._layer: Any = None
+        self._syncing = False
+        self.model = NucleiTableModel()
+
+        self.heading = QLabel("No nuclei yet: run “Segment nuclei”")
+        self.heading.setWordWrap(True)
+        self.tissue = QLabel("")
+        self.tissue.setWordWrap(True)
+        self.filter_column = QComboBox()
+        self.filter_lo = QDoubleSpinBox()
+        self.filter_hi = QDoubleSpinBox()
+        for box in (self.filter_lo, self.filter_hi):
+            box.setRange(-1e12, 1e12)
+            box.setDecimals(3)
+            box.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.filter_button = QPushButton("Filter")
+        self.filter_button.setToolTip("Show only nuclei whose value lies in the range")
+        self.clear_button = QPushButton("All")
+        self.clear_button.setToolTip("Show every nucleus")
+        self.view = QTableView()
+        self.view.setModel(self.model)
+        self.view.setSortingEnabled(True)
+        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        header = self.view.verticalHeader()
+        if header is not None:
+            header.setVisible(False)
+        self.view.setToolTip("Select a row to centre the view on that nucleus")
+        self.hist_column = QComboBox()
+        from matplotlib.backends.backend_qtagg import FigureCanvasQTAgg
+        from matplotlib.figure import Figure
+
+        self.figure = Figure(figsize=(3.6, 2.0), dpi=100, layout="constrained")
+        self.axes = self.figure.add_subplot()
+        self.canvas = FigureCanvasQTAgg(self.figure)
+        self.canvas.setMinimumHeight(160)
+
+        filt = QHBoxLayout()
+        for w in (self.filter_column, self.filter_lo, QLabel("–"), self.filter_hi):
+            filt.addWidget(w)
+        filt.addWidget(self.filter_button)
+        filt.addWidget(self.clear_button)
+        hist = QHBoxLayout()
+        hist.addWidget(QLabel("Histogram of"))
+        hist.addWidget(self.hist_column, 1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.heading)
+        layout.addWidget(self.tissue)
+        layout.addLayout(filt)
+        layout.addWidget(self.view, 3)
+        layout.addLayout(hist)
+        layout.addWidget(self.canvas, 2)
+        self.setMaximumWidth(560)
+
+        self.filter_button.clicked.connect(self._on_filter)
+        self.clear_button.clicked.connect(self._on_clear)
+        self.filter_column.currentIndexChanged.connect(self._on_filter_column)
+        self.hist_column.currentIndexChanged.connect(self._draw_histogram)
+        self._selection().selectionChanged.connect(self._on_row_selected)
+        self.controller.finished.connect(self._on_run_finished)
+        self._viewer.layers.events.inserted.connect(self._on_layers_changed)
+        self._viewer.layers.events.removed.connect(self._on_layers_changed)
+        self._viewer.layers.selection.events.active.connect(self._on_layers_changed)
+        self._viewer.mouse_drag_callbacks.append(self._on_viewer_click)
+        self.refresh()
+
+    # -- loading -----------------------------------------------------------------------
+
+    def _slide(self) -> Any:
+        try:
+            return jobs.active_slide_layer(self._viewer)
+        except ValueError:
+            return None
+
+    def refresh(self) -> None:
+        """Reload the nuclei (and tissue) of the chosen slide."""
+        image = self._slide()
+        self._image = image
+        name = f"{image.name} nuclei" if image is not None else None
+        layer = self._viewer.layers[name] if name and name in self._viewer.layers else None
+        canvas = canvas_of(layer) if layer is not None else None
+        self._layer = layer if canvas is not None else None
+        table = canvas.table() if canvas is not None else {}
+        self.model.set_table(table)
+        self.view.resizeColumnsToContents()
+        for combo in (self.filter_column, self.hist_column):
+            current = combo.currentData()
+            combo.blockSignals(True)
+            combo.clear()
+            for col in self.model.columns:
+                if col != "id":
+                    combo.addItem(column_title(col), col)
+            i = combo.findData(current if current is not None else "area_um2")
+            combo.setCurrentIndex(max(i, 0))
+            combo.blockSignals(False)
+        self._update_heading()
+        self._update_tissue()
+        self._draw_histogram()
+
+    def _update_heading(self) -> None:
+        if self._image is None:
+            self.heading.setText("No slide: open one first")
+        elif self._layer is None:
+            self.heading.setText(f"No nuclei on {self._image.name} yet: run “Segment nuclei”")
+        else:
+            summary = self.controller.summary(self._image)
+            shown = f"{self.model.rowCount():,} of {self.model.total:,} nuclei shown"
+            self.heading.setText(shown + (f" · {summary}" if summary is not None else ""))
+
+    def _update_tissue(self) -> None:
+        name = f"{self._image.name} tissue" if self._image is not None else None
+        layer = self._viewer.layers[name] if name and name in self._viewer.layers else None
+        result = layer.metadata.get("slidescope_tissue") if layer is not None else None
+        if result is None:
+            self.tissue.setText("")
+            return
+        area = (
+            f"{result.area_um2 / 1e6:,.2f} mm²"
+            if result.area_um2 is not None
+            else f"{result.area_px:,.0f} px²"
+        )
+        self.tissue.setText(f"Tissue: {area} · {100 * result.fraction:.1f}% of the area analysed")
+
+    def _on_run_finished(self, _summary: Any = None) -> None:
+        self.refresh()
+
+    def _on_layers_changed(self, _event: Any = None) -> None:
+        image = self._slide()
+        if image is not self._image or (
+            self._layer is not None and self._layer not in self._viewer.layers
+        ):
+            self.refresh()
+
+    # -- filter and histogram ------------------------------------------------------------
+
+    def _on_filter_column(self, _index: int = 0) -> None:
+        col = self.filter_column.currentData()
+        if col is None or self.model.total == 0:
+            return
+        v = self.model._table[col]
+        self.filter_lo.setValue(float(np.min(v)))
+        self.filter_hi.setValue(float(np.max(v)))
+
+    def _on_filter(self) -> None:
+        self.set_filter(
+            self.filter_column.currentData(), self.filter_lo.value(), self.filter_hi.value()
+        )
+
+    def _on_clear(self) -> None:
+        self.set_filter(None)
+
+    def set_filter(self, column: str | None, lo: float = -math.inf, hi: float = math.inf) -> None:
+        """Show only nuclei with ``lo <= column <= hi`` (None: all)."""
+        self.model.set_filter(column, lo, hi)
+        self._update_heading()
+        self._draw_histogram()
+
+    def _draw_histogram(self, _index: int = 0) -> None:
+        col = self.hist_column.currentData()
+        self.axes.clear()
+        if col is not None and self.model.rowCount():
+            values = self.model.values(col)
+            self.axes.hist(values, bins=min(50, max(5, int(np.sqrt(values.size)))), color="#3b7dd8")
+            self.axes.set_xlabel(column_title(col))
+            self.axes.set_ylabel("Nuclei")
+        else:
+            self.axes.text(0.5, 0.5, "no nuclei", ha="center", va="center")
+            self.axes.set_axis_off()
+        self.canvas.draw_idle()
+
+    # -- selection both ways ----------------------------------------------------------------
+
+    def _selection(self) -> Any:
+        selection = self.view.selectionModel()
+        if selection is None:
+            raise RuntimeError("the table view has no selection model")
+        return selection
+
+    def _on_row_selected(self, *_args: Any) -> None:
+        rows = self._selection().selectedRows()
+        if not rows or self._image is None:
+            return
+        rec = self.model.record(rows[0].row())
+        self._highlight(rec)
+        if not self._syncing:
+            self.centre_on(rec)
+
+    def centre_on(self, rec: dict[str, float]) -> None:
+        """Centre the view on a nucleus (a table record in level-0 pixels)."""
+        from napari_slidescope._napari.widget import _camera
+
+        _camera(self._viewer).center = self._world(rec)
+
+    def _world(self, rec: dict[str, float]) -> tuple[float, float]:
+        """World (y, x) of a nucleus centroid (level-0 pixel ``i`` spans ``[i, i + 1)``)."""
+        s = np.asarray(self._image.scale, float)[-2:]
+        t = np.asarray(self._image.translate, float)[-2:]
+        c = np.array([rec["centroid_row"], rec["centroid_col"]]) - 0.5
+        y, x = t + s * c
+        return float(y), float(x)
+
+    def _highlight(self, rec: dict[str, float]) -> None:
+        """Ring the nucleus in a Points layer ``"<slide> selected nucleus"``."""
+        name = f"{self._image.name} selected nucleus"
+        diameter = 2.0 * math.sqrt(max(rec.get("area_um2", 30.0), 1.0) / math.pi)
+        world = np.array([self._world(rec)])
+        size = 2.0 * diameter  # world units are µm
+        if name in self._viewer.layers:
+            ring = self._viewer.layers[name]
+            ring.data = world
+            ring.size = size
+        else:
+            active = self._viewer.layers.selection.active
+            ring = self._viewer.add_points(
+                world,
+                name=name,
+                size=size,
+                face_color="transparent",
+                border_color="yellow",
+                border_width=0.12,
+                symbol="ring",
+            )
+            if active is not None:  # keep the user's selection of layers
+                self._viewer.layers.selection.active = active
+        if self._layer is not None:
+            self._layer.selected_label = int(rec["id"])
+
+    def select_nucleus(self, nucleus_id: int) -> bool:
+        """Select the row of `nucleus_id` without moving the view; False if not shown."""
+        row = self.model.row_of(nucleus_id)
+        if row < 0:
+            return False
+        self._syncing = True
+        try:
+            self.view.selectRow(row)
+            self.view.scrollTo(self.model.index(row, 0))
+        finally:
+            self._syncing = False
+        return True
+
+    def _on_viewer_click(self, viewer: Any, event: Any) -> None:
+        layer = self._layer
+        if layer is None or layer not in viewer.layers or not layer.visible:
+            return
+        value = layer.get_value(
+            event.position,
+            view_direction=event.view_direction,
+            dims_displayed=event.dims_displayed,
+            world=True,
+        )
+        if isinstance(value, tuple):  # multiscale: (level, value)
+            value = value[1]
+        if value is not None and int(value) > 0:
+            self.select_nucleus(int(value))

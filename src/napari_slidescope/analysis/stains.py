@@ -27,7 +27,8 @@ __all__ = ["RUIFROK_HE", "StainMatrix", "estimate_stains", "rgb_to_od"]
 #: Incident light intensity of an 8-bit brightfield scan (white glass).
 _I0 = 255.0
 #: OD of every 8-bit value, clipped at 1 to keep the logarithm finite (max OD = log10(255)).
-_OD_LUT = (-np.log10(np.maximum(np.arange(256, dtype=np.float64), 1.0) / _I0)).astype(np.float32)
+#: (log10 of 255/255 is -0.0 in IEEE arithmetic; written as log10(I0 / I), white is +0.0.)
+_OD_LUT = np.log10(_I0 / np.maximum(np.arange(256, dtype=np.float64), 1.0)).astype(np.float32)
 
 
 def _unit(v: np.ndarray | list[float]) -> np.ndarray:

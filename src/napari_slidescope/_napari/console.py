@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-Box = tuple[int, int, int, int]
+from napari_slidescope._types import Box
 
 __all__ = ["add_nuclei", "add_slide", "add_tissue", "cancel", "summary", "visible_region"]
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from napari_slidescope._napari import layers as _layers
-from napari_slidescope._napari.viewport import Box, image_shape0
+from napari_slidescope._napari.viewport import image_shape0
+from napari_slidescope._types import Box
 
 Scope = Literal["visible", "slide"]
 Task = Literal["tissue", "nuclei"]

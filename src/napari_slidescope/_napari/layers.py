@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-Box = tuple[int, int, int, int]
+from napari_slidescope._types import Box
+
 Pair = tuple[float, float]
 
 __all__ = [

@@ -35,7 +35,8 @@ from napari_slidescope._napari.jobs import (
     run_job,
     slide_layers,
 )
-from napari_slidescope._napari.viewport import Box, visible_region
+from napari_slidescope._napari.viewport import visible_region
+from napari_slidescope._types import Box
 
 _PAINT_INTERVAL_MS = 100
 _PAINT_BUDGET_S = 0.03

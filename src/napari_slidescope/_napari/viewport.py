@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-Box = tuple[int, int, int, int]
+from napari_slidescope._types import Box
 
-__all__ = ["Box", "box_to_world", "image_shape0", "visible_box", "visible_region"]
+__all__ = ["box_to_world", "image_shape0", "visible_box", "visible_region"]
 
 
 def visible_box(

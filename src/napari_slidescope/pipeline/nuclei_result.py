@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from napari_slidescope._types import Box
 from napari_slidescope.analysis.measure import write_csv
-from napari_slidescope.pipeline.tiling import Box
 
 __all__ = ["NucleiResult"]
 

@@ -30,9 +30,8 @@ from typing import Any
 import numpy as np
 from scipy import ndimage as ndi
 
+from napari_slidescope._types import Box
 from napari_slidescope._units import as_pair
-
-Box = tuple[int, int, int, int]
 
 __all__ = [
     "Box",

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from napari_slidescope._types import Box
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis import geojson, geometry
 from napari_slidescope.analysis.tissue import (
@@ -44,8 +45,6 @@ _READ_BYTES = 64 * 2**20
 _FLUO_NAMES = re.compile(
     r"dapi|hoechst|fitc|tritc|texas|\bcy[2-7]|alexa|\baf\d{3}|opal|[gry]fp\b|fluor", re.I
 )
-
-Box = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True, eq=False)

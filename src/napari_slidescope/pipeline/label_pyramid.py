@@ -39,7 +39,8 @@ DEFAULT_CHUNK = 512
 #: Bound of the decompressed-chunk cache of one pyramid (64 chunks of 512 x 512 int32).
 DEFAULT_CACHE_BYTES = 64 * 2**20
 
-Box = tuple[int, int, int, int]
+from napari_slidescope._types import Box
+
 _Key = tuple[int, int, int]
 
 

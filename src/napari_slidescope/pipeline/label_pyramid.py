@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
+from napari_slidescope._types import Box
+
 __all__ = ["DEFAULT_CHUNK", "LabelPyramid", "PyramidLevel", "default_store_dir"]
 
 #: Side of a chunk, in pixels of its level.
 DEFAULT_CHUNK = 512
 #: Bound of the decompressed-chunk cache of one pyramid (64 chunks of 512 x 512 int32).
 DEFAULT_CACHE_BYTES = 64 * 2**20
-
-from napari_slidescope._types import Box
 
 _Key = tuple[int, int, int]
 

@@ -33,16 +33,9 @@ Results go to the "Reader speed" section of ``benchmarks/RESULTS.md``.
 from __future__ import annotations
 
 import argparse
-import gc
-import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,250 +43,28 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _slides  # noqa: E402
+from _common import (  # noqa: E402
+    fmt,
+    level_map,
+    log,
+    machine,
+    med_ms,
+    pan_path,
+    pass_summary,
+    rotate,
+    table,
+    timed,
+    versions,
+    warm_page_cache,
+    write_results,
+)
+from _readers import READERS, Reader  # noqa: E402
+from reader_chunks import bench_many_chunks, bench_open  # noqa: E402
+from reader_memory import CASES as RSS_CASES  # noqa: E402
+from reader_memory import bench_rss  # noqa: E402
 
 MARK_START, MARK_END = "<!-- reader-speed -->", "<!-- /reader-speed -->"
 PEERS = ("openslide", "tiffslide", "napari-tiff", "zarr")
-
-
-# --------------------------------------------------------------------------- readers
-
-
-class Reader:
-    """One way of reading viewports; `prepare` is untimed, `read` is timed."""
-
-    name = "?"
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def levels(self) -> list[tuple[int, int]]:
-        raise NotImplementedError
-
-    def prepare(self, level: int, y: int, x: int, h: int, w: int) -> None:
-        """Untimed work before a read (the floor reads its raw segments here)."""
-
-    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Release the file."""
-
-
-class Ours(Reader):
-    name = "ours"
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        from napari_slidescope import open_slide
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.slide = open_slide(path)
-
-    def levels(self) -> list[tuple[int, int]]:
-        return self.slide.level_shapes
-
-    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
-        return np.asarray(self.slide.levels[level][y : y + h, x : x + w])
-
-    def close(self) -> None:
-        self.slide.close()
-
-
-class OpenSlideReader(Reader):
-    name = "openslide"
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        import openslide
-
-        self.osr = openslide.OpenSlide(str(path))
-        self.ds = [float(d) for d in self.osr.level_downsamples]
-
-    def levels(self) -> list[tuple[int, int]]:
-        return [(h, w) for w, h in self.osr.level_dimensions]
-
-    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
-        d = self.ds[level]
-        return np.asarray(self.osr.read_region((round(x * d), round(y * d)), level, (w, h)))
-
-    def close(self) -> None:
-        self.osr.close()
-
-
-class TiffSlideReader(Reader):
-    name = "tiffslide"
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        import tiffslide
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.ts = tiffslide.TiffSlide(str(path))
-        self.ds = [float(d) for d in self.ts.level_downsamples]
-
-    def levels(self) -> list[tuple[int, int]]:
-        return [(h, w) for w, h in self.ts.level_dimensions]
-
-    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
-        d = self.ds[level]
-        return self.ts.read_region((round(x * d), round(y * d)), level, (w, h), as_array=True)
-
-    def close(self) -> None:
-        self.ts.close()
-
-
-class NapariTiffReader(Reader):
-    name = "napari-tiff"
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        from napari_tiff.napari_tiff_reader import reader_function
-
-        data = reader_function(str(path))[0][0]
-        self.data = data if isinstance(data, list) else [data]
-
-    def levels(self) -> list[tuple[int, int]]:
-        return [tuple(int(n) for n in d.shape[:2]) for d in self.data]  # type: ignore[misc]
-
-    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
-        return np.asarray(self.data[level][y : y + h, x : x + w])
-
-
-class ZarrReader(Reader):
-    name = "zarr"
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        import tifffile
-        import zarr
-
-        self.tif = tifffile.TiffFile(path)
-        series = max(self.tif.series, key=lambda s: s.size)
-        node = zarr.open(series.aszarr(), mode="r")
-        if isinstance(node, zarr.Array):
-            self.z = [node]
-        else:
-            keys = sorted(node.array_keys(), key=lambda k: -int(np.prod(node[k].shape)))
-            self.z = [node[k] for k in keys]
-
-    def levels(self) -> list[tuple[int, int]]:
-        return [tuple(int(n) for n in z.shape[:2]) for z in self.z]  # type: ignore[misc]
-
-    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
-        return self.z[level][y : y + h, x : x + w]
-
-    def close(self) -> None:
-        self.tif.close()
-
-
-class Floor(Reader):
-    """Single-thread decode of exactly the native chunks a viewport touches."""
-
-    name = "floor"
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        import tifffile
-
-        self.tif = tifffile.TiffFile(path)
-        series = max(self.tif.series, key=lambda s: s.size)
-        self.pages = [lv.keyframe for lv in series.levels]
-        self.raw: list[tuple[bytes, int]] = []
-
-    def levels(self) -> list[tuple[int, int]]:
-        return [(p.imagelength, p.imagewidth) for p in self.pages]
-
-    def prepare(self, level: int, y: int, x: int, h: int, w: int) -> None:
-        p = self.pages[level]
-        th, tw = (p.tilelength, p.tilewidth) if p.is_tiled else (p.rowsperstrip, p.imagewidth)
-        across = -(-p.imagewidth // tw)
-        segs = [
-            r * across + c
-            for r in range(y // th, -(-(y + h) // th))
-            for c in range(x // tw, -(-(x + w) // tw))
-        ]
-        self.kw = {}
-        if p.jpegtables is not None:
-            self.kw["jpegtables"] = p.jpegtables
-        if p.jpegheader is not None:
-            self.kw["jpegheader"] = p.jpegheader
-        self.decode = p.decode
-        self.raw = list(
-            self.tif.filehandle.read_segments(
-                [p.dataoffsets[s] for s in segs], [p.databytecounts[s] for s in segs], segs
-            )
-        )
-
-    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
-        decode, kw = self.decode, self.kw
-        for data, index in self.raw:
-            decode(data, index, **kw)
-
-    def close(self) -> None:
-        self.tif.close()
-
-
-READERS: dict[str, Callable[[Path], Reader]] = {
-    "ours": Ours,
-    "openslide": OpenSlideReader,
-    "tiffslide": TiffSlideReader,
-    "napari-tiff": NapariTiffReader,
-    "zarr": ZarrReader,
-    "floor": Floor,
-}
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def warm_page_cache(path: Path) -> None:
-    """Read the whole file once so every reader finds it in the page cache."""
-    with open(path, "rb") as fh:
-        while fh.read(16 * 2**20):
-            pass
-
-
-def timed(reader: Reader, level: int, y: int, x: int, h: int, w: int) -> float:
-    reader.prepare(level, y, x, h, w)
-    t0 = time.perf_counter()
-    reader.read(level, y, x, h, w)
-    return time.perf_counter() - t0
-
-
-def rotate(items: list[Any], k: int) -> list[Any]:
-    k %= len(items)
-    return items[k:] + items[:k]
-
-
-def med_ms(values: list[float]) -> float:
-    return 1e3 * statistics.median(values)
-
-
-def pass_summary(per_pass: list[list[float]]) -> dict[str, float]:
-    """Median of the per-pass medians, with the lowest and highest pass median."""
-    meds = [med_ms(v) for v in per_pass if v]
-    return {
-        "median": statistics.median(meds),
-        "lo": min(meds),
-        "hi": max(meds),
-        "n": sum(map(len, per_pass)),
-    }
-
-
-def level_map(readers: dict[str, Reader]) -> dict[str, list[int | None]]:
-    """For each of our levels, the index of the reader's level with the same shape."""
-    ours = readers["ours"].levels()
-    out: dict[str, list[int | None]] = {}
-    for name, r in readers.items():
-        theirs = [tuple(s) for s in r.levels()]
-        out[name] = [theirs.index(tuple(s)) if tuple(s) in theirs else None for s in ours]
-    return out
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -341,15 +112,6 @@ def bench_random(
     return {n: pass_summary(times[n]) for n in names}
 
 
-def pan_path(y: int, x: int, s: int) -> list[tuple[int, int]]:
-    q = s // 4
-    path = [(y, x)]
-    for dy, dx in [(0, q)] * 8 + [(q, 0)] * 8 + [(0, -q)] * 8:
-        y, x = y + dy, x + dx
-        path.append((y, x))
-    return path
-
-
 def bench_pan(
     readers: dict[str, Reader], shape0: tuple[int, int], args: argparse.Namespace
 ) -> dict:
@@ -395,222 +157,6 @@ def bench_zoom(readers: dict[str, Reader], args: argparse.Namespace) -> dict:
             levels = [med_ms(v) for v in per_level[n]]
             out[n] = {"levels": levels, "total": sum(levels)}
     return out
-
-
-def bench_open(path: Path, names: list[str], repeats: int) -> dict:
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for i in range(repeats):
-        for n in rotate(names, i):
-            gc.collect()
-            t0 = time.perf_counter()
-            r = READERS[n](path)
-            times[n].append(time.perf_counter() - t0)
-            r.close()
-    return {n: med_ms(v) for n, v in times.items()}
-
-
-def bench_many_chunks(args: argparse.Namespace) -> dict:
-    """One viewport on a level of ~10k vs ~1M dask chunks (one native tile per chunk)."""
-    import dask.array as da
-    import tifffile
-    import zarr
-
-    from napari_slidescope import open_slide
-    from napari_slidescope.slide.cache import tile_cache
-
-    tile_bytes = 256 * 256 * 3
-    paths = {"10k": _slides.many_tiles(100), "1M": _slides.many_tiles(1024)}
-    for p in paths.values():
-        warm_page_cache(p)
-    out: dict[str, Any] = {}
-    s = args.size
-    opened = {k: open_slide(p, chunk_bytes=tile_bytes) for k, p in paths.items()}
-    default = {k: open_slide(p) for k, p in paths.items()}
-    tifs = {k: tifffile.TiffFile(p) for k, p in paths.items()}
-    plain = {}
-    for k, t in tifs.items():
-        z = zarr.open(t.series[0].aszarr(), mode="r")
-        plain[k] = da.from_zarr(z, chunks=(256, 256, 3))
-    n = max(10, args.regions // 2)
-    arrays = {
-        "ours, 1 tile per chunk": {k: v.levels[0] for k, v in opened.items()},
-        "ours, default 4 MiB chunks": {k: v.levels[0] for k, v in default.items()},
-        "dask.from_zarr, 1 tile per chunk": plain,
-    }
-    cases = [(label, k) for label in arrays for k in paths]
-    times: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
-    rng = np.random.default_rng(4000)
-    for i in range(n):
-        for label, k in rotate(cases, i):
-            if label.startswith("dask") and i >= 5:  # ~1 s a viewport on the 1M level
-                continue
-            arr = arrays[label][k]
-            hh, ww = arr.shape[:2]
-            y, x = int(rng.integers(0, hh - s)), int(rng.integers(0, ww - s))
-            tile_cache().clear()
-            t0 = time.perf_counter()
-            np.asarray(arr[y : y + s, x : x + s])
-            times[(label, k)].append(time.perf_counter() - t0)
-    rows: dict[str, list[float]] = {}
-    for (label, k), ts in times.items():
-        rows[f"{label} | {k}"] = [med_ms(ts), int(np.prod(arrays[label][k].numblocks)), len(ts)]
-    out["viewport"] = rows
-    for v in (*opened.values(), *default.values()):
-        v.close()
-    for t in tifs.values():
-        t.close()
-    opens = {}
-    # 550 x 550 tiles = 140800 x 140800 px: the pixel count of the largest real slides
-    # (200k x 100k), so its open time is what a user can meet
-    paths = {"10k": paths["10k"], "302k": _slides.many_tiles(550), "1M": paths["1M"]}
-    for k, p in paths.items():
-        warm_page_cache(p)
-        opens[k] = bench_open(p, ["ours", "openslide", "tiffslide"], 7)
-        # ours split: tifffile's own parse vs the rest
-        ts = []
-        for _ in range(7):
-            gc.collect()
-            t0 = time.perf_counter()
-            tifffile.TiffFile(p).close()
-            ts.append(time.perf_counter() - t0)
-        opens[k]["tifffile.TiffFile alone"] = med_ms(ts)
-    out["open"] = opens
-    return out
-
-
-RSS_CHILD = r"""
-import json, sys, threading, time, warnings
-import numpy as np, psutil
-sys.path.insert(0, {bench!r})
-from napari_slidescope import open_slide
-from napari_slidescope.slide.cache import set_cache_bytes, tile_cache
-import reader_speed as rs
-path, bound, n, s = {path!r}, {bound}, {n}, {s}
-set_cache_bytes(bound)
-proc = psutil.Process()
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    slide = open_slide(path)
-lv = slide.levels[0]
-np.asarray(lv[:s, :s])  # imports, thread pool, first allocations
-set_cache_bytes(0); set_cache_bytes(bound)  # empty, free slabs unmapped too
-gc = __import__("gc"); gc.collect()
-base = proc.memory_info().rss
-peak = [base]
-done = False
-def watch():
-    while not done:
-        peak[0] = max(peak[0], proc.memory_info().rss)
-        time.sleep(0.002)
-t = threading.Thread(target=watch, daemon=True); t.start()
-rng = np.random.default_rng(5)
-h, w = lv.shape[:2]
-growing, full = [], []
-for i in range(n):
-    y, x = int(rng.integers(0, h - s - 2 * s)), int(rng.integers(0, w - s - 2 * s))
-    for yy, xx in rs.pan_path(y, x, s)[:9]:
-        was_full = tile_cache().nbytes >= 0.98 * bound
-        t0 = time.perf_counter()
-        np.asarray(lv[yy:yy + s, xx:xx + s])
-        (full if was_full else growing).append(time.perf_counter() - t0)
-done = True; t.join()
-med = lambda v: float(np.median(v)) * 1e3 if v else float("nan")
-print(json.dumps(dict(base=base, peak=peak[0], bound=bound, cached=tile_cache().nbytes,
-                      growing=med(growing), n_growing=len(growing),
-                      full=med(full), n_full=len(full))))
-"""
-
-
-def bench_rss(
-    path: Path, cases: list[tuple[int, dict[str, str]]], args: argparse.Namespace
-) -> list[dict]:
-    """Peak RSS in a fresh process per (cache bound, extra environment) case."""
-    out = []
-    for bound, env in cases:
-        code = RSS_CHILD.format(
-            bench=str(Path(__file__).resolve().parent),
-            path=str(path),
-            bound=bound,
-            n=max(20, args.regions),
-            s=args.size,
-        )
-        res = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, **env},
-        )
-        row = json.loads(res.stdout.strip().splitlines()[-1])
-        row["env"] = " ".join(f"{k}={v}" for k, v in env.items()) or "-"
-        out.append(row)
-    return out
-
-
-# --------------------------------------------------------------------------- report
-
-
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        ncpu = len(os.sched_getaffinity(0))
-    except AttributeError:
-        ncpu = os.cpu_count() or 0
-    mem = "?"
-    try:
-        import psutil
-
-        mem = f"{psutil.virtual_memory().total / 2**30:.0f} GiB"
-    except ImportError:
-        pass
-    return f"{cpu}, {ncpu} cores available, {mem} RAM, {platform.system()} {platform.release()}"
-
-
-def versions() -> str:
-    import importlib.metadata as md
-
-    names = [
-        "napari-slidescope",
-        "tifffile",
-        "zarr",
-        "dask",
-        "imagecodecs",
-        "numpy",
-        "openslide-python",
-        "openslide-bin",
-        "tiffslide",
-        "napari-tiff",
-    ]
-    parts = [f"Python {platform.python_version()}"]
-    for n in names:
-        try:
-            parts.append(f"{n} {md.version(n)}")
-        except md.PackageNotFoundError:
-            parts.append(f"{n} (missing)")
-    try:
-        import imagecodecs
-
-        parts.append(imagecodecs.jpeg8_version())
-    except Exception:
-        pass
-    return ", ".join(parts)
-
-
-def fmt(v: float) -> str:
-    return f"{v:.1f}" if v >= 1 else f"{v:.2f}"
-
-
-def table(rows: list[list[str]], head: list[str]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def report(results: dict, args: argparse.Namespace, command: str, load: tuple, wall: float) -> str:
@@ -814,18 +360,6 @@ def target_lines(key: str, rnd: dict, pan: dict) -> list[str]:
     return lines
 
 
-def write_results(path: Path, text: str) -> None:
-    block = f"{MARK_START}\n{text}\n{MARK_END}"
-    old = path.read_text() if path.is_file() else "# Benchmark results\n"
-    if MARK_START in old and MARK_END in old:
-        head, rest = old.split(MARK_START, 1)
-        tail = rest.split(MARK_END, 1)[1]
-        new = head + block + tail
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(new)
-
-
 # --------------------------------------------------------------------------- main
 
 
@@ -887,12 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     if "rss" not in skip:
         results["rss"] = bench_rss(
             _slides.svs_40k(),
-            [
-                (256 * 2**20, {}),
-                (64 * 2**20, {}),
-                (256 * 2**20, {"MALLOC_ARENA_MAX": "1"}),
-                (64 * 2**20, {"MALLOC_ARENA_MAX": "1"}),
-            ],
+            RSS_CASES,
             args,
         )
         log("   RSS check done")
@@ -901,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(text)
     if not args.no_write:
-        write_results(args.results, text)
+        write_results(args.results, text, MARK_START, MARK_END)
         log(f"wrote {args.results}")
     return 0
 

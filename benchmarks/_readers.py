@@ -1,0 +1,198 @@
+"""The readers the reader benchmarks compare: ours, OpenSlide, tiffslide, napari-tiff, plain
+zarr, and the single-core decode floor, behind one small interface."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class Reader:
+    """One way of reading viewports; `prepare` is untimed, `read` is timed."""
+
+    name = "?"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def levels(self) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    def prepare(self, level: int, y: int, x: int, h: int, w: int) -> None:
+        """Untimed work before a read (the floor reads its raw segments here)."""
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the file."""
+
+
+class Ours(Reader):
+    name = "ours"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        from napari_slidescope import open_slide
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.slide = open_slide(path)
+
+    def levels(self) -> list[tuple[int, int]]:
+        return self.slide.level_shapes
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        return np.asarray(self.slide.levels[level][y : y + h, x : x + w])
+
+    def close(self) -> None:
+        self.slide.close()
+
+
+class OpenSlideReader(Reader):
+    name = "openslide"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        import openslide
+
+        self.osr = openslide.OpenSlide(str(path))
+        self.ds = [float(d) for d in self.osr.level_downsamples]
+
+    def levels(self) -> list[tuple[int, int]]:
+        return [(h, w) for w, h in self.osr.level_dimensions]
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        d = self.ds[level]
+        return np.asarray(self.osr.read_region((round(x * d), round(y * d)), level, (w, h)))
+
+    def close(self) -> None:
+        self.osr.close()
+
+
+class TiffSlideReader(Reader):
+    name = "tiffslide"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        import tiffslide
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.ts = tiffslide.TiffSlide(str(path))
+        self.ds = [float(d) for d in self.ts.level_downsamples]
+
+    def levels(self) -> list[tuple[int, int]]:
+        return [(h, w) for w, h in self.ts.level_dimensions]
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        d = self.ds[level]
+        return self.ts.read_region((round(x * d), round(y * d)), level, (w, h), as_array=True)
+
+    def close(self) -> None:
+        self.ts.close()
+
+
+class NapariTiffReader(Reader):
+    name = "napari-tiff"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        from napari_tiff.napari_tiff_reader import reader_function
+
+        data = reader_function(str(path))[0][0]
+        self.data = data if isinstance(data, list) else [data]
+
+    def levels(self) -> list[tuple[int, int]]:
+        return [tuple(int(n) for n in d.shape[:2]) for d in self.data]  # type: ignore[misc]
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        return np.asarray(self.data[level][y : y + h, x : x + w])
+
+
+class ZarrReader(Reader):
+    name = "zarr"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        import tifffile
+        import zarr
+
+        self.tif = tifffile.TiffFile(path)
+        series = max(self.tif.series, key=lambda s: s.size)
+        node = zarr.open(series.aszarr(), mode="r")
+        if isinstance(node, zarr.Array):
+            self.z = [node]
+        else:
+            keys = sorted(node.array_keys(), key=lambda k: -int(np.prod(node[k].shape)))
+            self.z = [node[k] for k in keys]
+
+    def levels(self) -> list[tuple[int, int]]:
+        return [tuple(int(n) for n in z.shape[:2]) for z in self.z]  # type: ignore[misc]
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        return self.z[level][y : y + h, x : x + w]
+
+    def close(self) -> None:
+        self.tif.close()
+
+
+class Floor(Reader):
+    """Single-thread decode of exactly the native chunks a viewport touches."""
+
+    name = "floor"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        import tifffile
+
+        self.tif = tifffile.TiffFile(path)
+        series = max(self.tif.series, key=lambda s: s.size)
+        self.pages = [lv.keyframe for lv in series.levels]
+        self.raw: list[tuple[bytes, int]] = []
+
+    def levels(self) -> list[tuple[int, int]]:
+        return [(p.imagelength, p.imagewidth) for p in self.pages]
+
+    def prepare(self, level: int, y: int, x: int, h: int, w: int) -> None:
+        p = self.pages[level]
+        th, tw = (p.tilelength, p.tilewidth) if p.is_tiled else (p.rowsperstrip, p.imagewidth)
+        across = -(-p.imagewidth // tw)
+        segs = [
+            r * across + c
+            for r in range(y // th, -(-(y + h) // th))
+            for c in range(x // tw, -(-(x + w) // tw))
+        ]
+        self.kw = {}
+        if p.jpegtables is not None:
+            self.kw["jpegtables"] = p.jpegtables
+        if p.jpegheader is not None:
+            self.kw["jpegheader"] = p.jpegheader
+        self.decode = p.decode
+        self.raw = list(
+            self.tif.filehandle.read_segments(
+                [p.dataoffsets[s] for s in segs], [p.databytecounts[s] for s in segs], segs
+            )
+        )
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        decode, kw = self.decode, self.kw
+        for data, index in self.raw:
+            decode(data, index, **kw)
+
+    def close(self) -> None:
+        self.tif.close()
+
+
+READERS: dict[str, Callable[[Path], Reader]] = {
+    "ours": Ours,
+    "openslide": OpenSlideReader,
+    "tiffslide": TiffSlideReader,
+    "napari-tiff": NapariTiffReader,
+    "zarr": ZarrReader,
+    "floor": Floor,
+}

@@ -6,7 +6,10 @@ Run (Linux without a display: under ``xvfb-run -a``)::
 
 Opens the bundled synthetic slide in napari, docks the widget, detects tissue on the
 whole slide, segments the nuclei of the visible region with the default parameters,
-and saves the window (widget included) and a close-up of the nuclei. With
+and saves the window (widget included) and a close-up of the nuclei. Then the widget
+in its states: ``widget_idle.png``, ``widget_running.png`` (progress mid-run),
+``widget_cancelled.png`` (a partial result) and ``measurements.png`` (the window with
+the "Nuclei measurements" dock, a row selected). With
 ``$SLIDESCOPE_TESTDATA`` set it does the same on the real 20x slide
 ``CMU-1-Small-Region.svs`` (CC0) and saves ``real_slide.png``.
 """
@@ -55,6 +58,7 @@ def main() -> int:
     _settle(1.0)
     _save(viewer.screenshot(canvas_only=True, flash=False), OUT / "nuclei_closeup.png", width=700)
     viewer.close()
+    _widget_states()
     real = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/nonexistent")) / "CMU-1-Small-Region.svs"
     if real.is_file():  # a real 20x H&E slide (CC0)
         viewer, _ = _analysed(real, center=(725.0, 475.0), zoom=2.2)  # ~300 µm wide
@@ -71,6 +75,7 @@ def _analysed(path: Path | None, *, center: tuple[float, float], zoom: float) ->
     and its camera.
     """
     import napari
+
     from napari_slidescope._napari.launcher import dock_analysis_widget
 
     viewer = napari.Viewer(title="napari-slidescope")
@@ -95,6 +100,66 @@ def _analysed(path: Path | None, *, center: tuple[float, float], zoom: float) ->
     viewer.layers.selection.active = viewer.layers[f"{image.name} nuclei"]
     _settle(1.0)
     return viewer, camera
+
+
+def _grab(widget: Any, path: Path) -> None:
+    """Save a Qt widget as it is drawn on screen."""
+    from PIL import Image
+
+    tmp = path.with_suffix(".tmp.png")
+    widget.grab().save(str(tmp))
+    img = np.asarray(Image.open(tmp).convert("RGB"))
+    tmp.unlink()
+    _save(img, path, width=img.shape[1])
+
+
+def _widget_states() -> None:
+    """Save the widget idle, mid-run and after Cancel, and the window with the table dock."""
+    import napari
+
+    from napari_slidescope._napari.launcher import dock_analysis_widget, fit_view
+
+    viewer = napari.Viewer(title="napari-slidescope")
+    viewer.window._qt_window.resize(1500, 900)
+    [image] = viewer.open_sample("napari-slidescope", "synthetic_he")
+    widget = dock_analysis_widget(viewer)
+    viewer.scale_bar.visible = True
+    fit_view(viewer)
+    _settle()
+    _grab(widget.native, OUT / "widget_idle.png")
+
+    ctl = widget.controller
+    widget.task.value, widget.scope.value = "nuclei", "slide"
+    widget.tile_size_um.value = 128.0  # many small tiles: a run long enough to watch
+    widget.run()
+    end = time.monotonic() + 120
+    while ctl.busy and time.monotonic() < end:
+        _settle(0.2)
+        prog = ctl.current_progress
+        if prog is not None and prog.total and prog.done >= max(3, prog.total // 4):
+            break
+    _settle(0.3)
+    _grab(widget.native, OUT / "widget_running.png")
+    widget.cancel()
+    _settle(0.5)
+    _grab(widget.native, OUT / "widget_cancelled.png")
+
+    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
+    camera.center, camera.zoom = (1000.0, 900.0), 1.6
+    widget.scope.value, widget.mode.value = "visible", "replace"
+    widget.tile_size_um.value = 512.0
+    _settle()
+    widget.run()
+    ctl.wait()
+    table = widget.open_table()
+    _settle(0.5)
+    table.view.selectRow(5)
+    _settle(1.0)
+    viewer.layers.selection.active = viewer.layers[f"{image.name} nuclei"]
+    _settle(0.5)
+    _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "measurements.png", width=1400)
+    widget.reset_settings()  # leave the user's remembered settings as they were by default
+    viewer.close()
 
 
 if __name__ == "__main__":

@@ -69,9 +69,8 @@ def test_table_dock_follows_a_run_and_selection_moves_the_camera(
     # a row selection centres the view on the nucleus and rings it
     dock.view.selectRow(2)
     rec = dock.model.record(2)
-    world = (
-        np.asarray(image.translate)
-        + np.asarray(image.scale) * (np.array([rec["centroid_row"], rec["centroid_col"]]) - 0.5)
+    world = np.asarray(image.translate) + np.asarray(image.scale) * (
+        np.array([rec["centroid_row"], rec["centroid_col"]]) - 0.5
     )
     np.testing.assert_allclose(_camera(viewer).center[-2:], world, atol=1e-6)
     ring = viewer.layers[f"{image.name} selected nucleus"]

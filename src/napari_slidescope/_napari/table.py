@@ -206,7 +206,8 @@ class NucleiTableWidget(QWidget):
         for box in (self.filter_lo, self.filter_hi):
             box.setRange(-1e12, 1e12)
             box.setDecimals(3)
-            box.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+            box.setMinimumWidth(90)
+            box.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.filter_button = QPushButton("Filter")
         self.filter_button.setToolTip("Show only nuclei whose value lies in the range")
         self.clear_button = QPushButton("All")
@@ -229,8 +230,11 @@ class NucleiTableWidget(QWidget):
         self.canvas = FigureCanvasQTAgg(self.figure)
         self.canvas.setMinimumHeight(160)
 
+        column = QHBoxLayout()
+        column.addWidget(QLabel("Show nuclei with"))
+        column.addWidget(self.filter_column, 1)
         filt = QHBoxLayout()
-        for w in (self.filter_column, self.filter_lo, QLabel("–"), self.filter_hi):
+        for w in (self.filter_lo, QLabel("to"), self.filter_hi):
             filt.addWidget(w)
         filt.addWidget(self.filter_button)
         filt.addWidget(self.clear_button)
@@ -240,6 +244,7 @@ class NucleiTableWidget(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.heading)
         layout.addWidget(self.tissue)
+        layout.addLayout(column)
         layout.addLayout(filt)
         layout.addWidget(self.view, 3)
         layout.addLayout(hist)
@@ -398,21 +403,22 @@ class NucleiTableWidget(QWidget):
         name = f"{self._image.name} selected nucleus"
         diameter = 2.0 * math.sqrt(max(rec.get("area_um2", 30.0), 1.0) / math.pi)
         world = np.array([self._world(rec)])
-        size = 2.0 * diameter  # world units are µm
+        size = max(4.0 * diameter, 20.0)  # world units are µm: a ring well around it
         if name in self._viewer.layers:
             ring = self._viewer.layers[name]
             ring.data = world
             ring.size = size
         else:
             active = self._viewer.layers.selection.active
+            units = getattr(self._image, "units", None)  # the slide's µm: one unit for all
             ring = self._viewer.add_points(
                 world,
                 name=name,
                 size=size,
-                face_color="transparent",
-                border_color="yellow",
-                border_width=0.12,
+                face_color="yellow",
+                border_width=0,
                 symbol="ring",
+                **({"units": tuple(units)[-2:]} if units is not None else {}),
             )
             if active is not None:  # keep the user's selection of layers
                 self._viewer.layers.selection.active = active

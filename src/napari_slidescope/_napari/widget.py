@@ -657,11 +657,13 @@ class SlideAnalysisWidget(Container):
             self.summary.value = _tissue_words(out.tissue)
         elif summary is not None:
             self.summary.value = str(summary)
+        for label in (self.status, self.summary):  # a wrapped label may need more lines
+            label.native.updateGeometry()
 
     def open_table(self) -> Any:
         """Dock the "Nuclei measurements" table (once per viewer) and return it."""
         _, table = self._viewer.window.add_plugin_dock_widget(
-            "napari-slidescope", "Nuclei measurements"
+            "napari-slidescope", "Nuclei measurements", tabify=True
         )
         table.refresh()
         return table

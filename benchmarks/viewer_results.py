@@ -100,6 +100,7 @@ def main() -> None:
     ap.add_argument("--nuclei", type=int, default=200_000)
     ap.add_argument("--passes", type=int, default=6, help="passes per condition")
     ap.add_argument("--canvas", type=int, default=1024, help="viewer canvas side, screen px")
+    ap.add_argument("--profile", action="store_true", help="cProfile the passes with the result")
     args = ap.parse_args()
 
     import napari
@@ -150,6 +151,11 @@ def main() -> None:
     screen_um = max(native.width(), native.height()) * 0.5
     print(f"canvas {native.width()} x {native.height()} screen px, {n:,} nuclei shown")
     ms: dict[bool, list[float]] = {True: [], False: []}
+    prof = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
     q = screen_um / 4
     rng = np.random.default_rng(7)
     side_um = args.size * 0.5
@@ -162,11 +168,15 @@ def main() -> None:
         viewer.camera.center = path[0]
         frame()
         steps = []
+        if shown and prof is not None:
+            prof.enable()
         for c in path[1:]:
             t0 = time.perf_counter()
             viewer.camera.center = c
             frame()
             steps.append((time.perf_counter() - t0) * 1000)
+        if prof is not None:
+            prof.disable()
         ms[shown].append(statistics.median(steps))
     assert layer.data_level == 0 and image.data_level == 0
     rss1 = rss_mib()
@@ -185,6 +195,10 @@ def main() -> None:
         f"in {canvas.pyramid.chunks_written} chunks; level 0 as a dense array would be "
         f"{canvas.data[0].nbytes / 2**20:.0f} MiB"
     )
+    if prof is not None:
+        import pstats
+
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     viewer.close()
 
 

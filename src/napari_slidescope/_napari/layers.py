@@ -618,21 +618,7 @@ def _units(image: Any) -> dict[str, Any]:
 
 
 def show_tissue(viewer: Any, image: Any, result: Any) -> Any:
-    """Show a ``TissueResult`` as ``"<image> tissue"`` (outline, replacing an older one)."""
-    from napari.utils.colormaps import DirectLabelColormap
+    """Show a ``TissueResult`` as ``"<image> tissue"`` (see :func:`.shapes.show_tissue`)."""
+    from napari_slidescope._napari.shapes import show_tissue as show
 
-    name = f"{image.name} tissue"
-    data = np.asarray(result.mask, np.uint8)
-    scale, translate = aligned_transform(image, result.origin, result.downsample)
-    if name in viewer.layers:
-        layer = viewer.layers[name]
-        layer.data = data
-        layer.scale, layer.translate = scale, translate
-    else:
-        cmap = DirectLabelColormap(color_dict={None: (0, 0, 0, 0), 1: (0.1, 0.75, 0.35, 1.0)})
-        layer = viewer.add_labels(
-            data, name=name, scale=scale, translate=translate, colormap=cmap, **_units(image)
-        )
-        layer.contour = 1
-    layer.metadata["slidescope_tissue"] = result
-    return layer
+    return show(viewer, image, result)

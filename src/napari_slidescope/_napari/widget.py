@@ -44,6 +44,7 @@ from qtpy.QtWidgets import QComboBox, QLabel, QSizePolicy
 
 from napari_slidescope._napari import jobs, session
 from napari_slidescope._napari.layers import canvas_of
+from napari_slidescope._napari.shapes import tissue_export
 
 __all__ = [
     "CANCEL_KEY",
@@ -698,7 +699,7 @@ class SlideAnalysisWidget(Container):
         if kind == "tissue":
             name = f"{layer.name} tissue"
             tl = self._viewer.layers[name] if name in self._viewer.layers else None
-            result = tl.metadata.get("slidescope_tissue") if tl is not None else None
+            result = tissue_export(tl) if tl is not None else None
         else:
             name = f"{layer.name} nuclei"
             nl = self._viewer.layers[name] if name in self._viewer.layers else None

@@ -1,0 +1,65 @@
+"""Tissue as outlines: smooth polygons aligned in µm, areas shown, edits exported (xvfb-run)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from napari_slidescope._napari import shapes as _shapes
+
+pytestmark = pytest.mark.gui
+
+
+def test_smooth_ring_rounds_corners_and_keeps_area():
+    square = np.array([[0, 0], [0, 10], [10, 10], [10, 0]], float)
+    ring = _shapes.smooth_ring(square, 2)
+    assert len(ring) == 16
+    assert ring[:, 0].min() >= 0 and ring[:, 0].max() <= 10  # inside the original
+    assert 0.8 * 100 < _shapes.ring_area(ring) < 100
+
+
+def test_tissue_is_shapes_aligned_in_world_with_areas_and_edits_exported(
+    make_napari_viewer, small_slide, qtbot, tmp_path
+):
+    from napari.layers import Shapes
+
+    from napari_slidescope._napari.session import controller_for
+
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
+    image.translate = (100.0, -40.0)  # a moved slide: the outlines must follow it
+    ctl = controller_for(viewer)
+    ctl.run(image, "tissue", scope="slide")
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
+    layer = viewer.layers[f"{image.name} tissue"]
+    result = ctl.tissue_result(image)
+    assert isinstance(layer, Shapes) and len(result.polygons) >= 1
+    feats = layer.features
+    tissue = feats["role"] == "tissue"
+    assert tissue.sum() == len(result.polygons)
+    # vertex positions in world coordinates: level-0 (row, col) -> µm on the slide
+    ring = result.polygons[0]
+    smooth = _shapes.smooth_ring(ring, 2)
+    world = np.array([layer.data_to_world(v) for v in layer.data[0]])
+    s, t = np.asarray(image.scale), np.asarray(image.translate)
+    np.testing.assert_allclose(world, t + s * (smooth - 0.5), atol=1e-6)
+    # and the slide's level-0 pixel (r, c) (spanning [r, r + 1) in ring coordinates) is
+    # centred at world t + s * (r, c): the same mapping
+    np.testing.assert_allclose(image.data_to_world([10.0, 20.0]), t + s * [10, 20])
+    # areas: each piece's area (holes deducted) within a few % of the mask's area
+    total = float(feats["area_um2"][tissue].sum())
+    assert total == pytest.approx(result.area_um2, rel=0.05)
+    assert str(feats["area_label"].iloc[0]).endswith("mm²")
+    # exports reflect edits: delete the largest piece, the export loses it
+    path = tmp_path / "t.geojson"
+    _shapes.tissue_export(layer).to_geojson(path)
+    before = json.loads(path.read_text())["features"]
+    assert len(before) == len(result.polygons)
+    layer.selected_data = {0}
+    layer.remove_selected()
+    _shapes.tissue_export(layer).to_geojson(path)
+    after = json.loads(path.read_text())["features"]
+    assert len(after) == len(before) - 1
+    xy = np.asarray(after[0]["geometry"]["coordinates"][0])[:-1]
+    rest = [_shapes.smooth_ring(p, 2) for p in result.polygons[1:]]
+    assert any(len(r) == len(xy) and np.allclose(r[:, ::-1], xy, atol=1e-3) for r in rest)

@@ -196,7 +196,9 @@ def layer_polygons(layer: Any) -> tuple[list[np.ndarray], list[list[np.ndarray]]
     feats = layer.features
     roles = list(feats["role"]) if "role" in feats else ["tissue"] * len(layer.data)
     pieces = list(feats["piece"]) if "piece" in feats else list(range(len(layer.data)))
-    exteriors, interiors, index = [], [], []
+    exteriors: list[np.ndarray] = []
+    interiors: list[list[np.ndarray]] = []
+    index: list[int] = []
     owner: dict[Any, int] = {}
     for i, (verts, kind) in enumerate(zip(layer.data, layer.shape_type, strict=True)):
         if kind not in ("polygon", "rectangle", "ellipse") or roles[i] == "hole":

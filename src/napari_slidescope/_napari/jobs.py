@@ -170,10 +170,13 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
     Yields :class:`Stage` as the run moves on, :class:`TissueDone`, one :class:`TileDone`
     per finished tile and, on error, one :class:`Failed` (exceptions never escape, so the
     worker always finishes cleanly).
-    Stops after the tile in progress once `cancel` is set.
+    Stops within a fraction of a second once `cancel` is set, whatever the stage (tissue
+    detection, segmenter preparation and the tiled runner all check it); what was
+    yielded so far stays with the caller.
     """
     from napari_slidescope.pipeline import nuclei as nuclei_mod
     from napari_slidescope.pipeline import tissue as tissue_mod
+    from napari_slidescope.pipeline.cancel import Cancelled
 
     slide, steps = None, None
     try:
@@ -182,7 +185,9 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
         if spec.task == "tissue" or tissue is None:
             region = spec.region if spec.task == "tissue" else None
             yield Stage("tissue")
-            tissue = tissue_mod.detect_tissue(slide, region=region, mpp=mpp, **spec.tissue_options)
+            tissue = tissue_mod.detect_tissue(
+                slide, region=region, mpp=mpp, cancel=cancel, **spec.tissue_options
+            )
             yield TissueDone(tissue, region is None)
         if spec.task != "nuclei" or cancel.is_set():
             return
@@ -201,6 +206,7 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
             target_mpp=target,
             tissue=tissue if spec.region is None else "auto",
             segmenter=seg,
+            cancel=cancel,
             **opts,
         )
         origin, downsample, shape = spec.grid  # type: ignore[misc]
@@ -223,6 +229,8 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
             yield TileDone(step.done, step.total, core0, patch)
             if cancel.is_set():
                 return
+    except Cancelled:
+        return  # the tiles yielded so far stay on the canvas
     except Exception as exc:  # noqa: BLE001 - reported to the user as a notification
         yield Failed(exc)
     finally:

@@ -26,6 +26,7 @@ from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.geometry import labels_to_polygons
 from napari_slidescope.analysis.measure import concat_tables, measure_nuclei
 from napari_slidescope.analysis.stains import estimate_stains
+from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 from napari_slidescope.pipeline.runner import TileResult, iter_tiles
 from napari_slidescope.pipeline.tiling import (
@@ -116,7 +117,9 @@ def _as_source(source: Any, mpp: float | tuple[float, float] | None) -> tuple[An
     return slide, owned, is_array
 
 
-def _working_sample(slide: Any, plan: TilePlan, tiles: tuple[Tile, ...]) -> np.ndarray:
+def _working_sample(
+    slide: Any, plan: TilePlan, tiles: tuple[Tile, ...], cancel: Any = None
+) -> np.ndarray:
     """Pixels of the region's tiles at the working resolution, for ``segmenter.prepare``.
 
     The stain vectors, the hematoxylin threshold and a model's intensity scaling are
@@ -135,6 +138,7 @@ def _working_sample(slide: Any, plan: TilePlan, tiles: tuple[Tile, ...]) -> np.n
     level = choose_level(slide.downsamples, plan.downsample)
     crops = []
     for t in picks:
+        check_cancel(cancel, "segmenter preparation")
         cy0, cx0, cy1, cx1 = t.core
         y0, x0 = cy0 + (cy1 - cy0 - side) // 2, cx0 + (cx1 - cx0 - side) // 2
         box = (y0, x0, y0 + side, x0 + side)
@@ -194,8 +198,10 @@ def _setup(
             raise TypeError(
                 f"segmenter: expected a name or an object with {attr}(), got {segmenter!r}"
             )
+    cancel = runner_kwargs.get("cancel")  # the runner checks it too
     slide, owned, is_array = _as_source(source, mpp)
     try:
+        check_cancel(cancel, "set-up")
         slide_mpp = slide.mpp
         if slide_mpp is None:
             raise ValueError(f"mpp: {slide.path} has no pixel size; pass mpp= (µm per pixel)")
@@ -227,12 +233,13 @@ def _setup(
         if tissue is True:
             from napari_slidescope.pipeline.tissue import detect_tissue
 
-            tissue = detect_tissue(slide, region=region)
+            tissue = detect_tissue(slide, region=region, cancel=cancel)
         tiles = plan.tiles if tissue is False or tissue is None else _tissue_tiles(plan, tissue)
         stains: Any = None
         if tiles:
-            sample = _working_sample(slide, plan, tiles)
+            sample = _working_sample(slide, plan, tiles, cancel)
             _prepare(segmenter, sample, plan.mpp)
+            check_cancel(cancel, "segmenter preparation")
             stains = getattr(segmenter, "stains", None)
             if not callable(getattr(stains, "separate", None)):
                 stains = estimate_stains(sample)

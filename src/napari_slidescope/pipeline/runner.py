@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from napari_slidescope.pipeline.cancel import Cancelled, check_cancel
 from napari_slidescope.pipeline.tiling import (
     Tile,
     TilePlan,
@@ -136,6 +137,7 @@ def iter_tiles(
     measure: Callable[[np.ndarray, np.ndarray, Tile], dict[str, np.ndarray]] | None = None,
     reader: Callable[[Tile], np.ndarray] | None = None,
     monitor: Callable[[str, str, int], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> Generator[TileResult, None, None]:
     """Segment tiles in a read -> model -> post-process pipeline, yielding per tile.
 
@@ -175,6 +177,11 @@ def iter_tiles(
     monitor : callable, optional
         ``monitor(stage, phase, tile_index)`` called at ``"start"``/``"end"`` of each
         stage (``"read"``, ``"model"``, ``"post"``) per tile, from the stage's thread.
+    cancel : threading.Event, optional
+        Once set, the run raises :class:`~napari_slidescope.pipeline.cancel.Cancelled`
+        within ``_POLL`` seconds, without waiting for the tiles in progress (their
+        threads finish the call they are in, then stop; their output is dropped).
+        Tiles already yielded are the caller's.
 
     Yields
     ------
@@ -205,7 +212,10 @@ def iter_tiles(
     )
     run.start()
     try:
-        yield from run.results()
+        yield from run.results(cancel)
+    except Cancelled:
+        run.close(wait=False)
+        raise
     finally:
         run.close()
 
@@ -288,9 +298,15 @@ class _StagedRun:
         for t in self.threads:
             t.start()
 
-    def close(self) -> None:
-        """Stop every stage and join its threads."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop every stage; join its threads (all, or with ``wait=False`` none).
+
+        Without waiting, a thread inside ``predict`` or ``postprocess`` finishes that call
+        and then sees the stop flag; it is a daemon thread and holds no lock.
+        """
         self.stop.set()
+        if not wait:
+            self.threads = []
         for t in self.threads:
             t.join()
 
@@ -411,13 +427,17 @@ class _StagedRun:
         except BaseException as exc:  # noqa: BLE001
             self._fail(exc, "post-process", [tile])
 
-    def results(self) -> Generator[TileResult, None, None]:
+    def results(self, cancel: threading.Event | None = None) -> Generator[TileResult, None, None]:
         """Yield finished tiles in plan order with region-unique ids."""
         pending: dict[int, tuple[np.ndarray, dict]] = {}
         offset = 0
         for k in range(len(self.todo)):
             while k not in pending:
-                msg = self.q_out.get()
+                check_cancel(cancel, f"tile {k + 1} of {len(self.todo)}")
+                try:
+                    msg = self.q_out.get(timeout=_POLL)
+                except queue.Empty:
+                    continue
                 if msg[0] == "error":
                     raise msg[1]
                 pending[msg[1]] = (msg[2], msg[3])

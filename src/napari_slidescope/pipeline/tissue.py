@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from napari_slidescope.analysis.tissue import (
     infer_mode,
     tissue_mask,
 )
+from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region
 
 __all__ = ["DEFAULT_TARGET_MPP", "TissueResult", "detect_tissue"]
@@ -42,6 +44,8 @@ DEFAULT_TARGET_MPP = 8.0
 NOMINAL_MPP = 0.5
 #: Largest block of a level read at once, in bytes (bounds peak memory).
 _READ_BYTES = 64 * 2**20
+#: Strip size when a run can be cancelled: one strip decodes well within a second.
+_CANCEL_READ_BYTES = 8 * 2**20
 _FLUO_NAMES = re.compile(
     r"dapi|hoechst|fitc|tritc|texas|\bcy[2-7]|alexa|\baf\d{3}|opal|[gry]fp\b|fluor", re.I
 )
@@ -127,7 +131,9 @@ def _auto_mode(slide: SlideLike) -> Mode | None:
     return None
 
 
-def _read_working(slide: SlideLike, level: int, box: Box, factor: int) -> np.ndarray:
+def _read_working(
+    slide: SlideLike, level: int, box: Box, factor: int, cancel: threading.Event | None = None
+) -> np.ndarray:
     """Read a level box (channels last) and block-average it, in bounded strips."""
     ly0, lx0, ly1, lx1 = box
     arr = slide.levels[level]
@@ -135,9 +141,11 @@ def _read_working(slide: SlideLike, level: int, box: Box, factor: int) -> np.nda
     yi, xi = axes.index("Y"), axes.index("X")
     per_px = arr.dtype.itemsize * int(np.prod(arr.shape)) // max(arr.shape[yi] * arr.shape[xi], 1)
     row_bytes = max(per_px * (lx1 - lx0), 1)
-    step = max(factor, (_READ_BYTES // row_bytes) // factor * factor)
+    budget = _READ_BYTES if cancel is None else _CANCEL_READ_BYTES
+    step = max(factor, (budget // row_bytes) // factor * factor)
     strips = []
     for y in range(ly0, ly1, step):
+        check_cancel(cancel, "tissue detection")
         sl = {"Y": slice(y, min(y + step, ly1)), "X": slice(lx0, lx1)}
         index = tuple(sl.get(a, slice(None)) for a in axes)
         pix = np.asarray(arr[index].compute(scheduler="threads"))
@@ -166,6 +174,7 @@ def detect_tissue(
     max_hole_um2: float = DEFAULT_MAX_HOLE_UM2,
     outer_only: bool = False,
     reject_artifacts: bool = True,
+    cancel: threading.Event | None = None,
 ) -> TissueResult:
     """Find the tissue on a whole slide or a region of it.
 
@@ -197,6 +206,9 @@ def detect_tissue(
         Fill every hole; polygons are outer contours only.
     reject_artifacts : bool
         Brightfield: drop pen marks and near-black debris.
+    cancel : threading.Event, optional
+        Checked between the strips read and between analysis steps; once set, the run
+        raises :class:`~napari_slidescope.pipeline.cancel.Cancelled`.
 
     Returns
     -------
@@ -231,6 +243,7 @@ def detect_tissue(
             region=None if region is None else tuple(region),
             target_mpp=float(target_mpp),
             mode=mode,
+            cancel=cancel,
             options={
                 "threshold": threshold,
                 "smooth_um": smooth_um,
@@ -252,6 +265,7 @@ def _detect(
     target_mpp: float,
     mode: str,
     options: dict[str, Any],
+    cancel: threading.Event | None = None,
 ) -> TissueResult:
     name = str(getattr(slide, "path", "slide"))
     reg = check_region(region, slide.shape0, name="region")
@@ -285,7 +299,8 @@ def _detect(
     lvl = slide.levels[level]
     lh, lw = int(lvl.shape[slide.axes.index("Y")]), int(lvl.shape[slide.axes.index("X")])
     ly1, lx1 = min(int(math.ceil(y1 / dy)), lh), min(int(math.ceil(x1 / dx)), lw)
-    image = _read_working(slide, level, (ly0, lx0, ly1, lx1), factor)
+    image = _read_working(slide, level, (ly0, lx0, ly1, lx1), factor, cancel)
+    check_cancel(cancel, "tissue detection")
 
     use: Mode
     if mode == "auto":
@@ -294,6 +309,7 @@ def _detect(
         use = mode  # type: ignore[assignment]
     work_mpp = math.sqrt(mpp0[0] * wdy * mpp0[1] * wdx)
     mask, thr = tissue_mask(image, mpp=work_mpp, mode=use, **options)
+    check_cancel(cancel, "tissue detection")
 
     origin = (ly0 * dy, lx0 * dx)
     ds = (wdy, wdx)

@@ -44,6 +44,7 @@ from napari_slidescope.pipeline.tiling import (
 __all__ = ["TileResult", "iter_tiles"]
 
 _POLL = 0.02  # seconds between checks of the stop flag while blocked
+_CANCEL_POLL = 0.1  # seconds between checks of the cancel flag while waiting for a tile
 
 
 class _Segmenter(Protocol):
@@ -434,8 +435,8 @@ class _StagedRun:
         for k in range(len(self.todo)):
             while k not in pending:
                 check_cancel(cancel, f"tile {k + 1} of {len(self.todo)}")
-                try:
-                    msg = self.q_out.get(timeout=_POLL)
+                try:  # without a cancel flag, block: nothing to look at meanwhile
+                    msg = self.q_out.get(timeout=None if cancel is None else _CANCEL_POLL)
                 except queue.Empty:
                     continue
                 if msg[0] == "error":

@@ -433,6 +433,7 @@ class _StagedRun:
         pending: dict[int, tuple[np.ndarray, dict]] = {}
         offset = 0
         for k in range(len(self.todo)):
+            check_cancel(cancel, f"tile {k + 1} of {len(self.todo)}")
             while k not in pending:
                 check_cancel(cancel, f"tile {k + 1} of {len(self.todo)}")
                 try:  # without a cancel flag, block: nothing to look at meanwhile

@@ -292,6 +292,8 @@ class NucleiTableWidget(QWidget):
             i = combo.findData(current if current is not None else "area_um2")
             combo.setCurrentIndex(max(i, 0))
             combo.blockSignals(False)
+        if self.model._filter is None:
+            self._on_filter_column()  # the range offered: the column's own min and max
         self._update_heading()
         self._update_tissue()
         self._draw_histogram()

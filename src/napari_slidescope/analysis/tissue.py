@@ -31,6 +31,8 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage import filters, morphology
 
+from napari_slidescope.analysis.resample import block_mean
+
 __all__ = [
     "BRIGHTFIELD_THRESHOLD_RANGE",
     "DEFAULT_MAX_HOLE_UM2",
@@ -86,64 +88,6 @@ def _unit_scale(image: np.ndarray) -> float:
         return float(max(int(image.max()), 1))
     mx = float(np.nanmax(image)) if image.size else 1.0
     return mx if mx > 1.0 else 1.0
-
-
-def block_mean(image: np.ndarray, factor: int) -> np.ndarray:
-    """Downsample by averaging ``factor x factor`` blocks (partial edge blocks too).
-
-    Parameters
-    ----------
-    image : (M, N) or (M, N, C) ndarray
-        Image to downsample.
-    factor : int
-        Block size, >= 1. Output pixel ``(i, j)`` is the mean of input pixels
-        ``[i*factor, (i+1)*factor) x [j*factor, (j+1)*factor)``.
-
-    Returns
-    -------
-    (ceil(M / factor), ceil(N / factor)[, C]) ndarray
-        Same dtype as the input (rounded for integers).
-
-    Examples
-    --------
-    >>> block_mean(np.arange(16, dtype=np.uint8).reshape(4, 4), 2)
-    array([[ 2,  4],
-           [10, 12]], dtype=uint8)
-    """
-    image = _check_image(image)
-    if int(factor) != factor or factor < 1:
-        raise ValueError(f"factor: expected an integer >= 1, got {factor!r}")
-    factor = int(factor)
-    if factor == 1:
-        return image
-    f = factor
-    h, w = -(-image.shape[0] // f), -(-image.shape[1] // f)
-    if image.shape[0] % f or image.shape[1] % f:
-        padded = np.zeros((h * f, w * f, *image.shape[2:]), image.dtype)
-        padded[: image.shape[0], : image.shape[1]] = image
-    else:
-        padded = image
-    integer = np.issubdtype(image.dtype, np.integer)
-    if integer and image.dtype.itemsize == 1 and f <= 16:
-        acc_dtype: type = np.uint16
-    elif integer and image.dtype.itemsize <= 2:
-        acc_dtype = np.uint32
-    else:
-        acc_dtype = np.float64
-    # summing strided slices is several times faster than reshape().sum() or reduceat
-    rows: np.ndarray = padded[0::f].astype(acc_dtype)
-    for i in range(1, f):
-        rows += padded[i::f]
-    acc = rows[:, 0::f].copy()
-    for j in range(1, f):
-        acc += rows[:, j::f]
-    nr = np.minimum(f, image.shape[0] - f * np.arange(h))
-    nc = np.minimum(f, image.shape[1] - f * np.arange(w))
-    count = np.multiply.outer(nr, nc).astype(np.float64)
-    mean = acc / (count if image.ndim == 2 else count[..., None])
-    if integer:
-        return np.rint(mean).astype(image.dtype)
-    return mean.astype(image.dtype)
 
 
 def infer_mode(image: np.ndarray) -> Mode:

@@ -32,6 +32,7 @@ from scipy import ndimage as ndi
 
 from napari_slidescope._types import Box
 from napari_slidescope._units import as_pair
+from napari_slidescope.analysis.resample import block_mean
 
 __all__ = [
     "Box",
@@ -332,21 +333,6 @@ def _lerp(a: np.ndarray, i0: np.ndarray, w: np.ndarray | None, axis: int) -> np.
     return np.take(a, i0, axis=axis) * (1 - w) + np.take(a, i1, axis=axis) * w
 
 
-def _bin(a: np.ndarray, ky: int, kx: int) -> np.ndarray:
-    """Mean of ``ky x kx`` blocks of a uint8 image (shape divisible), as float32."""
-    if ky == 1 and kx == 1:
-        return a.astype(np.float32)
-    acc = np.zeros(
-        (a.shape[0] // ky, a.shape[1] // kx, a.shape[2]), np.uint16 if ky * kx <= 257 else np.uint32
-    )
-    for i in range(ky):  # strided adds: much faster than reshape(...).sum() on uint8
-        for j in range(kx):
-            acc += a[i::ky, j::kx]
-    out = acc.astype(np.float32)
-    out *= np.float32(1.0 / (ky * kx))
-    return out
-
-
 def read_tile(slide: Any, tile: Tile, plan: TilePlan, *, level: int) -> np.ndarray:
     """Read one tile's pixels and resample them to the working resolution.
 
@@ -406,7 +392,7 @@ def read_tile(slide: Any, tile: Tile, plan: TilePlan, *, level: int) -> np.ndarr
         a, ix = _select(a, ix, 1), None
     if iy is None and ix is None and ky == 1 and kx == 1:
         return np.ascontiguousarray(a)
-    f = _bin(a, ky, kx)
+    f = block_mean(a, (ky, kx), dtype=np.float32)
     if iy is not None:
         f = _lerp(f, iy, wy, 0)
     if ix is not None:

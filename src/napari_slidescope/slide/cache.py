@@ -179,12 +179,19 @@ class TileCache:
             self._trim_free()
 
     def discard(self, owner: Hashable) -> None:
-        """Drop every array whose key is a tuple starting with `owner` (a closed slide)."""
+        """Drop every array whose key is a tuple starting with `owner` (a closed slide).
+
+        When no chunk is left (the last open slide was closed), the free slabs are
+        unmapped too: the cache then holds no memory at all.
+        """
         with self._lock:
             for key in [k for k in self._items if isinstance(k, tuple) and k[:1] == (owner,)]:
                 arr = self._items.pop(key)
                 self._release(arr)
                 del arr
+            if not self._items:
+                self._free.clear()
+                self._free_nbytes = 0
 
     def clear(self) -> None:
         """Drop every chunk (keeping free slabs, within the bound) and reset the counters."""

@@ -20,6 +20,9 @@ ReaderFunction = Callable[[str | list[str]], list[LayerData]]
 def get_reader(path: str | list[str]) -> ReaderFunction | None:
     """Return :func:`read_slide` when `path` is a slide this plugin should open, else None.
 
+    A ``.geojson`` / ``.geojson.gz`` that looks like GeoJSON (QuPath objects) gets
+    :func:`~napari_slidescope._napari.qupath.read_geojson_layers`; other JSON gets None.
+
     Sniffs cheaply (the TIFF header and IFDs, never pixels) and never raises. Ordinary
     small single-image TIFFs are left to napari's builtin reader. A file behind a
     slide-only extension (``.svs``, ``.ndpi``, ...) is always taken, even when its bytes
@@ -31,6 +34,10 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
             return None
         path = path[0]
     try:
+        if os.fspath(path).lower().endswith((".geojson", ".geojson.gz")):
+            from napari_slidescope._napari.qupath import get_geojson_reader
+
+            return get_geojson_reader(os.fspath(path))
         return read_slide if _wants(os.fspath(path)) else None
     except Exception:  # a sniffer must never raise
         return None

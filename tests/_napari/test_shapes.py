@@ -63,3 +63,41 @@ def test_tissue_is_shapes_aligned_in_world_with_areas_and_edits_exported(
     xy = np.asarray(after[0]["geometry"]["coordinates"][0])[:-1]
     rest = [_shapes.smooth_ring(p, 2) for p in result.polygons[1:]]
     assert any(len(r) == len(xy) and np.allclose(r[:, ::-1], xy, atol=1e-3) for r in rest)
+
+
+def test_analyse_inside_the_selected_shape(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
+    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope.pipeline.nuclei import segment_nuclei
+    from napari_slidescope.pipeline.regions import inside_polygon
+
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
+    image.translate = (30.0, 60.0)
+    s, t = np.asarray(image.scale), np.asarray(image.translate)
+    ring = np.array([[100.0, 200.0], [150.0, 1300.0], [900.0, 900.0], [700.0, 250.0]])
+    world = t + s * (ring - 0.5)  # a polygon drawn in world coordinates (µm)
+    shapes = viewer.add_shapes([world], shape_type="polygon", name="drawn")
+    shapes.selected_data = {0}
+    np.testing.assert_allclose(_shapes.selected_polygon(viewer, image), ring, atol=1e-6)
+    ctl = controller_for(viewer)
+    opts = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
+    ctl.run(
+        image, "nuclei", scope="shape", nuclei_options={**opts, "segmenter": threshold_segmenter()}
+    )
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
+    table = _layers_canvas(viewer, image).table()
+    assert table["id"].size > 0
+    assert inside_polygon(table["centroid_row"], table["centroid_col"], ring).all()
+    ref = segment_nuclei(
+        str(small_slide), region=ring, segmenter=threshold_segmenter(), tissue="auto", **opts
+    )
+    assert table["id"].size == ref.count
+    np.testing.assert_allclose(np.sort(table["area_um2"]), np.sort(ref.table["area_um2"]))
+
+
+def _layers_canvas(viewer, image):
+    from napari_slidescope._napari.layers import canvas_of
+
+    return canvas_of(viewer.layers[f"{image.name} nuclei"])

@@ -17,7 +17,7 @@ from napari_slidescope._napari import layers as _layers
 from napari_slidescope._napari.viewport import image_shape0
 from napari_slidescope._types import Box
 
-Scope = Literal["visible", "slide"]
+Scope = Literal["visible", "slide", "shape"]
 Task = Literal["tissue", "nuclei"]
 #: Nuclei working resolution when none is given (the built-in segmenter's default).
 DEFAULT_NUCLEI_MPP = 0.25
@@ -140,7 +140,7 @@ class JobSpec:
 
     source: SlideSource
     task: Task
-    region: Box | None
+    region: Box | Any  # a box, a (row, col) polygon, or None for the whole slide
     tissue_options: dict[str, Any]
     nuclei_options: dict[str, Any]
     grid: tuple[Any, Any, tuple[int, int]] | None = None

@@ -213,7 +213,7 @@ class SlideAnalysis:
         task: Task,
         *,
         scope: Scope = "visible",
-        region: Box | None = None,
+        region: Box | Any = None,
         mode: Literal["add", "replace"] = "add",
         tissue_options: dict[str, Any] | None = None,
         nuclei_options: dict[str, Any] | None = None,
@@ -225,10 +225,11 @@ class SlideAnalysis:
         image : napari.layers.Image
             A 2D RGB image layer.
         task : {"tissue", "nuclei"}
-        scope : {"visible", "slide"}
-            The visible region (computed now from the camera), or the whole slide.
-        region : box, optional
-            A level-0 box instead of `scope`.
+        scope : {"visible", "slide", "shape"}
+            The visible region (computed now from the camera), the whole slide, or the
+            selected shape (only nuclei whose centroid lies inside it; tissue clipped).
+        region : box or polygon, optional
+            A level-0 box, or polygon of ``(row, col)`` vertices, instead of `scope`.
         mode : {"add", "replace"}
             Nuclei: add to ``"<name> nuclei"`` (no duplicates) or replace it.
         tissue_options, nuclei_options : dict, optional
@@ -246,11 +247,15 @@ class SlideAnalysis:
 
         if task not in ("tissue", "nuclei"):
             raise ValueError(f"task: expected 'tissue' or 'nuclei', got {task!r}")
-        if scope not in ("visible", "slide"):
-            raise ValueError(f"scope: expected 'visible' or 'slide', got {scope!r}")
+        if scope not in ("visible", "slide", "shape"):
+            raise ValueError(f"scope: expected 'visible', 'slide' or 'shape', got {scope!r}")
         source = SlideSource.from_layer(image)
         if region is None and scope == "visible":
             region = visible_region(self.viewer, image)
+        if region is None and scope == "shape":
+            from napari_slidescope._napari.shapes import selected_polygon
+
+            region = selected_polygon(self.viewer, image)
         self.cancel()
         nuclei_options = dict(nuclei_options or {})
         spec = JobSpec(source, task, region, dict(tissue_options or {}), nuclei_options)
@@ -267,7 +272,9 @@ class SlideAnalysis:
             target = nuclei_options.get("target_mpp") or DEFAULT_NUCLEI_MPP
             nuclei_options["target_mpp"] = target
             ds = (target / source.mpp[0], target / source.mpp[1])
-            box = region or (0, 0, *source.shape0)
+            from napari_slidescope.pipeline.regions import check_region, split_region
+
+            box = check_region(split_region(region)[0], source.shape0)
             run.layer, run.canvas, covered, offset = _layers.prepare_nuclei_layer(
                 self.viewer, image, box, ds, mode=mode, pyramid=True if region is None else None
             )

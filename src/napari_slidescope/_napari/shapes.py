@@ -24,6 +24,7 @@ import numpy as np
 __all__ = [
     "ShapesExport",
     "from_layer_coords",
+    "selected_polygon",
     "layer_polygons",
     "ring_area",
     "show_tissue",
@@ -243,3 +244,30 @@ def tissue_export(layer: Any) -> Any:
     if isinstance(layer, Shapes):
         return ShapesExport(layer) if len(layer.data) else None
     return layer.metadata.get("slidescope_tissue")
+
+
+def selected_polygon(viewer: Any, image: Any) -> np.ndarray:
+    """Return the selected shape as a level-0 ``(row, col)`` polygon of `image`'s slide.
+
+    The first selected shape of the active Shapes layer (else of the topmost Shapes layer
+    with a selection), mapped through world coordinates, so shapes drawn in napari and
+    imported QuPath annotations both work whatever their layer's scale.
+
+    Raises
+    ------
+    ValueError
+        If no shape is selected.
+    """
+    from napari.layers import Shapes
+
+    active = viewer.layers.selection.active
+    layers = [active] if isinstance(active, Shapes) and active.selected_data else []
+    layers += [ly for ly in reversed(viewer.layers) if isinstance(ly, Shapes) and ly.selected_data]
+    if not layers:
+        raise ValueError("no shape selected: select a polygon in a Shapes layer first")
+    layer = layers[0]
+    verts = np.asarray(layer.data[min(layer.selected_data)], float)
+    world = np.array([layer.data_to_world(v) for v in verts], float)[:, -2:]
+    s = np.asarray(image.scale, float)[-2:]
+    t = np.asarray(image.translate, float)[-2:]
+    return (world - t) / s + 0.5

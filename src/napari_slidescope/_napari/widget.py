@@ -234,7 +234,11 @@ class SlideAnalysisWidget(Container):
         self.task.value = d.task
         self.scope = RadioButtons(
             label="Scope",
-            choices=[("Visible region", "visible"), ("Whole slide (tissue only)", "slide")],
+            choices=[
+                ("Visible region", "visible"),
+                ("Whole slide (tissue only)", "slide"),
+                ("Selected shape", "shape"),
+            ],
         )
         self.scope.value = d.scope
         # nuclei parameters

@@ -102,6 +102,8 @@ class _Run:
     measure: Callable[[np.ndarray, np.ndarray, Tile], dict[str, np.ndarray]]
     array_shape: tuple[int, int] | None
     runner_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: A region polygon (level-0 ``(row, col)``): only nuclei whose centroid is inside.
+    polygon: np.ndarray | None = None
 
 
 def _as_source(source: Any, mpp: float | tuple[float, float] | None) -> tuple[Any, bool, bool]:
@@ -189,8 +191,9 @@ def _setup(
     **runner_kwargs: Any,
 ) -> _Run:
     from napari_slidescope.pipeline.models import get_segmenter
-    from napari_slidescope.pipeline.regions import check_region
+    from napari_slidescope.pipeline.regions import check_region, split_region
 
+    region, polygon = split_region(region)
     if isinstance(segmenter, str):
         segmenter = get_segmenter(segmenter)
     for attr in ("predict", "postprocess"):
@@ -233,7 +236,9 @@ def _setup(
         if tissue is True:
             from napari_slidescope.pipeline.tissue import detect_tissue
 
-            tissue = detect_tissue(slide, region=region, cancel=cancel)
+            tissue = detect_tissue(
+                slide, region=region if polygon is None else polygon, cancel=cancel
+            )
         tiles = plan.tiles if tissue is False or tissue is None else _tissue_tiles(plan, tissue)
         stains: Any = None
         if tiles:
@@ -274,6 +279,7 @@ def _setup(
         measure,
         tuple(slide.shape0) if is_array else None,
         runner_kwargs,
+        polygon,
     )
 
 
@@ -289,12 +295,29 @@ def _steps(run: _Run) -> Generator[NucleiStep, None, None]:
         )
         try:
             for done, res in enumerate(gen, 1):
+                if run.polygon is not None:
+                    res = _inside(res, run.polygon)
                 yield NucleiStep(res, done, len(run.tiles), run.plan)
         finally:
             gen.close()
     finally:
         if run.owned:
             run.slide.close()
+
+
+def _inside(res: TileResult, polygon: np.ndarray) -> TileResult:
+    """Keep a tile's nuclei whose centroid lies inside `polygon` (level-0 (row, col))."""
+    from napari_slidescope.pipeline.regions import inside_polygon
+
+    table = res.table
+    if not table or "id" not in table or not table["id"].size:
+        return res
+    keep = inside_polygon(table["centroid_row"], table["centroid_col"], polygon)
+    if keep.all():
+        return res
+    labels = np.where(np.isin(res.labels, table["id"][~keep]), 0, res.labels).astype(np.int32)
+    table = {k: np.asarray(v)[keep] for k, v in table.items()}
+    return dataclasses.replace(res, labels=labels, count=int(keep.sum()), table=table)
 
 
 def iter_segment_nuclei(
@@ -356,8 +379,11 @@ def segment_nuclei(
     ----------
     source : Slide, str, Path or (M, N, 3) ndarray of uint8
         A slide, a slide path, or an RGB array (then ``mpp`` is required).
-    region : tuple of int, optional
-        Level-0 box ``(y0, x0, y1, x1)``; default the whole slide.
+    region : tuple of int, polygon or shapely Polygon, optional
+        Level-0 box ``(y0, x0, y1, x1)``; default the whole slide. A polygon (level-0
+        ``(row, col)`` vertices, or a shapely ``Polygon`` in ``(x, y)``, see
+        :func:`~napari_slidescope.pipeline.regions.split_region`): its bounding box is
+        segmented and only the nuclei whose centroid lies inside it are kept.
     mpp : float or (float, float), optional
         µm per pixel of an array source (required); for a slide, supplies a missing
         calibration.

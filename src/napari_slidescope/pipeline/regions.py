@@ -108,3 +108,53 @@ def check_region(
     if cy1 <= cy0 or cx1 <= cx0:
         raise ValueError(f"{name} {region!r} lies outside the slide (level 0 is {h} x {w} px)")
     return (cy0, cx0, cy1, cx1)
+
+
+def split_region(region: Any) -> tuple[Any, np.ndarray | None]:
+    """Split a `region` into a level-0 box and an optional polygon.
+
+    Parameters
+    ----------
+    region : box, (N, 2) array-like, shapely Polygon or None
+        A box ``(y0, x0, y1, x1)``; a polygon as level-0 ``(row, col)`` vertices
+        (N >= 3); or a shapely ``Polygon`` in level-0 ``(x, y)`` (the GeoJSON / WKB
+        convention, e.g. a QuPath annotation or a ``nuclei.parquet`` outline).
+
+    Returns
+    -------
+    box, polygon
+        The box to analyse (a polygon's bounding box, half-open, whole pixels) and the
+        polygon's ``(row, col)`` ring, or ``(region, None)`` for a box or None.
+
+    Raises
+    ------
+    ValueError
+        If a polygon has fewer than 3 vertices or non-finite ones.
+    """
+    if region is None:
+        return None, None
+    if hasattr(region, "exterior") and hasattr(region, "bounds"):  # shapely, (x, y)
+        ring = np.asarray(region.exterior.coords, float)[:, ::-1]
+    else:
+        arr = np.asarray(region, dtype=object)
+        if arr.ndim != 2:
+            return region, None
+        ring = np.asarray(region, float)
+    if ring.ndim != 2 or ring.shape[1] != 2 or len(ring) < 3 or not np.isfinite(ring).all():
+        raise ValueError(
+            f"region: a polygon needs at least 3 finite (row, col) vertices, got shape {ring.shape}"
+        )
+    if len(ring) > 3 and np.array_equal(ring[0], ring[-1]):
+        ring = ring[:-1]
+    lo, hi = np.floor(ring.min(axis=0)), np.ceil(ring.max(axis=0))
+    return (int(lo[0]), int(lo[1]), int(hi[0]), int(hi[1])), ring
+
+
+def inside_polygon(rows: np.ndarray, cols: np.ndarray, ring: np.ndarray) -> np.ndarray:
+    """Return which level-0 points ``(rows[i], cols[i])`` lie inside a ``(row, col)`` ring."""
+    from skimage.measure import points_in_poly
+
+    pts = np.stack([np.asarray(rows, float), np.asarray(cols, float)], axis=1)
+    if len(pts) == 0:
+        return np.zeros(0, bool)
+    return np.asarray(points_in_poly(pts, np.asarray(ring, float)), bool)

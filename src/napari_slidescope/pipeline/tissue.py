@@ -34,7 +34,7 @@ from napari_slidescope.analysis.tissue import (
     tissue_mask,
 )
 from napari_slidescope.pipeline.cancel import check_cancel
-from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region
+from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region, split_region
 
 __all__ = ["DEFAULT_TARGET_MPP", "TissueResult", "detect_tissue"]
 
@@ -164,7 +164,7 @@ def _covered(n: int, start: float, step: float, lo: int, hi: int) -> np.ndarray:
 def detect_tissue(
     source: Any,
     *,
-    region: Sequence[int] | None = None,
+    region: Sequence[int] | Any = None,
     mpp: float | tuple[float, float] | None = None,
     target_mpp: float = DEFAULT_TARGET_MPP,
     mode: Literal["auto", "brightfield", "fluorescence"] = "auto",
@@ -182,9 +182,10 @@ def detect_tissue(
     ----------
     source : Slide, str, PathLike or (M, N, 3) ndarray of uint8
         An open slide, a path to one, or an RGB image (then ``mpp`` is required).
-    region : (int, int, int, int), optional
-        Level-0 box ``(y0, x0, y1, x1)``, half-open, clipped to the slide. Default:
-        the whole slide.
+    region : (int, int, int, int), polygon or shapely Polygon, optional
+        Level-0 box ``(y0, x0, y1, x1)``, half-open, clipped to the slide; or a polygon
+        (see :func:`~napari_slidescope.pipeline.regions.split_region`): its bounding box
+        is analysed and the tissue clipped to it. Default: the whole slide.
     mpp : float or (float, float), optional
         µm/px of an array source; for a slide, supplies a missing calibration.
     target_mpp : float
@@ -240,7 +241,7 @@ def detect_tissue(
     try:
         return _detect(
             slide,
-            region=None if region is None else tuple(region),
+            region=region,
             target_mpp=float(target_mpp),
             mode=mode,
             cancel=cancel,
@@ -268,6 +269,8 @@ def _detect(
     cancel: threading.Event | None = None,
 ) -> TissueResult:
     name = str(getattr(slide, "path", "slide"))
+    region, polygon = split_region(region)
+    region = None if region is None else tuple(region)
     reg = check_region(region, slide.shape0, name="region")
     calibrated = slide.mpp is not None
     if slide.mpp is not None:
@@ -313,6 +316,10 @@ def _detect(
 
     origin = (ly0 * dy, lx0 * dx)
     ds = (wdy, wdx)
+    if polygon is not None:  # tissue clipped to the polygon (mask pixel centres inside)
+        mask = mask & geometry.polygons_to_mask(
+            [polygon], shape=mask.shape, downsample=ds, origin=origin
+        )
     exteriors, holes = geometry.mask_to_polygons(
         mask, downsample=ds, origin=origin, holes=not options["outer_only"]
     )

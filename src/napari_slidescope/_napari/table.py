@@ -220,6 +220,9 @@ class NucleiTableWidget(QWidget):
         header = self.view.verticalHeader()
         if header is not None:
             header.setVisible(False)
+        columns = self.view.horizontalHeader()
+        if columns is not None:  # fit columns to 200 rows, not to every nucleus of a slide
+            columns.setResizeContentsPrecision(200)
         self.view.setToolTip("Select a row to centre the view on that nucleus")
         self.hist_column = QComboBox()
         from matplotlib.backends.backend_qtagg import FigureCanvasQTAgg

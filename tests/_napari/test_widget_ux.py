@@ -1,5 +1,7 @@
 """The widget as a user meets it: progress, partial results, layout, settings, shortcuts."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -22,9 +24,31 @@ def _docked(make_napari_viewer, path, qtbot):
     return viewer, image, widget
 
 
-def _slow_run(widget, image, threshold_segmenter, delay=0.15):
+class _Gated:
+    """Wraps a segmenter: after `free` tiles, each batch waits for `gate` (10 s at most).
+
+    So a test sees a run in flight however loaded the machine is.
+    """
+
+    def __init__(self, inner, free, gate):
+        self.inner, self.free, self.gate, self.seen = inner, free, gate, 0
+        self.name, self.target_mpp = inner.name, inner.target_mpp
+        self.min_overlap_um = inner.min_overlap_um
+
+    def predict(self, tiles, *, mpp):
+        if self.seen >= self.free:
+            self.gate.wait(10)
+        self.seen += len(tiles)
+        return self.inner.predict(tiles, mpp=mpp)
+
+    def postprocess(self, raw, *, mpp):
+        return self.inner.postprocess(raw, mpp=mpp)
+
+
+def _slow_run(widget, image, threshold_segmenter, delay=0.15, gate=None, free=6):
+    seg = threshold_segmenter(delay=delay)
     opts = {
-        "segmenter": threshold_segmenter(delay=delay),
+        "segmenter": seg if gate is None else _Gated(seg, free, gate),
         "tile_size_um": 64.0,
         "target_mpp": 0.5,
         "workers": 1,
@@ -38,7 +62,8 @@ def test_progress_shows_stage_tiles_and_time_left(
     viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
     seen = []
     widget.controller.progress.connect(lambda p: seen.append((p.stage, p.done, p.total)))
-    _slow_run(widget, image, threshold_segmenter)
+    gate = threading.Event()
+    _slow_run(widget, image, threshold_segmenter, gate=gate)
     assert widget.progress.visible and widget.cancel_button.enabled
     assert not widget.run_button.enabled and "in progress" in widget.run_button.tooltip
     qtbot.waitUntil(lambda: widget.progress.value >= 3, timeout=20_000)
@@ -54,6 +79,7 @@ def test_progress_shows_stage_tiles_and_time_left(
     # napari's activity entry follows the same run
     assert widget.controller._run.pbar.total == total
     widget.cancel_button.clicked.emit()
+    gate.set()
     assert not widget.progress.visible
     out = widget.controller.outcome
     assert out.state == "cancelled" and 3 <= out.tiles_done < out.tiles_total == total
@@ -66,9 +92,11 @@ def test_partial_summary_equals_a_run_over_the_finished_tiles(
 ):
     viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
     ctl = widget.controller
-    worker = _slow_run(widget, image, threshold_segmenter)
+    gate = threading.Event()
+    worker = _slow_run(widget, image, threshold_segmenter, gate=gate)
     qtbot.waitUntil(lambda: widget.progress.value >= 4, timeout=20_000)
     widget.cancel()
+    gate.set()
     qtbot.waitUntil(lambda: not worker.is_running, timeout=5_000)
     out = ctl.outcome
     partial = ctl.summary(image)

@@ -216,18 +216,24 @@ def test_defaults_come_from_the_documented_constants():
     assert d.max_hole_um2 == tissue.DEFAULT_MAX_HOLE_UM2
 
 
-def test_shortcuts_start_and_cancel_a_run(make_napari_viewer, small_slide, qtbot):
+def test_shortcuts_start_and_cancel_a_run(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter, monkeypatch
+):
     from qtpy.QtCore import Qt
 
     viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
     widget.scope.value = "slide"  # the shortcut runs on the current view whatever is chosen
-    widget.nuclei_mpp.value = 0.5
+    gate = threading.Event()  # the run stays in flight until the test lets it go
+    seg = _Gated(threshold_segmenter(), 0, gate)
+    nuclei = {"segmenter": seg, "target_mpp": 0.5, "workers": 1}
+    monkeypatch.setattr(type(widget), "run_options", lambda self: {"nuclei_options": nuclei})
     canvas = viewer.window._qt_viewer.canvas.native
     mods = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     qtbot.keyClick(canvas, Qt.Key.Key_R, mods)
     assert widget.controller.busy
     assert widget.controller._run.scope == "visible"
     qtbot.keyClick(canvas, Qt.Key.Key_X, mods)
+    gate.set()
     assert not widget.controller.busy
     assert widget.status.value.startswith("Cancelled")
     assert "Ctrl+Shift+X" in widget.cancel_button.tooltip

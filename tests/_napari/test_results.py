@@ -99,3 +99,31 @@ def test_memory_does_not_grow_with_the_slide(
         )
         assert layer.data[0][r, c] in ids
     assert written[1] > 2 * written[0]  # the larger slide's labels went to disk, not memory
+
+
+def test_nuclei_erased_in_the_layer_leave_the_exports(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter, tmp_path
+):
+    import json
+
+    from napari_slidescope._napari.session import controller_for
+
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
+    ctl = controller_for(viewer)
+    opts = {**SEG, "segmenter": threshold_segmenter()}
+    ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_options=opts)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
+    layer = viewer.layers[f"{image.name} nuclei"]
+    assert not layer.multiscale  # a region run: an editable dense layer
+    before = _layers.canvas_of(layer).to_result()
+    gone = int(before.table["id"][0])
+    layer.data[layer.data == gone] = 0  # what the eraser / fill-with-0 tools do
+    layer.refresh()
+    after = _layers.canvas_of(layer).to_result()
+    assert after.count == before.count - 1 and gone not in after.table["id"]
+    after.to_csv(tmp_path / "n.csv")
+    after.to_geojson(tmp_path / "n.geojson")
+    feats = json.loads((tmp_path / "n.geojson").read_text())["features"]
+    assert len(feats) == after.count
+    assert (tmp_path / "n.csv").read_text().count("\n") == after.count + 1

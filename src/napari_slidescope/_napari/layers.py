@@ -157,10 +157,16 @@ class ResultCanvas:
         return concat_tables(self.tables) if self.tables else empty_table()
 
     def to_result(self) -> Any:
-        """Return the canvas as a ``NucleiResult`` (for export)."""
+        """Return the canvas as a ``NucleiResult`` (for export) of what the layer shows.
+
+        Nuclei the user erased from the layer (painting 0 over them) leave the table too.
+        """
         from napari_slidescope.pipeline.nuclei import NucleiResult
 
         table = self.table()
+        shown = np.isin(table["id"], np.unique(self.data))
+        if not shown.all():
+            table = {k: np.asarray(v)[shown] for k, v in table.items()}
         (oy, ox), (y0, x0, y1, x1) = self.origin, self.box0
         return NucleiResult(
             labels=self.data,

@@ -175,3 +175,35 @@ def test_project_geojson_opens_aligned_and_layers_save_back(
         str(tmp_path / "menu.geojson"), selected=True, plugin="napari-slidescope"
     )
     assert written and read_objects(written[0])[0].object_type == "annotation"
+
+
+def test_batch_nuclei_parquet_opens_aligned(make_napari_viewer, small_slide, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import shapely
+
+    polys = [shapely.box(60, 50, 70, 60), shapely.box(1200, 800, 1210, 810)]  # (x, y)
+    table = pa.table(
+        {
+            "id": pa.array([1, 2]),
+            "tile": pa.array([0, 0]),
+            "area_um2": pa.array([25.0, 26.0]),
+            "geometry": pa.array(shapely.to_wkb(polys).tolist(), pa.binary()),
+        }
+    ).replace_schema_metadata({"geo": json.dumps({"primary_column": "geometry"})})
+    folder = tmp_path / "small.svs"
+    folder.mkdir()
+    pq.write_table(table, folder / "nuclei.parquet")
+    other = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"a": [1]}), other)
+    assert get_reader(str(other)) is None
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
+    image.translate = (7.0, 9.0)
+    s, t = np.asarray(image.scale), np.asarray(image.translate)
+    [det] = viewer.open(str(folder / "nuclei.parquet"), plugin="napari-slidescope")
+    assert det.multiscale and det.name == "small.svs nuclei"
+    for k, (y, x) in enumerate([(50, 60), (800, 1200)]):
+        assert det.get_value(t + s * np.array([y + 5, x + 5]), world=True)[1] == k + 1
+        assert (np.asarray(det.data[0][y : y + 10, x : x + 10]) == k + 1).all()
+    assert list(det.features["area_um2"]) == [25.0, 26.0]

@@ -47,6 +47,66 @@ def get_geojson_reader(path: str) -> Callable[[str | list[str]], list[LayerData]
     return read_geojson_layers if looks_like_geojson(path) else None
 
 
+def get_parquet_reader(path: str) -> Callable[[str | list[str]], list[LayerData]] | None:
+    """Return :func:`read_parquet_layers` for a GeoParquet of outlines (``slidescope batch``)."""
+    if not path.lower().endswith(".parquet") or not os.path.isfile(path):
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(path)
+    except Exception:  # noqa: BLE001 - not ours: another reader may take it
+        return None
+    meta = schema.metadata or {}
+    if b"geo" not in meta or "geometry" not in schema.names:
+        return None
+    return read_parquet_layers
+
+
+def read_parquet_layers(path: str | list[str]) -> list[LayerData]:
+    """Read a ``nuclei.parquet`` (WKB outlines in level-0 ``(x, y)``) as aligned detections."""
+    import pyarrow.parquet as pq
+    import shapely
+
+    from napari_slidescope._napari.shapes import aligned
+    from napari_slidescope._napari.viewport import image_shape0
+    from napari_slidescope.analysis.qupath import QuPathObject
+
+    if isinstance(path, list):
+        path = path[0]
+    table = pq.read_table(path)
+    geoms = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
+    numeric = [
+        c
+        for c in table.column_names
+        if c not in ("geometry", "tile") and not c.startswith("bbox_")
+        and table.schema.field(c).type.num_fields == 0
+        and str(table.schema.field(c).type).startswith(("int", "uint", "float", "double"))
+    ]  # fmt: skip
+    cols = {c: table.column(c).to_numpy() for c in numeric}
+    objects = []
+    for k, g in enumerate(geoms):
+        parts = list(getattr(g, "geoms", [g]))
+        polys = [
+            (
+                np.asarray(p.exterior.coords, float)[:-1, ::-1],
+                [np.asarray(h.coords, float)[:-1, ::-1] for h in p.interiors],
+            )
+            for p in parts
+            if p is not None and not p.is_empty
+        ]
+        if polys:
+            meas = {c: float(cols[c][k]) for c in numeric}
+            objects.append(
+                QuPathObject("detection", polys, class_name="Nucleus", measurements=meas)
+            )
+    image = _slide_layer()
+    align = aligned(image) if image is not None else {}
+    shape0 = image_shape0(image) if image is not None else None
+    stem = Path(path).parent.name if Path(path).stem == "nuclei" else Path(path).stem
+    return [detections_layer(objects, f"{stem} nuclei", align, shape0)] if objects else []
+
+
 def _slide_layer() -> Any:
     """Return the slide of the current viewer (None without a viewer or a slide)."""
     try:

@@ -38,6 +38,10 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
             from napari_slidescope._napari.qupath import get_geojson_reader
 
             return get_geojson_reader(os.fspath(path))
+        if os.fspath(path).lower().endswith(".parquet"):
+            from napari_slidescope._napari.qupath import get_parquet_reader
+
+            return get_parquet_reader(os.fspath(path))
         return read_slide if _wants(os.fspath(path)) else None
     except Exception:  # a sniffer must never raise
         return None

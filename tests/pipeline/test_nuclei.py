@@ -173,7 +173,7 @@ def test_large_regions_keep_outlines_instead_of_a_label_image(tmp_path, monkeypa
 @pytest.mark.parametrize(
     "bad,match",
     [
-        (np.zeros((50, 50), np.uint8), "grayscale"),
+        (np.zeros((50, 50), np.uint8), "fluorescence image.*builtin-fluorescence"),
         (np.zeros((50, 50, 4), np.uint8), "RGBA"),
         (np.zeros((50, 50, 3), np.float32), "uint8"),
     ],

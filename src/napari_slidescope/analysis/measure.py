@@ -39,9 +39,24 @@ COLUMNS: dict[str, str] = {
 _DTYPES = {"id": np.int32}
 
 
-def empty_table() -> dict[str, np.ndarray]:
-    """Return a table with all :data:`COLUMNS` and no rows."""
-    return {name: np.zeros(0, _DTYPES.get(name, np.float64)) for name in COLUMNS}
+_OD_COLUMNS = ("hematoxylin_od_mean", "eosin_od_mean")
+
+
+def _columns(channel_columns: tuple[str, ...]) -> list[str]:
+    if not channel_columns:
+        return list(COLUMNS)
+    return [c for c in COLUMNS if c not in _OD_COLUMNS] + list(channel_columns)
+
+
+def empty_table(channel_columns: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Return a table with all :data:`COLUMNS` (or the fluorescence columns) and no rows.
+
+    Parameters
+    ----------
+    channel_columns : tuple of str
+        Per-channel intensity columns; when given they replace the stain OD columns.
+    """
+    return {name: np.zeros(0, _DTYPES.get(name, np.float64)) for name in _columns(channel_columns)}
 
 
 def measure_nuclei(
@@ -51,6 +66,8 @@ def measure_nuclei(
     od: np.ndarray | None = None,
     origin: tuple[float, float] = (0, 0),
     downsample: float | tuple[float, float] = 1.0,
+    channels: np.ndarray | None = None,
+    channel_columns: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
     """Measure each labelled nucleus.
 
@@ -68,11 +85,16 @@ def measure_nuclei(
         Level-0 ``(row, col)`` of the top-left corner of ``labels[0, 0]``.
     downsample : float or (float, float)
         Level-0 pixels per pixel of ``labels``.
+    channels : (M, N, C) ndarray, optional
+        Fluorescence channels; their mean under each nucleus go to `channel_columns`.
+    channel_columns : tuple of str
+        One column name per channel (``"DAPI_mean"``...). When given, the stain OD
+        columns are left out unless `od` is given too.
 
     Returns
     -------
     table : dict of str to (K,) ndarray
-        The :data:`COLUMNS`, one row per label, sorted by id.
+        The :data:`COLUMNS` (or the fluorescence columns), one row per label, sorted by id.
 
     Raises
     ------
@@ -96,10 +118,23 @@ def measure_nuclei(
             raise ValueError(
                 f"od: expected (M, N, >=2) float matching labels {labels.shape}, got {od.shape}"
             )
+    if channels is not None:
+        channels = np.asarray(channels)
+        if channels.shape[:2] != labels.shape or channels.ndim != 3:
+            raise ValueError(
+                f"channels: expected (M, N, C) matching labels {labels.shape}, got {channels.shape}"
+            )
+        if channels.shape[2] != len(channel_columns):
+            raise ValueError(
+                f"channel_columns: {len(channel_columns)} names for {channels.shape[2]} channels"
+            )
     slices = ndi.find_objects(labels) if labels.size else []  # ids <= 0 are ignored
     ids = np.array([i for i, sl in enumerate(slices, 1) if sl is not None], np.int64)
     if ids.size == 0:
-        return empty_table()
+        table = empty_table(channel_columns)
+        if od is not None and channel_columns:
+            table.update({c: np.zeros(0) for c in _OD_COLUMNS})
+        return table
     n = len(slices)
     ys, xs = np.nonzero(labels > 0)
     lab = labels[ys, xs].astype(np.intp)
@@ -117,8 +152,13 @@ def measure_nuclei(
         convex[i] = np.count_nonzero(convex_hull_image(image))
         if od is not None:
             od_mean[i] = np.mean(od[sl][..., :2][image], axis=0)
+    means = {}
+    if channels is not None:
+        for k, name in enumerate(channel_columns):
+            sums = np.bincount(lab, channels[ys, xs, k].astype(np.float64), minlength=n + 1)
+            means[name] = sums[ids] / count[ids]
     cy, cx, count = cy[ids], cx[ids], count[ids]
-    return {
+    table = {
         "id": ids.astype(np.int32),
         "centroid_row": origin[0] + (cy + 0.5) * dy - 0.5,
         "centroid_col": origin[1] + (cx + 0.5) * dx - 0.5,
@@ -131,6 +171,9 @@ def measure_nuclei(
         "hematoxylin_od_mean": od_mean[ids, 0].astype(np.float64),
         "eosin_od_mean": od_mean[ids, 1].astype(np.float64),
     }
+    if channel_columns and od is None:
+        del table["hematoxylin_od_mean"], table["eosin_od_mean"]
+    return table | means
 
 
 def _eccentricity(lab: np.ndarray, dy: np.ndarray, dx: np.ndarray, count: np.ndarray) -> np.ndarray:

@@ -176,6 +176,7 @@ class BuiltinSegmenter:
     """
 
     name = "builtin"
+    input = "brightfield"
     raw_channels = RAW_CHANNELS
     parallel_predict = True
 

@@ -11,7 +11,6 @@ and are stitched into one label image with a measurement table
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import os
 import warnings
@@ -37,6 +36,20 @@ from napari_slidescope.pipeline.tiling import (
     make_plan,
     paste_owned,
     read_tile,
+)
+from napari_slidescope.segmenters import (
+    AUTO,
+    ImageKind,
+    Segmenter,
+    SegmenterBase,
+    SegmenterMismatchWarning,
+    as_segmenter,
+    available_segmenters,
+    get_segmenter,
+    image_kind,
+    resolve_auto,
+    signal_channel,
+    working_mpp,
 )
 
 __all__ = [
@@ -153,21 +166,6 @@ def _box_shape(box: Box) -> tuple[int, int]:
     return box[2] - box[0], box[3] - box[1]
 
 
-def _prepare(segmenter: Any, sample: np.ndarray, mpp: float) -> None:
-    """Call ``segmenter.prepare(sample)``, with ``mpp=`` when it takes one."""
-    prepare = getattr(segmenter, "prepare", None)
-    if not callable(prepare):
-        return
-    try:
-        takes_mpp = "mpp" in inspect.signature(prepare).parameters
-    except (TypeError, ValueError):  # builtins and C callables
-        takes_mpp = False
-    if takes_mpp:
-        prepare(sample, mpp=mpp)
-    else:
-        prepare(sample)
-
-
 def _tissue_tiles(plan: TilePlan, tissue: Any) -> tuple[Tile, ...]:
     """Tiles whose core touches tissue in a ``TissueResult``-like mask."""
     from napari_slidescope.analysis.geometry import tiles_with_tissue
@@ -179,6 +177,159 @@ def _tissue_tiles(plan: TilePlan, tissue: Any) -> tuple[Tile, ...]:
     return tuple(t for t, k in zip(plan.tiles, keep, strict=True) if k)
 
 
+class _ChannelView(SegmenterBase):
+    """A fluorescence segmenter given one channel of multichannel tiles."""
+
+    def __init__(self, segmenter: Segmenter, channel: int) -> None:
+        super().__init__(target_mpp=segmenter.target_mpp, min_overlap_um=segmenter.min_overlap_um)
+        self.inner, self.channel = segmenter, channel
+        self.name, self.input = segmenter.name, segmenter.input
+        self.parallel_predict = segmenter.parallel_predict
+
+    def prepare(self, reference: np.ndarray, *, mpp: float) -> None:
+        """Prepare the segmenter on the channel."""
+        self.inner.prepare(reference[..., self.channel : self.channel + 1], mpp=mpp)
+
+    def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
+        """Predict on the channel."""
+        return self.inner.predict(tiles[..., self.channel : self.channel + 1], mpp=mpp)
+
+    def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
+        """Run the segmenter's own post-processing."""
+        return self.inner.postprocess(raw, mpp=mpp)
+
+
+def _segmenter(segmenter: Any, kind: ImageKind, options: dict[str, Any]) -> Segmenter:
+    """Return the segmenter to run: ``"auto"`` resolved for the image, a name created."""
+    if isinstance(segmenter, str):
+        name = resolve_auto(kind.input) if segmenter == AUTO else segmenter
+        return get_segmenter(name, **options)
+    if options:
+        raise TypeError("segmenter_options need a segmenter given by name")
+    return as_segmenter(segmenter)
+
+
+def _check_input(segmenter: Segmenter, kind: ImageKind, where: str) -> None:
+    """Warn (RGB-encoded fluorescence) or refuse when a segmenter reads the other kind."""
+    if segmenter.input == kind.input:
+        return
+    right = [resolve_auto(kind.input, warn=False), *available_segmenters(kind.input)]
+    names = ", ".join(dict.fromkeys(repr(n) for n in right))
+    message = (
+        f"{where}: segmenter {segmenter.name!r} reads {segmenter.input} images but this is a "
+        f"{kind.input} image ({', '.join(kind.channel_names)}); use {names} "
+        '(or segmenter="auto")'
+    )
+    if kind.input == "fluorescence" and kind.rgb_encoded:
+        warnings.warn(message, SegmenterMismatchWarning, stacklevel=4)
+        return
+    raise ValueError(message)
+
+
+def _work_plan(
+    slide: Any,
+    segmenter: Segmenter,
+    kind: ImageKind,
+    *,
+    region: Box | None,
+    target_mpp: float | None,
+    tile_size_um: float,
+    is_array: bool,
+) -> TilePlan:
+    """Plan the tiles at the working resolution (:func:`~.segmenters.working_mpp`)."""
+    from napari_slidescope.pipeline.regions import check_region
+
+    region = check_region(region, slide.shape0, name="region")
+    work_mpp = working_mpp(segmenter, slide.mpp, target_mpp, input=kind.input)
+    slide_mpp = slide.mpp if slide.mpp is not None else (work_mpp, work_mpp)
+    if work_mpp < 0.66 * min(slide_mpp):
+        warnings.warn(
+            f"target_mpp={work_mpp} is finer than the slide ({min(slide_mpp)} µm/px): "
+            "tiles are upsampled",
+            SlidescopeWarning,
+            stacklevel=4,
+        )
+    path = None if is_array or getattr(slide, "format", "") == "array" else str(slide.path)
+    return make_plan(
+        region,
+        slide_mpp=slide_mpp,
+        target_mpp=work_mpp,
+        tile_size_um=tile_size_um,
+        min_overlap_um=segmenter.min_overlap_um,
+        path=path,
+    )
+
+
+def _tissue_filter(
+    slide: Any, plan: TilePlan, tissue: TissueArg, cancel: Any = None, polygon: Any = None
+) -> tuple[Tile, ...]:
+    """Return the tiles that touch tissue (``tissue="auto"``: detect on big plans)."""
+    if tissue == "auto":
+        tissue = len(plan) > AUTO_TISSUE_TILES
+    if tissue is True:
+        from napari_slidescope.pipeline.tissue import detect_tissue
+
+        where = plan.region if polygon is None else polygon
+        tissue = detect_tissue(slide, region=where, cancel=cancel)
+    return plan.tiles if tissue is False or tissue is None else _tissue_tiles(plan, tissue)
+
+
+def _prepare_run(
+    slide: Any,
+    plan: TilePlan,
+    tiles: tuple[Tile, ...],
+    segmenter: Segmenter,
+    kind: ImageKind,
+    cancel: Any = None,
+) -> tuple[Segmenter, ImageKind, Any]:
+    """Prepare the segmenter on a working sample; fix the nuclear channel and the stains."""
+    if not tiles:
+        return segmenter, kind, None
+    sample = _working_sample(slide, plan, tiles, cancel)
+    kind = signal_channel(kind, sample, meta_names=getattr(slide, "channel_names", None) or ())
+    if segmenter.input == "fluorescence" and kind.nuclear_channel is not None:
+        segmenter = _ChannelView(segmenter, kind.nuclear_channel)
+    segmenter.prepare(sample, mpp=plan.mpp)
+    check_cancel(cancel, "segmenter preparation")
+    stains = None
+    if kind.input == "brightfield":
+        stains = getattr(segmenter, "stains", None)  # a segmenter's own (the built-in's)
+        if not callable(getattr(stains, "separate", None)):
+            stains = estimate_stains(sample[..., :3])
+    return segmenter, kind, stains
+
+
+def _measure(
+    plan: TilePlan, kind: ImageKind, stains: Any
+) -> Callable[[np.ndarray, np.ndarray, Tile], dict[str, np.ndarray]]:
+    """Measurements that fit the image: stain ODs (H&E), channel means (fluorescence)."""
+    columns = kind.mean_columns() if kind.input == "fluorescence" else {}
+
+    def measure(owned_labels: np.ndarray, pixels: np.ndarray, tile: Tile) -> dict[str, np.ndarray]:
+        dy, dx = plan.downsample
+        origin = (plan.origin[0] + tile.box[0] * dy, plan.origin[1] + tile.box[1] * dx)
+        mask = owned_labels > 0
+        od = None
+        if stains is not None and mask.any():  # unmix only the nuclei's pixels
+            rgb = pixels[mask][:, :3]
+            unmixed = [
+                stains.separate(rgb[i : i + _UNMIX_ROWS]) for i in range(0, len(rgb), _UNMIX_ROWS)
+            ]
+            od = np.zeros((*mask.shape, unmixed[0].shape[-1]), np.float32)
+            od[mask] = np.concatenate(unmixed)
+        return measure_nuclei(
+            owned_labels,
+            mpp=plan.mpp,
+            od=od,
+            origin=origin,
+            downsample=plan.downsample,
+            channels=pixels[..., list(columns)] if columns else None,
+            channel_columns=tuple(columns.values()),
+        )
+
+    return measure
+
+
 def _setup(
     source: Any,
     *,
@@ -188,99 +339,38 @@ def _setup(
     tissue: TissueArg,
     segmenter: Any,
     tile_size_um: float,
+    channel: int | str | None = None,
+    segmenter_options: dict[str, Any] | None = None,
     **runner_kwargs: Any,
 ) -> _Run:
-    from napari_slidescope.pipeline.models import get_segmenter
-    from napari_slidescope.pipeline.regions import check_region, split_region
+    from napari_slidescope.pipeline.regions import split_region
 
     region, polygon = split_region(region)
-    if isinstance(segmenter, str):
-        segmenter = get_segmenter(segmenter)
-    for attr in ("predict", "postprocess"):
-        if not callable(getattr(segmenter, attr, None)):
-            raise TypeError(
-                f"segmenter: expected a name or an object with {attr}(), got {segmenter!r}"
-            )
     cancel = runner_kwargs.get("cancel")  # the runner checks it too
     slide, owned, is_array = _as_source(source, mpp)
     try:
         check_cancel(cancel, "set-up")
-        slide_mpp = slide.mpp
-        if slide_mpp is None:
-            raise ValueError(f"mpp: {slide.path} has no pixel size; pass mpp= (µm per pixel)")
-        if region is None:
-            region = (0, 0, *slide.shape0)
-        region = check_region(region, slide.shape0, name="region")
-        if target_mpp:
-            work_mpp = float(target_mpp)
-        else:  # the segmenter's resolution, but never finer than the slide's pixels
-            work_mpp = max(float(getattr(segmenter, "target_mpp", 0.5)), min(slide_mpp))
-        if work_mpp < 0.66 * min(slide_mpp):
-            warnings.warn(
-                f"target_mpp={work_mpp} is finer than the slide ({min(slide_mpp)} µm/px): "
-                "tiles are upsampled",
-                SlidescopeWarning,
-                stacklevel=3,
-            )
-        path = None if is_array or getattr(slide, "format", "") == "array" else str(slide.path)
-        plan = make_plan(
-            region,
-            slide_mpp=slide_mpp,
-            target_mpp=work_mpp,
+        kind = image_kind(slide, channel=channel)
+        seg = _segmenter(segmenter, kind, dict(segmenter_options or {}))
+        _check_input(seg, kind, str(getattr(slide, "path", "image")))
+        plan = _work_plan(
+            slide,
+            seg,
+            kind,
+            region=region,
+            target_mpp=target_mpp,
             tile_size_um=tile_size_um,
-            min_overlap_um=float(getattr(segmenter, "min_overlap_um", 0.0)),
-            path=path,
+            is_array=is_array,
         )
-        if tissue == "auto":
-            tissue = len(plan) > AUTO_TISSUE_TILES
-        if tissue is True:
-            from napari_slidescope.pipeline.tissue import detect_tissue
-
-            tissue = detect_tissue(
-                slide, region=region if polygon is None else polygon, cancel=cancel
-            )
-        tiles = plan.tiles if tissue is False or tissue is None else _tissue_tiles(plan, tissue)
-        stains: Any = None
-        if tiles:
-            sample = _working_sample(slide, plan, tiles, cancel)
-            _prepare(segmenter, sample, plan.mpp)
-            check_cancel(cancel, "segmenter preparation")
-            stains = getattr(segmenter, "stains", None)
-            if not callable(getattr(stains, "separate", None)):
-                stains = estimate_stains(sample)
+        tiles = _tissue_filter(slide, plan, tissue, cancel, polygon)
+        seg, kind, stains = _prepare_run(slide, plan, tiles, seg, kind, cancel)
     except BaseException:
         if owned:
             slide.close()
         raise
-
-    def measure(owned_labels: np.ndarray, rgb: np.ndarray, tile: Tile) -> dict[str, np.ndarray]:
-        dy, dx = plan.downsample
-        origin = (plan.origin[0] + tile.box[0] * dy, plan.origin[1] + tile.box[1] * dx)
-        mask = owned_labels > 0
-        od = None
-        if mask.any():  # unmix only the nuclei's pixels: all that the means read
-            pixels = rgb[mask]
-            unmixed = [
-                stains.separate(pixels[i : i + _UNMIX_ROWS])
-                for i in range(0, len(pixels), _UNMIX_ROWS)
-            ]
-            od = np.zeros((*mask.shape, unmixed[0].shape[-1]), np.float32)
-            od[mask] = np.concatenate(unmixed)
-        return measure_nuclei(
-            owned_labels, mpp=plan.mpp, od=od, origin=origin, downsample=plan.downsample
-        )
-
-    return _Run(
-        slide,
-        owned,
-        plan,
-        tiles,
-        segmenter,
-        measure,
-        tuple(slide.shape0) if is_array else None,
-        runner_kwargs,
-        polygon,
-    )
+    array_shape = tuple(slide.shape0) if is_array else None
+    measure = _measure(plan, kind, stains)
+    return _Run(slide, owned, plan, tiles, seg, measure, array_shape, runner_kwargs, polygon)
 
 
 def _steps(run: _Run) -> Generator[NucleiStep, None, None]:
@@ -330,6 +420,8 @@ def iter_segment_nuclei(
     segmenter: Any = "builtin",
     tile_size_um: float = DEFAULT_TILE_SIZE_UM,
     workers: int | None = None,
+    channel: int | str | None = None,
+    segmenter_options: dict[str, Any] | None = None,
     **runner_kwargs: Any,
 ) -> Generator[NucleiStep, None, None]:
     """Segment nuclei tile by tile, yielding each finished tile (see :func:`segment_nuclei`).
@@ -353,6 +445,8 @@ def iter_segment_nuclei(
         tissue=tissue,
         segmenter=segmenter,
         tile_size_um=tile_size_um,
+        channel=channel,
+        segmenter_options=segmenter_options,
         workers=workers,
         **runner_kwargs,
     )
@@ -371,14 +465,22 @@ def segment_nuclei(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     labels: bool | Literal["auto"] = "auto",
+    channel: int | str | None = None,
+    segmenter_options: dict[str, Any] | None = None,
     **runner_kwargs: Any,
 ) -> NucleiResult:
-    """Segment and measure the nuclei of a region of an H&E slide.
+    """Segment and measure the nuclei of a region of a slide (H&E or fluorescence).
+
+    The table has the geometry of every nucleus, and the stain optical densities
+    (``hematoxylin_od_mean``, ``eosin_od_mean``) for brightfield slides, or the mean of
+    every channel under each nucleus (``DAPI_mean``, ``FITC_mean``...) for fluorescence
+    and multiplex slides.
 
     Parameters
     ----------
-    source : Slide, str, Path or (M, N, 3) ndarray of uint8
-        A slide, a slide path, or an RGB array (then ``mpp`` is required).
+    source : Slide, str, Path or (M, N, 3) ndarray of uint8 or (M, N) ndarray
+        A slide, a slide path, an RGB array or one fluorescence channel (arrays need
+        ``mpp``).
     region : tuple of int, polygon or shapely Polygon, optional
         Level-0 box ``(y0, x0, y1, x1)``; default the whole slide. A polygon (level-0
         ``(row, col)`` vertices, or a shapely ``Polygon`` in ``(x, y)``, see
@@ -388,17 +490,22 @@ def segment_nuclei(
         µm per pixel of an array source (required); for a slide, supplies a missing
         calibration.
     target_mpp : float, optional
-        Working resolution in µm/px; default the segmenter's ``target_mpp``, or the slide's
-        pixel size when that is coarser (a 20x slide is not upsampled to 40x: the built-in
-        method scores F1 0.613 at 0.5 µm/px vs 0.618 at 0.25 on the MoNuSeg images).
+        Working resolution in µm/px; default :func:`~napari_slidescope.segmenters.working_mpp`:
+        the segmenter's own, or the slide's pixel size when that is coarser (a 20x slide is
+        not upsampled to 40x). An uncalibrated slide's pixels are taken to be at it (with an
+        :class:`~napari_slidescope.segmenters.UncalibratedWarning`) unless ``mpp`` is given.
     tissue : "auto", bool or TissueResult
         Skip tiles without tissue (never read at full resolution). ``"auto"`` runs
         :func:`~napari_slidescope.pipeline.tissue.detect_tissue` first when the
         region spans more than ``AUTO_TISSUE_TILES`` tiles.
-    segmenter : str or object
-        A name from :func:`~napari_slidescope.pipeline.models.available_segmenters`
-        or an object with ``predict``/``postprocess`` (and optionally ``prepare``,
-        ``target_mpp``, ``min_overlap_um``).
+    segmenter : str or Segmenter
+        ``"auto"`` (the learned model for the image's kind when installed, else the
+        built-in method for it), a name from
+        :func:`~napari_slidescope.segmenters.available_segmenters`, or a
+        :class:`~napari_slidescope.segmenters.Segmenter` (an object with only
+        ``predict``/``postprocess`` gets the protocol's defaults). A brightfield segmenter
+        on a multichannel fluorescence slide (or the reverse) is refused with the names
+        of the right ones; on an RGB-encoded fluorescence scan it runs with a warning.
     tile_size_um : float
         Size of the part of each tile it owns; tiles add the segmenter's overlap.
     workers : int, optional
@@ -411,6 +518,11 @@ def segment_nuclei(
         region). ``"auto"`` builds it up to :data:`DENSE_LABELS_BYTES` and otherwise warns
         and keeps the outlines (a whole slide at 0.25 µm/px is tens of GB of labels).
         Array sources always get labels in the array's own pixels.
+    channel : int or str, optional
+        Nuclear channel of a fluorescence slide, by index or name (default: a channel named
+        DAPI, Hoechst..., else the channel carrying the signal of an RGB-encoded scan).
+    segmenter_options : dict, optional
+        Keyword arguments for the constructor of a segmenter given by name.
     **runner_kwargs
         Passed to :func:`~napari_slidescope.pipeline.runner.iter_tiles`.
 
@@ -438,6 +550,8 @@ def segment_nuclei(
         tissue=tissue,
         segmenter=segmenter,
         tile_size_um=tile_size_um,
+        channel=channel,
+        segmenter_options=segmenter_options,
         workers=workers,
         **runner_kwargs,
     )
@@ -486,7 +600,7 @@ def segment_nuclei(
         count=int(table["id"].size),
         table=table,
         region=plan.region,
-        segmenter=str(getattr(run.segmenter, "name", type(run.segmenter).__name__)),
+        segmenter=run.segmenter.name,
         source=None if plan.path is None else Path(plan.path),
         outlines=outlines,
     )

@@ -42,8 +42,8 @@ def as_slide(
 
     Parameters
     ----------
-    source : Slide, ArraySlide, str, PathLike or (M, N, 3) ndarray of uint8
-        An open slide, a path to one, or an RGB image.
+    source : Slide, ArraySlide, str, PathLike, (M, N, 3) ndarray of uint8 or (M, N) ndarray
+        An open slide, a path to one, an RGB image or one fluorescence channel.
     mpp : float or (float, float), optional
         Micrometres per pixel of an array source (required for arrays); for a slide it
         overrides a missing calibration only.
@@ -72,7 +72,8 @@ def as_slide(
             slide.mpp = as_pair(mpp, "mpp")
         return slide, True
     if hasattr(source, "shape") and hasattr(source, "dtype"):
-        check_rgb(source, "image")
+        if len(source.shape) != 2:  # (M, N) is one fluorescence channel
+            check_rgb(source, "image")
         if mpp is None:
             raise ValueError(
                 "image: an array source needs its pixel size: pass mpp=<micrometres per pixel>"

@@ -353,8 +353,9 @@ def read_tile(slide: Any, tile: Tile, plan: TilePlan, *, level: int) -> np.ndarr
 
     Returns
     -------
-    rgb : (M, N, 3) ndarray of uint8
-        The tile at working resolution, shape ``tile.shape + (3,)``.
+    pixels : (M, N, C) ndarray
+        The tile at working resolution, shape ``tile.shape + (C,)``, the slide's dtype:
+        C = 3 for RGB, the channels (last) of a multichannel slide, 1 for grayscale.
     """
     ly_ds, lx_ds = (float(v) for v in slide.downsamples[level])
     dy, dx = plan.downsample
@@ -364,10 +365,9 @@ def read_tile(slide: Any, tile: Tile, plan: TilePlan, *, level: int) -> np.ndarr
     shape0 = getattr(slide, "shape0", None) or (10**12, 10**12)
     y0, x0 = max(0, math.floor(b[0] - my)), max(0, math.floor(b[1] - mx))
     y1, x1 = min(shape0[0], math.ceil(b[2] + my)), min(shape0[1], math.ceil(b[3] + mx))
-    arr = np.asarray(slide.read_region((y0, x0, y1, x1), level=level))
-    if arr.ndim != 3 or arr.shape[2] < 3:
-        raise ValueError(f"tile {tile.index}: expected (Y, X, 3) RGB pixels, got shape {arr.shape}")
-    arr = arr[..., :3]
+    arr = _channels_last(np.asarray(slide.read_region((y0, x0, y1, x1), level=level)), slide)
+    if arr.ndim != 3:
+        raise ValueError(f"tile {tile.index}: expected (Y, X, C) pixels, got shape {arr.shape}")
     sy, sx = math.floor(y0 / ly_ds), math.floor(x0 / lx_ds)  # level index of arr[0, 0]
     # bin on a slide-fixed grid: drop rows/cols before the next multiple of k
     ty, tx = (-sy) % ky, (-sx) % kx
@@ -397,7 +397,22 @@ def read_tile(slide: Any, tile: Tile, plan: TilePlan, *, level: int) -> np.ndarr
         f = _lerp(f, iy, wy, 0)
     if ix is not None:
         f = _lerp(f, ix, wx, 1)
-    return np.clip(f + 0.5, 0, 255).astype(np.uint8)
+    if arr.dtype.kind in "ui":
+        info = np.iinfo(arr.dtype)
+        return np.clip(f + 0.5, info.min, info.max).astype(arr.dtype)
+    return f.astype(arr.dtype)
+
+
+def _channels_last(arr: np.ndarray, slide: Any) -> np.ndarray:
+    """Pixels as (Y, X, C): RGB (alpha dropped), multichannel ``CYX`` moved, ``YX`` as C=1."""
+    axes = getattr(slide, "axes", "YXS")
+    if axes == "CYX" and arr.ndim == 3:
+        return np.moveaxis(arr, 0, -1)
+    if arr.ndim == 2:
+        return arr[..., np.newaxis]
+    if arr.ndim == 3 and axes == "YXS" and arr.shape[2] >= 3:
+        return arr[..., :3]
+    return arr
 
 
 def _compact(labels: np.ndarray) -> np.ndarray:

@@ -1,13 +1,14 @@
 import numpy as np
 import pytest
 
-from napari_slidescope.pipeline import models
-from napari_slidescope.pipeline.models import (
+from napari_slidescope.segmenters import (
     SegmenterUnavailableError,
     available_segmenters,
     get_segmenter,
     missing_reason,
     register_segmenter,
+    registry,
+    stardist,
 )
 
 
@@ -35,9 +36,9 @@ def test_missing_adapters_are_hidden_with_a_clear_message(no_model_caches, name,
 
 
 def test_package_present_but_model_file_missing(monkeypatch, no_model_caches, tmp_path):
-    real = models.importlib.util.find_spec
+    real = stardist.importlib.util.find_spec
     monkeypatch.setattr(
-        models.importlib.util,
+        stardist.importlib.util,
         "find_spec",
         lambda n, *a: object() if n in ("stardist", "tensorflow") else real(n, *a),
     )
@@ -68,15 +69,52 @@ def test_unknown_name_and_registration():
     register_segmenter("fake-missing", Fake, check=lambda: "needs a unicorn")
     try:
         assert "fake-test" in available_segmenters()
-        assert isinstance(get_segmenter("fake-test"), Fake)
+        seg = get_segmenter("fake-test")  # given the protocol's defaults
+        assert seg.name == "Fake" and seg.target_mpp == 1.0 and seg.input == "brightfield"
+        tiles = np.ones((1, 4, 4, 3), np.uint8)
+        assert seg.postprocess(seg.predict(tiles, mpp=1.0)[0], mpp=1.0).max() == 1
         assert "fake-missing" not in available_segmenters()
         with pytest.raises(SegmenterUnavailableError, match="needs a unicorn"):
             get_segmenter("fake-missing")
     finally:
-        models._REGISTRY.pop("fake-test")
-        models._REGISTRY.pop("fake-missing")
+        registry._REGISTRY.pop("fake-test")
+        registry._REGISTRY.pop("fake-missing")
 
 
-def test_builtin_listed_when_its_module_exists():
-    present = models.importlib.util.find_spec("napari_slidescope.analysis.nuclei") is not None
-    assert ("builtin" in available_segmenters()) == present
+def test_builtins_are_always_available_and_declare_their_input():
+    from napari_slidescope.segmenters import segmenter_input
+
+    assert {"builtin", "builtin-fluorescence"} <= set(available_segmenters())
+    assert segmenter_input("builtin") == "brightfield"
+    assert segmenter_input("builtin-fluorescence") == "fluorescence"
+    assert segmenter_input("instanseg-fluorescence") == "fluorescence"
+    assert "builtin-fluorescence" in available_segmenters("fluorescence")
+    assert "builtin" not in available_segmenters("fluorescence")
+
+
+def test_every_entry_creates_a_segmenter_of_its_declared_input_and_resolution(no_model_caches):
+    from napari_slidescope.segmenters import Segmenter, segmenter_input, segmenter_target_mpp
+
+    for name in ("builtin", "builtin-fluorescence"):
+        seg = get_segmenter(name)
+        assert isinstance(seg, Segmenter)
+        assert seg.input == segmenter_input(name) and seg.name == name
+        assert seg.target_mpp == segmenter_target_mpp(name)
+
+
+def test_adapter_modules_do_not_import_each_other():
+    """Adding a segmenter is one module plus one registry line: adapters stand alone."""
+    import ast
+    from pathlib import Path
+
+    import napari_slidescope.segmenters as pkg
+
+    adapters = {"builtin", "builtin_fluorescence", "instanseg", "stardist", "cellpose"}
+    for name in adapters:
+        tree = ast.parse((Path(pkg.__file__).parent / f"{name}.py").read_text())
+        imported = {
+            n.module.rsplit(".", 1)[-1]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and n.module and "segmenters" in n.module
+        }
+        assert not (imported & adapters), (name, imported)

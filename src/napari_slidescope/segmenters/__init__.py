@@ -1,0 +1,66 @@
+"""Nuclei segmenters: the protocol, the registry, the resolution rule and the adapters.
+
+GUI-free; between :mod:`napari_slidescope.pipeline` (which runs segmenters) and
+:mod:`napari_slidescope.analysis` (which holds the built-in methods). One module per
+adapter: :mod:`.builtin` (H&E), :mod:`.builtin_fluorescence`, :mod:`.instanseg` (both
+models), :mod:`.stardist`, :mod:`.cellpose`; :mod:`.registry` maps names to them.
+
+Examples
+--------
+>>> from napari_slidescope.segmenters import working_mpp
+>>> working_mpp("builtin", slide_mpp=0.499)
+0.499
+"""
+
+from napari_slidescope.segmenters.base import (
+    INPUTS,
+    Input,
+    Segmenter,
+    SegmenterBase,
+    SegmenterInfoWarning,
+    SegmenterMismatchWarning,
+    SegmenterUnavailableError,
+    as_segmenter,
+)
+from napari_slidescope.segmenters.registry import (
+    AUTO,
+    available_segmenters,
+    get_segmenter,
+    missing_reason,
+    register_segmenter,
+    resolve_auto,
+    segmenter_input,
+    segmenter_target_mpp,
+)
+from napari_slidescope.segmenters.resolution import (
+    UncalibratedWarning,
+    segmenter_mpp,
+    working_mpp,
+)
+from napari_slidescope.segmenters.stain import ImageKind, column_name, image_kind, signal_channel
+
+__all__ = [
+    "AUTO",
+    "INPUTS",
+    "ImageKind",
+    "Input",
+    "Segmenter",
+    "SegmenterBase",
+    "SegmenterInfoWarning",
+    "SegmenterMismatchWarning",
+    "SegmenterUnavailableError",
+    "UncalibratedWarning",
+    "as_segmenter",
+    "available_segmenters",
+    "column_name",
+    "get_segmenter",
+    "image_kind",
+    "missing_reason",
+    "register_segmenter",
+    "resolve_auto",
+    "segmenter_input",
+    "segmenter_mpp",
+    "segmenter_target_mpp",
+    "signal_channel",
+    "working_mpp",
+]

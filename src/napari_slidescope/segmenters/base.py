@@ -1,0 +1,176 @@
+"""The segmenter protocol: what the tiled pipeline asks of every nuclei segmenter.
+
+A segmenter splits its work in two for the staged runner: :meth:`Segmenter.predict` (the
+model stage, batches of tiles, a GPU when the package has one) and
+:meth:`Segmenter.postprocess` (the CPU stage, one tile). :meth:`Segmenter.prepare` is
+called once per run with crops of the region at the working resolution, so that stain
+vectors, thresholds and intensity scaling are fixed for all tiles alike. ``input`` says
+what the segmenter reads: ``"brightfield"`` RGB tiles ``(B, H, W, 3)`` or one
+``"fluorescence"`` channel ``(B, H, W, 1)``; ``target_mpp`` is its working resolution and
+``min_overlap_um`` the tile overlap it needs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from napari_slidescope._warnings import SlidescopeWarning
+
+__all__ = [
+    "INPUTS",
+    "Input",
+    "Segmenter",
+    "SegmenterBase",
+    "SegmenterInfoWarning",
+    "SegmenterMismatchWarning",
+    "SegmenterUnavailableError",
+    "as_segmenter",
+]
+
+#: What a segmenter reads: RGB brightfield tiles, or one fluorescence channel.
+Input = Literal["brightfield", "fluorescence"]
+INPUTS: tuple[Input, ...] = ("brightfield", "fluorescence")
+
+
+class SegmenterUnavailableError(RuntimeError):
+    """A registered segmenter cannot be used here (package or model file missing)."""
+
+
+class SegmenterMismatchWarning(SlidescopeWarning):
+    """A segmenter runs on an image of the other kind (brightfield vs fluorescence)."""
+
+
+class SegmenterInfoWarning(SlidescopeWarning):
+    """``segmenter="auto"`` ran the built-in method: which one ran, and how to get better."""
+
+
+@runtime_checkable
+class Segmenter(Protocol):
+    """What :func:`~napari_slidescope.pipeline.nuclei.segment_nuclei` runs.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (shown in results).
+    input : {"brightfield", "fluorescence"}
+        ``"brightfield"``: tiles are (B, H, W, 3) RGB; ``"fluorescence"``: (B, H, W, 1), the
+        nuclear channel.
+    target_mpp : float
+        Working resolution in µm/px (see :func:`~napari_slidescope.segmenters.working_mpp`).
+    min_overlap_um : float
+        Tile overlap (µm) that makes objects at tile edges independent of the cut.
+    parallel_predict : bool
+        True when ``predict`` is thread-safe CPU work (the runner gives it several threads).
+    """
+
+    name: str
+    input: Input
+    target_mpp: float
+    min_overlap_um: float
+    parallel_predict: bool
+
+    def prepare(self, reference: np.ndarray, *, mpp: float) -> None:
+        """Fix per-run settings from ``reference`` (crops of the region, working mpp)."""
+
+    def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
+        """Model stage: (B, H, W, C) tiles to (B, ...) raw maps."""
+
+    def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
+        """CPU stage: one tile's raw map to (H, W) int32 labels."""
+
+
+class SegmenterBase:
+    """Defaults for a :class:`Segmenter` (subclass it and write ``predict``/``postprocess``).
+
+    Parameters
+    ----------
+    target_mpp : float
+        Working resolution in µm/px.
+    min_overlap_um : float
+        Tile overlap in µm.
+    """
+
+    name = "segmenter"
+    input: Input = "brightfield"
+    parallel_predict = False
+
+    def __init__(self, *, target_mpp: float = 0.5, min_overlap_um: float = 20.0) -> None:
+        self.target_mpp = float(target_mpp)
+        self.min_overlap_um = float(min_overlap_um)
+
+    def prepare(self, reference: np.ndarray, *, mpp: float) -> None:
+        """Nothing to fix per run."""
+
+    def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:  # pragma: no cover
+        """Model stage (subclasses implement it)."""
+        raise NotImplementedError
+
+    def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:  # pragma: no cover
+        """CPU stage (subclasses implement it)."""
+        raise NotImplementedError
+
+
+class _Adapted(SegmenterBase):
+    """A user object with only ``predict`` and ``postprocess``, given the protocol's defaults.
+
+    The one place where optional members are looked up: the pipeline itself reads the
+    protocol's members directly.
+    """
+
+    def __init__(self, obj: Any) -> None:
+        declared = vars(type(obj)) | getattr(obj, "__dict__", {})
+        super().__init__(
+            target_mpp=float(declared.get("target_mpp", 0.5)),
+            min_overlap_um=float(declared.get("min_overlap_um", 0.0)),
+        )
+        self._obj = obj
+        self.name = str(declared.get("name", type(obj).__name__))
+        self.input = declared.get("input", "brightfield")
+        self.parallel_predict = bool(declared.get("parallel_predict", False))
+        self.stains = declared.get("stains")
+        self._prepare = declared.get("prepare")
+
+    def prepare(self, reference: np.ndarray, *, mpp: float) -> None:
+        """Call the object's own ``prepare(reference[, mpp=])`` when it has one."""
+        if self._prepare is None:
+            return
+        try:
+            takes_mpp = "mpp" in inspect.signature(self._obj.prepare).parameters
+        except (TypeError, ValueError):  # builtins and C callables
+            takes_mpp = False
+        if takes_mpp:
+            self._obj.prepare(reference, mpp=mpp)
+        else:
+            self._obj.prepare(reference)
+
+    def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
+        """Run the object's ``predict``."""
+        return np.asarray(self._obj.predict(tiles, mpp=mpp))
+
+    def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
+        """Run the object's ``postprocess``."""
+        return np.asarray(self._obj.postprocess(raw, mpp=mpp))
+
+
+def as_segmenter(obj: Any) -> Segmenter:
+    """Return `obj` as a :class:`Segmenter`.
+
+    Objects implementing the whole protocol are returned as they are; an object with only
+    ``predict`` and ``postprocess`` (and optionally ``prepare(reference)``, ``target_mpp``,
+    ``min_overlap_um``, ``name``, ``input``, ``stains`` as class or instance attributes)
+    is wrapped with the protocol's defaults (0.5 µm/px, no overlap, brightfield).
+
+    Raises
+    ------
+    TypeError
+        If `obj` has no ``predict`` or ``postprocess`` method.
+    """
+    if isinstance(obj, Segmenter):
+        return obj
+    for attr in ("predict", "postprocess"):
+        if not callable(getattr(obj, attr, None)):
+            raise TypeError(f"segmenter: expected a name or an object with {attr}(), got {obj!r}")
+    return _Adapted(obj)

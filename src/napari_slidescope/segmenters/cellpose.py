@@ -1,0 +1,95 @@
+"""Cellpose adapter (``nuclei`` model): the model file must already be in Cellpose's folder."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from napari_slidescope.segmenters.base import SegmenterBase, SegmenterUnavailableError
+
+__all__ = ["CellposeSegmenter", "cellpose_model_dir", "create", "missing_reason"]
+
+
+def _need_packages(*packages: str) -> str | None:
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing:
+        return f"package(s) {', '.join(missing)} not installed (pip install {' '.join(missing)})"
+    return None
+
+
+def cellpose_model_dir() -> Path:
+    """Cellpose's local model directory (``CELLPOSE_LOCAL_MODELS_PATH`` or ``~/.cellpose``)."""
+    env = os.environ.get("CELLPOSE_LOCAL_MODELS_PATH")
+    return Path(env) if env else Path.home() / ".cellpose" / "models"
+
+
+def _cellpose_file(model: str) -> Path | None:
+    root = cellpose_model_dir()
+    found = sorted(p for p in root.glob(f"{model}*") if p.is_file()) if root.is_dir() else []
+    return found[0] if found else None
+
+
+def missing_reason(model: str = "nuclei") -> str | None:
+    """Say what is missing (package or model file), or return None."""
+    reason = _need_packages("cellpose", "torch")
+    if reason is None and _cellpose_file(model) is None:
+        reason = f"model file {cellpose_model_dir()}/{model}* not found (download it once online)"
+    return reason
+
+
+class CellposeSegmenter(SegmenterBase):
+    """Cellpose: network (flows, cell probability) on the model stage, dynamics on the CPU."""
+
+    name = "cellpose"
+    input = "brightfield"
+
+    def __init__(
+        self,
+        model: str = "nuclei",
+        *,
+        target_mpp: float = 0.5,
+        min_overlap_um: float = 20.0,
+        diameter_px: float = 17.0,
+        cellprob_threshold: float = 0.0,
+        flow_threshold: float = 0.4,
+    ) -> None:
+        from cellpose import core, models  # noqa: PLC0415
+
+        path = _cellpose_file(model)
+        if path is None:
+            raise SegmenterUnavailableError(missing_reason(model) or "model file missing")
+        self._model = models.CellposeModel(gpu=core.use_gpu(), pretrained_model=str(path))
+        super().__init__(target_mpp=target_mpp, min_overlap_um=min_overlap_um)
+        self.diameter_px = diameter_px
+        self.cellprob_threshold, self.flow_threshold = cellprob_threshold, flow_threshold
+
+    def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
+        """Flows and cell probability, (B, H, W, 3): dy, dx, cellprob."""
+        # hematoxylin-dark nuclei: use the inverted mean intensity as the nuclear channel
+        gray = [255 - t.mean(axis=-1).astype(np.float32) for t in tiles]
+        _, flows, _ = self._model.eval(gray, diameter=self.diameter_px, compute_masks=False)[:3]
+        return np.stack(
+            [np.concatenate([np.moveaxis(f[1], 0, -1), f[2][..., None]], axis=-1) for f in flows]
+        ).astype(np.float32)
+
+    def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
+        """Follow the flows to masks (Cellpose dynamics)."""
+        from cellpose.dynamics import compute_masks  # noqa: PLC0415
+
+        out = compute_masks(
+            np.moveaxis(raw[..., :2], -1, 0),
+            raw[..., 2],
+            cellprob_threshold=self.cellprob_threshold,
+            flow_threshold=self.flow_threshold,
+        )
+        masks = out[0] if isinstance(out, tuple) else out
+        return np.asarray(masks, np.int32)
+
+
+def create(**kwargs: Any) -> CellposeSegmenter:
+    """Create the segmenter (the registry's constructor)."""
+    return CellposeSegmenter(**kwargs)

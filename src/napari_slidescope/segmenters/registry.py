@@ -1,0 +1,246 @@
+"""The segmenter registry: name -> adapter module, and ``"auto"``.
+
+Every entry names the module that holds an adapter, the input it reads, its working
+resolution and the options its module's ``create`` gets. An adapter module has two
+functions: ``missing_reason(**options) -> str | None`` (cheap, imports no heavy package:
+None when usable, else what is missing) and ``create(**options, **kwargs) -> Segmenter``.
+Adding a segmenter = one module + one line in :data:`_BUILTIN_ENTRIES`.
+
+Learned adapters are listed by :func:`available_segmenters` only when their package is
+installed *and* their model files are already on disk: nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from napari_slidescope.segmenters.base import (
+    INPUTS,
+    Input,
+    Segmenter,
+    SegmenterInfoWarning,
+    SegmenterUnavailableError,
+    as_segmenter,
+)
+
+__all__ = [
+    "AUTO",
+    "SegmenterEntry",
+    "available_segmenters",
+    "get_segmenter",
+    "missing_reason",
+    "register_segmenter",
+    "resolve_auto",
+    "segmenter_input",
+    "segmenter_target_mpp",
+]
+
+#: The name that picks the best installed segmenter for the image (:func:`resolve_auto`).
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class SegmenterEntry:
+    """One registered segmenter.
+
+    Attributes
+    ----------
+    module : str
+        Adapter module (``missing_reason`` and ``create``), or "" with `factory`.
+    input : {"brightfield", "fluorescence"}
+        What it reads.
+    target_mpp : float
+        Default working resolution (µm/px), known without creating the segmenter.
+    options : dict
+        Fixed keyword arguments of the module's ``create`` / ``missing_reason``.
+    factory, check : callable, optional
+        For segmenters registered at run time with :func:`register_segmenter`.
+    """
+
+    module: str
+    input: Input
+    target_mpp: float
+    options: dict[str, Any] = field(default_factory=dict)
+    factory: Callable[..., Any] | None = None
+    check: Callable[[], str | None] | None = None
+
+
+_PKG = "napari_slidescope.segmenters."
+_BUILTIN_ENTRIES: dict[str, SegmenterEntry] = {
+    "builtin": SegmenterEntry(_PKG + "builtin", "brightfield", 0.25),
+    "builtin-fluorescence": SegmenterEntry(_PKG + "builtin_fluorescence", "fluorescence", 0.5),
+    "instanseg": SegmenterEntry(
+        _PKG + "instanseg", "brightfield", 0.5, {"model": "brightfield_nuclei"}
+    ),
+    "instanseg-fluorescence": SegmenterEntry(
+        _PKG + "instanseg", "fluorescence", 0.5, {"model": "fluorescence_nuclei_and_cells"}
+    ),
+    "stardist": SegmenterEntry(_PKG + "stardist", "brightfield", 0.25),
+    "cellpose": SegmenterEntry(_PKG + "cellpose", "brightfield", 0.5),
+}
+_REGISTRY: dict[str, SegmenterEntry] = dict(_BUILTIN_ENTRIES)
+
+#: ``"auto"``: the learned model for each input when installed, else the built-in one.
+_AUTO_CHOICES: dict[Input, tuple[str, str]] = {
+    "brightfield": ("instanseg", "builtin"),
+    "fluorescence": ("instanseg-fluorescence", "builtin-fluorescence"),
+}
+
+
+def register_segmenter(
+    name: str,
+    factory: Callable[..., Any],
+    *,
+    check: Callable[[], str | None] | None = None,
+    target_mpp: float = 0.5,
+    input: Input = "brightfield",
+) -> None:
+    """Register a segmenter factory under a name at run time (plugins, tests).
+
+    Parameters
+    ----------
+    name : str
+        Registry key.
+    factory : callable
+        ``factory(**kwargs)`` returns a :class:`Segmenter` (or an object with ``predict``
+        and ``postprocess``, see :func:`~napari_slidescope.segmenters.as_segmenter`).
+    check : callable, optional
+        Returns None when usable, otherwise a sentence saying what is missing.
+    target_mpp : float
+        Default working resolution in µm/px.
+    input : {"brightfield", "fluorescence"}
+        What it reads.
+    """
+    if input not in INPUTS:
+        raise ValueError(f"input must be one of {INPUTS}; got {input!r}")
+    _REGISTRY[name] = SegmenterEntry("", input, float(target_mpp), {}, factory, check)
+
+
+def _entry(name: str) -> SegmenterEntry:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(
+            f"segmenter: unknown name {name!r}; registered: {sorted(_REGISTRY)} or 'auto'"
+        ) from None
+
+
+def missing_reason(name: str) -> str | None:
+    """Why a registered segmenter cannot be used, or None when it can.
+
+    Raises
+    ------
+    KeyError
+        If no segmenter has this name.
+    """
+    entry = _entry(name)
+    if entry.factory is not None:
+        return entry.check() if entry.check is not None else None
+    module = importlib.import_module(entry.module)
+    reason: str | None = module.missing_reason(**entry.options)
+    return reason
+
+
+def available_segmenters(input: Input | None = None) -> list[str]:
+    """Names of the segmenters usable here (package and model files present).
+
+    Parameters
+    ----------
+    input : {"brightfield", "fluorescence"}, optional
+        Only those reading this kind of image.
+    """
+    return [
+        name
+        for name, entry in _REGISTRY.items()
+        if (input is None or entry.input == input) and missing_reason(name) is None
+    ]
+
+
+def segmenter_target_mpp(name: str) -> float:
+    """Default working resolution (µm/px) of a registered segmenter.
+
+    Raises
+    ------
+    KeyError
+        If no segmenter has this name.
+    """
+    return _entry(name).target_mpp
+
+
+def segmenter_input(name: str) -> Input:
+    """Return what a registered segmenter reads: ``"brightfield"`` or ``"fluorescence"``.
+
+    Raises
+    ------
+    KeyError
+        If no segmenter has this name.
+    """
+    return _entry(name).input
+
+
+def resolve_auto(input: Input, *, warn: bool = True) -> str:
+    """Name the segmenter ``"auto"`` runs on an image of kind `input`.
+
+    The learned model for that kind when it is installed, else the built-in method; in
+    that case one :class:`SegmenterInfoWarning` says which ran and how to install the
+    better one (``warn=False`` leaves it out, e.g. to show the choice in a widget).
+
+    Parameters
+    ----------
+    input : {"brightfield", "fluorescence"}
+        The kind of image.
+
+    Returns
+    -------
+    str
+        A registered name.
+    """
+    if input not in INPUTS:
+        raise ValueError(f"input must be one of {INPUTS}; got {input!r}")
+    learned, builtin = _AUTO_CHOICES[input]
+    reason = missing_reason(learned)
+    if reason is None:
+        return learned
+    if warn:
+        warnings.warn(
+            f'segmenter="auto": ran the built-in {input} method ({builtin!r}); the more '
+            f"accurate {learned!r} is not installed: {reason}",
+            SegmenterInfoWarning,
+            stacklevel=3,
+        )
+    return builtin
+
+
+def get_segmenter(name: str, **kwargs: Any) -> Segmenter:
+    """Create a segmenter by name.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`available_segmenters`.
+    **kwargs
+        Passed to the segmenter's constructor (e.g. ``target_mpp``).
+
+    Returns
+    -------
+    Segmenter
+
+    Raises
+    ------
+    SegmenterUnavailableError
+        If the segmenter's package or model file is missing (the message says which).
+    KeyError
+        If no segmenter has this name.
+    """
+    entry = _entry(name)
+    reason = missing_reason(name)
+    if reason is not None:
+        raise SegmenterUnavailableError(f"segmenter {name!r} is not available: {reason}")
+    if entry.factory is not None:
+        return as_segmenter(entry.factory(**kwargs))
+    module = importlib.import_module(entry.module)
+    return as_segmenter(module.create(**entry.options, **kwargs))

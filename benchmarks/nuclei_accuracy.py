@@ -34,7 +34,7 @@ from skimage import color, feature, filters, measure, morphology, segmentation
 from napari_slidescope import NucleiResult, segment_nuclei
 from napari_slidescope.analysis.metrics import instance_scores
 from napari_slidescope.analysis.nuclei import BuiltinSegmenter, NucleiParams
-from napari_slidescope.pipeline.models import get_segmenter, missing_reason
+from napari_slidescope.segmenters import get_segmenter, missing_reason
 
 #: Pixel size of the MoNuSeg images, from the MoNuSeg XML annotations (MicronsPerPixel).
 MONUSEG_MPP = 0.2457
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "--methods",
         default="builtin,textbook,instanseg",
         help="comma list of builtin, textbook, instanseg (instanseg runs when torch and its "
-        "model are installed, see napari_slidescope.pipeline.instanseg)",
+        "model are installed, see napari_slidescope.segmenters.instanseg)",
     )
     args = parser.parse_args(argv)
     if not args.data.is_dir():

@@ -23,7 +23,7 @@ import numpy as np
 from skimage import io, segmentation
 
 from napari_slidescope import open_slide, segment_nuclei
-from napari_slidescope.pipeline.models import available_segmenters
+from napari_slidescope.segmenters import available_segmenters
 
 #: Level-0 box (y0, x0, y1, x1) of CMU-1-Small-Region.svs: dense, mixed nuclei.
 REGION = (1200, 700, 1700, 1200)

@@ -24,10 +24,10 @@ import numpy as np
 from scipy import ndimage as ndi
 
 from napari_slidescope.analysis.stains import RUIFROK_HE
-from napari_slidescope.pipeline.models import available_segmenters, get_segmenter
 from napari_slidescope.pipeline.nuclei import segment_nuclei
 from napari_slidescope.pipeline.runner import iter_tiles
 from napari_slidescope.pipeline.tiling import make_plan
+from napari_slidescope.segmenters import available_segmenters, get_segmenter
 
 
 class ThresholdSegmenter:

@@ -37,13 +37,13 @@ def test_console_helpers_one_line_each(make_napari_viewer, sample_slide, qtbot):
     ring = tissue.data[0]  # inside the slide (2048 x 3072 level-0 px)
     assert ring.min() >= -0.5 and ring[:, 0].max() <= 2048 and ring[:, 1].max() <= 3072
 
-    nuclei = add_nuclei(viewer, target_mpp=0.5)
+    nuclei = add_nuclei(viewer, target_mpp=0.5, segmenter="builtin")
     assert nuclei.name == f"{image.name} nuclei"
     assert nuclei.data.shape == (box[2] - box[0], box[3] - box[1])
     text = str(summary(viewer))
     assert "nuclei" in text
 
-    worker = add_nuclei(viewer, scope="slide", target_mpp=0.5, wait=False)
+    worker = add_nuclei(viewer, scope="slide", target_mpp=0.5, segmenter="builtin", wait=False)
     assert worker is not None
     cancel(viewer)
     qtbot.waitUntil(lambda: not worker.is_running, timeout=20_000)

@@ -46,8 +46,10 @@ def test_widget_describes_the_slide_and_uses_function_defaults(
         and "0.5 µm/px" in widget.info.value
         and "20×" in widget.info.value
     )
-    # the built-in method's 0.25 µm/px, but never finer than this 0.5 µm/px slide's pixels
-    assert NucleiParams().target_mpp < 0.5 and widget.nuclei_mpp.value == 0.5
+    # "auto" (0): the resolution rule decides, with the slide's own pixel size
+    assert widget.nuclei_mpp.value == 0 and widget.nuclei_mpp.native.text() == "auto"
+    assert widget.run_options()["nuclei_options"]["target_mpp"] is None
+    assert NucleiParams().target_mpp < 0.5 and "0.5 µm/px" in widget.nuclei_mpp.tooltip
     assert widget.tissue_mpp.value == DEFAULT_TARGET_MPP
     assert not widget.advanced.visible
     widget.show_advanced.value = True
@@ -59,19 +61,43 @@ def test_widget_describes_the_slide_and_uses_function_defaults(
 def test_choosing_a_segmenter_shows_its_working_resolution(
     make_napari_viewer, sample_slide, qtbot, monkeypatch
 ):
-    from napari_slidescope.analysis.nuclei import NucleiParams
-    from napari_slidescope.pipeline import models
+    from napari_slidescope.segmenters import registry
 
     monkeypatch.setitem(
-        models._REGISTRY, "coarse-model", models._Entry(lambda **kw: None, lambda: None, 1.0)
+        registry._REGISTRY, "coarse-model", registry.SegmenterEntry("", "brightfield", 1.0)
     )
+    monkeypatch.setattr(registry, "missing_reason", lambda name: None)
     viewer, image, widget = _docked(make_napari_viewer, sample_slide[0], qtbot)
+    widget.restore_defaults.clicked.emit()  # not what an earlier test left in the settings
+    assert widget.segmenter.value == "auto"
     assert "coarse-model" in [c for c in widget.segmenter.choices]
     widget.segmenter.value = "coarse-model"
-    assert widget.nuclei_mpp.value == 1.0
-    assert widget.run_options()["nuclei_options"]["target_mpp"] == 1.0
+    assert widget.nuclei_mpp.value == 0 and "auto: 1 µm/px" in widget.nuclei_mpp.tooltip
+    assert widget.run_options()["nuclei_options"]["target_mpp"] is None  # the rule decides
     widget.segmenter.value = "builtin"
-    assert widget.nuclei_mpp.value == max(NucleiParams().target_mpp, 0.5)  # the slide's 0.5
+    assert "auto: 0.5 µm/px" in widget.nuclei_mpp.tooltip  # the slide's 0.5, not 0.25
+    widget.nuclei_mpp.value = 0.3  # the user asks: that wins
+    assert widget.run_options()["nuclei_options"]["target_mpp"] == 0.3
+
+
+def test_widget_runs_on_a_multichannel_slide(make_napari_viewer, shared_file, qtbot):
+    """The QPTIFF opens as one layer per channel: the widget takes it, DAPI is the default."""
+    viewer = make_napari_viewer(show=True)
+    layers = viewer.open(str(shared_file("small_vectra.qptiff")), plugin="napari-slidescope")
+    assert len(layers) == 3
+    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
+    qtbot.wait(10)
+    assert widget.image.value is not None and widget.why_not_runnable() is None
+    assert list(widget.channel.choices) == ["auto", "DAPI", "FITC", "Cy3"]
+    widget.segmenter.value = "builtin-fluorescence"
+    widget.channel.value = "DAPI"
+    opts = widget.run_options()
+    assert opts["nuclei_options"]["channel"] == "DAPI"
+    widget.controller.run(widget.image.value, "nuclei", region=(300, 300, 600, 600), **opts)
+    _wait_ready(qtbot, widget, timeout=60_000)
+    nuclei = viewer.layers[f"{widget.image.value.name} nuclei"]
+    assert nuclei.features.shape[0] > 5
+    assert {"DAPI_mean", "FITC_mean", "Cy3_mean"} <= set(nuclei.features.columns)
 
 
 def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, sample_slide, qtbot):
@@ -82,6 +108,7 @@ def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, s
     _camera(viewer).zoom = 2.0
     qtbot.wait(30)
     region = visible_region(viewer, image)
+    widget.segmenter.value = "builtin"  # "auto" runs InstanSeg where it is installed
     widget.nuclei_mpp.value = 0.5
     assert widget.run() is not None
     assert widget.cancel_button.enabled
@@ -104,7 +131,7 @@ def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, s
 
 
 def test_instanseg_from_the_widget_on_the_visible_region(make_napari_viewer, sample_slide, qtbot):
-    from napari_slidescope.pipeline.models import missing_reason
+    from napari_slidescope.segmenters import missing_reason
 
     reason = missing_reason("instanseg")
     if reason is not None:
@@ -115,7 +142,7 @@ def test_instanseg_from_the_widget_on_the_visible_region(make_napari_viewer, sam
     _camera(viewer).zoom = 2.0
     qtbot.wait(30)
     widget.segmenter.value = "instanseg"
-    assert widget.nuclei_mpp.value == 0.5  # the model's training resolution
+    assert "auto: 0.5 µm/px" in widget.nuclei_mpp.tooltip  # the model's training resolution
     assert widget.run() is not None
     _wait_ready(qtbot, widget, timeout=120_000)
     assert widget.status.value.startswith("Done"), widget.status.value
@@ -257,11 +284,15 @@ def test_gui_stays_responsive_during_a_whole_slide_run(make_napari_viewer, small
     widget.controller.run(image, "tissue", scope="slide")
     _wait_ready(qtbot, widget)
     widget.controller.run(
-        image, "nuclei", region=(0, 0, 64, 64), nuclei_options={"target_mpp": 0.5}
+        image,
+        "nuclei",
+        region=(0, 0, 64, 64),
+        nuclei_options={"target_mpp": 0.5, "segmenter": "builtin"},
     )
     _wait_ready(qtbot, widget)
     widget.scope.value = "slide"
     widget.mode.value = "replace"
+    widget.segmenter.value = "builtin"
     widget.nuclei_mpp.value = 0.5
     widget.tile_size_um.value = 128.0
     gaps, last = [], [time.perf_counter()]

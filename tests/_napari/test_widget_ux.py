@@ -205,7 +205,8 @@ def test_defaults_come_from_the_documented_constants():
     from napari_slidescope.pipeline import nuclei, tissue
 
     d = default_settings()
-    assert d.nuclei_mpp == NucleiParams().target_mpp
+    # nuclei: "auto" segmenter and resolution (segmenters.working_mpp decides on the slide)
+    assert d.segmenter == "auto" and d.nuclei_mpp == 0.0
     assert (d.min_area_um2, d.max_area_um2) == (
         NucleiParams().min_area_um2,
         NucleiParams().max_area_um2,

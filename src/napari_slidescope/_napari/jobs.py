@@ -19,8 +19,6 @@ from napari_slidescope._types import Box
 
 Scope = Literal["visible", "slide", "shape"]
 Task = Literal["tissue", "nuclei"]
-#: Nuclei working resolution when none is given (the built-in segmenter's default).
-DEFAULT_NUCLEI_MPP = 0.25
 
 
 @dataclass(frozen=True)
@@ -39,12 +37,12 @@ class SlideSource:
 
     @classmethod
     def from_layer(cls, layer: Any) -> SlideSource:
-        """Describe a 2D RGB image layer (a slide opened by this plugin, or any RGB image).
+        """Describe a slide layer (a slide opened by this plugin, or any 2D RGB image).
 
         Raises
         ------
         ValueError
-            If the layer is not a 2D RGB image layer.
+            If the layer is not a 2D RGB image layer or a slide of this plugin.
         """
         if not is_slide_layer(layer):
             raise ValueError(
@@ -69,10 +67,13 @@ class SlideSource:
 
 
 def is_slide_layer(layer: Any) -> bool:
-    """Return True for 2D RGB image layers (what the analysis accepts)."""
+    """Return True for 2D RGB image layers and this plugin's multichannel slides."""
     from napari.layers import Image
 
-    return isinstance(layer, Image) and bool(layer.rgb) and layer.ndim == 2
+    if not (isinstance(layer, Image) and layer.ndim == 2):
+        return False
+    # RGB images, and the channels of a multichannel slide this plugin opened
+    return bool(layer.rgb) or isinstance(layer.metadata.get("slidescope"), dict)
 
 
 def slide_layers(viewer: Any) -> list[Any]:
@@ -151,17 +152,39 @@ class JobSpec:
     pyramid: Any = None
 
 
-def _segmenter(name: Any, options: dict[str, Any], target_mpp: float | None) -> Any:
+def source_input(source: SlideSource) -> str:
+    """``"fluorescence"`` or ``"brightfield"``: what the slide's metadata say it is."""
+    info = source.info
+    if info.get("fluorescence") or info.get("axes") in ("CYX", "YX"):
+        return "fluorescence"
+    return "brightfield"
+
+
+def nuclei_mpp(source: SlideSource, options: dict[str, Any]) -> float:
+    """Return the working resolution of a nuclei run (:func:`~.segmenters.working_mpp`).
+
+    With the slide's own pixel size (its metadata, never a rounded display value) and the
+    ``segmenter`` and ``target_mpp`` (None or 0: automatic) of `options`.
+    """
+    from napari_slidescope.segmenters import working_mpp
+
+    segmenter = options.get("segmenter", "auto")
+    return working_mpp(
+        segmenter,
+        source.info.get("mpp"),
+        options.get("target_mpp"),
+        input=source_input(source),  # type: ignore[arg-type]
+    )
+
+
+def _segmenter(name: Any, options: dict[str, Any], kind: str) -> Any:
     if not isinstance(name, str):
         return name
-    from napari_slidescope.pipeline.models import get_segmenter
+    from napari_slidescope.segmenters import AUTO, get_segmenter, resolve_auto
 
-    if name == "builtin":
-        from napari_slidescope.analysis.nuclei import NucleiParams
-
-        extra: dict[str, Any] = {"target_mpp": target_mpp} if target_mpp else {}
-        return get_segmenter("builtin", params=NucleiParams(**extra, **options))
-    return get_segmenter(name, **({"target_mpp": target_mpp} if target_mpp else {}), **options)
+    if name == AUTO:
+        name = resolve_auto(kind)  # type: ignore[arg-type]
+    return get_segmenter(name, **options)
 
 
 def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None]:
@@ -181,7 +204,8 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
     slide, steps = None, None
     try:
         slide = spec.source.open()
-        mpp, tissue = spec.source.mpp, spec.tissue
+        calibrated = spec.source.info.get("mpp") is not None
+        mpp, tissue = (spec.source.mpp if calibrated else None), spec.tissue
         if spec.task == "tissue" or tissue is None:
             region = spec.region if spec.task == "tissue" else None
             yield Stage("tissue")
@@ -196,8 +220,12 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
         opts["workers"] = opts.get("workers") or max(1, (os.cpu_count() or 2) - 1)
         opts.setdefault("read_threads", 1)
         target = opts.pop("target_mpp", None)
+        if mpp is None and target:  # uncalibrated: its pixels are at the working resolution
+            mpp = (target, target)
         seg = _segmenter(
-            opts.pop("segmenter", "builtin"), opts.pop("segmenter_options", {}), target
+            opts.pop("segmenter", "auto"),
+            opts.pop("segmenter_options", {}),
+            source_input(spec.source),
         )
         steps = nuclei_mod.iter_segment_nuclei(
             slide,

@@ -107,20 +107,21 @@ def layer_data(slide: Any) -> LayerData:
         kwargs["scale"] = tuple(slide.mpp)
         kwargs["units"] = ("µm", "µm")
     dtype = np.dtype(levels[0].dtype)
+    brightfield = slide.axes == "YXS" and not getattr(slide, "fluorescence", False)
     limits: list[float]
-    if dtype == np.uint8:
+    if brightfield and dtype == np.uint8:
         limits = [0.0, 255.0]
-    else:  # statistics over the smallest level only, never level 0
-        small = np.asarray(levels[-1])
-        limits = [float(np.percentile(small, 0.1)), float(np.percentile(small, 99.9)) or 1.0]
+    else:  # fluorescence, any dtype: statistics over the smallest level only, never level 0
+        limits = _percentile_limits(np.asarray(levels[-1]))
     if slide.axes == "YXS":
         kwargs["rgb"] = True
         kwargs["contrast_limits"] = limits
     elif slide.axes == "CYX":
         n = levels[0].shape[0]
+        small = np.asarray(levels[-1])
         kwargs["channel_axis"] = 0
         kwargs["name"] = [f"{slide.path.name} [{c}]" for c in slide.channel_names]
-        kwargs["contrast_limits"] = [limits] * n
+        kwargs["contrast_limits"] = [_percentile_limits(small[c]) for c in range(n)]
         kwargs["blending"] = "additive"
         if len(slide.channel_colors) == n:
             kwargs["colormap"] = [
@@ -131,6 +132,14 @@ def layer_data(slide: Any) -> LayerData:
         kwargs["rgb"] = False
         kwargs["contrast_limits"] = limits
     return (data, kwargs, "image")
+
+
+def _percentile_limits(pixels: Any) -> list[float]:
+    """Contrast limits from the 0.1st and 99.9th percentiles (a dim channel fills the range)."""
+    import numpy as np
+
+    lo, hi = (float(v) for v in np.percentile(pixels, [0.1, 99.9]))
+    return [lo, hi if hi > lo else lo + 1.0]
 
 
 def _colormap(rgb: tuple[float, float, float], name: str) -> Any:

@@ -23,7 +23,6 @@ from psygnal import Signal
 
 from napari_slidescope._napari import layers as _layers
 from napari_slidescope._napari.jobs import (
-    DEFAULT_NUCLEI_MPP,
     Failed,
     JobSpec,
     Scope,
@@ -32,6 +31,7 @@ from napari_slidescope._napari.jobs import (
     Task,
     TileDone,
     TissueDone,
+    nuclei_mpp,
     run_job,
     slide_layers,
 )
@@ -269,9 +269,11 @@ class SlideAnalysis:
         )
         run.progress = Progress(task, "starting")
         if task == "nuclei":
-            target = nuclei_options.get("target_mpp") or DEFAULT_NUCLEI_MPP
+            # the one resolution rule, with the slide's own (unrounded) pixel size
+            target = nuclei_mpp(source, nuclei_options)
             nuclei_options["target_mpp"] = target
-            ds = (target / source.mpp[0], target / source.mpp[1])
+            own = source.info.get("mpp") or (target, target)  # uncalibrated: 1:1
+            ds = (target / own[0], target / own[1])
             from napari_slidescope.pipeline.regions import check_region, split_region
 
             box = check_region(split_region(region)[0], source.shape0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 import time
 import weakref
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from qtpy.QtWidgets import QComboBox, QLabel, QSizePolicy
 from napari_slidescope._napari import jobs, session
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.shapes import tissue_export
+from napari_slidescope._warnings import SlidescopeWarning
 
 __all__ = [
     "CANCEL_KEY",
@@ -132,8 +134,8 @@ def default_settings() -> WidgetSettings:
         task="nuclei",
         scope="visible",
         mode="add",
-        segmenter="builtin",
-        nuclei_mpp=params.target_mpp,
+        segmenter="auto",
+        nuclei_mpp=0.0,  # "auto": segmenters.working_mpp decides, with the slide's own mpp
         tile_size_um=nuclei.DEFAULT_TILE_SIZE_UM,
         min_area_um2=params.min_area_um2,
         max_area_um2=params.max_area_um2,
@@ -192,7 +194,7 @@ class SlideAnalysisWidget(Container):
     """
 
     def __init__(self, napari_viewer: Any) -> None:
-        from napari_slidescope.pipeline.models import available_segmenters
+        from napari_slidescope.segmenters import available_segmenters
 
         super().__init__(name="slide_analysis", labels=True)
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
@@ -247,10 +249,19 @@ class SlideAnalysisWidget(Container):
             choices=[("Add (skip duplicates)", "add"), ("Replace", "replace")],
             value=d.mode,
         )
-        self.segmenter = ComboBox(label="Segmenter", choices=available_segmenters() or ["builtin"])
-        self.nuclei_mpp = FloatSpinBox(
-            label="Resolution (µm/px)", value=d.nuclei_mpp, min=0.05, max=8.0, step=0.05
+        installed = available_segmenters()
+        self.segmenter = ComboBox(label="Segmenter", choices=["auto", *installed])
+        self.segmenter.tooltip = (
+            "auto: InstanSeg for the stain when installed, else the built-in method; "
+            "installed: " + ", ".join(installed)
         )
+        # 0 reads "auto": the segmenter's resolution, never finer than the slide's own
+        # (unrounded) pixel size, as segmenters.working_mpp decides for every entry point
+        self.nuclei_mpp = FloatSpinBox(
+            label="Resolution (µm/px)", value=d.nuclei_mpp, min=0.0, max=8.0, step=0.05
+        )
+        self.nuclei_mpp.native.setSpecialValueText("auto")
+        self.channel = ComboBox(label="Nuclear channel", choices=self._channel_choices)
         self.tile_size_um = FloatSpinBox(
             label="Tile size (µm)", value=d.tile_size_um, min=32.0, max=8192.0, step=64.0
         )
@@ -277,7 +288,12 @@ class SlideAnalysisWidget(Container):
         self.nuclei_params = Container(
             widgets=[self.mode, self.segmenter, self.nuclei_mpp, self.tile_size_um], labels=True
         )
-        nuclei_advanced: list[Widget] = [self.min_area_um2, self.max_area_um2, self.workers]
+        nuclei_advanced: list[Widget] = [
+            self.channel,
+            self.min_area_um2,
+            self.max_area_um2,
+            self.workers,
+        ]
         self.nuclei_advanced = Container(widgets=nuclei_advanced, labels=True)
         self.tissue_params = Container(widgets=[self.tissue_mpp, self.min_tissue_um2], labels=True)
         tissue_advanced: list[Widget] = [self.tissue_mode, self.max_hole_um2]
@@ -468,22 +484,26 @@ class SlideAnalysisWidget(Container):
         self._update_run_button()
 
     def _on_segmenter(self, name: Any) -> None:
-        """Show the chosen segmenter's own working resolution (a model's training scale)."""
-        from napari_slidescope.pipeline.models import segmenter_target_mpp
-
-        if self._loading:
-            return
-        mpp = segmenter_target_mpp(name) if name else None
-        if mpp is not None:
-            self.nuclei_mpp.value = max(mpp, self._slide_mpp())
-
-    def _slide_mpp(self) -> float:
-        """Return the chosen slide's finest pixel size in µm/px (0 if unknown or uncalibrated)."""
+        """Say which resolution "auto" stands for with this segmenter on this slide."""
         layer = self.image.value
         if layer is None:
-            return 0.0
-        mpp = jobs.SlideSource.from_layer(layer).info.get("mpp")
-        return float(min(mpp)) if mpp else 0.0
+            return
+        src = jobs.SlideSource.from_layer(layer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SlidescopeWarning)  # uncalibrated: said on run
+            mpp = jobs.nuclei_mpp(src, {"segmenter": name or "auto"})
+        self.nuclei_mpp.tooltip = f"auto: {mpp:.4g} µm/px for {name or 'auto'} on this slide"
+
+    def _channel_choices(self, _widget: Any = None) -> list[str]:
+        """``auto`` and the chosen slide's channels (red, green, blue: RGB fluorescence)."""
+        layer = getattr(self, "image", None) and self.image.value
+        if layer is None:
+            return ["auto"]
+        src = jobs.SlideSource.from_layer(layer)
+        names = list(src.info.get("channel_names") or []) if src.info.get("axes") == "CYX" else []
+        if not names and jobs.source_input(src) == "fluorescence":  # RGB-encoded
+            names = ["red", "green", "blue"]
+        return ["auto", *names]
 
     def _on_image(self, layer: Any) -> None:
         self._thumb_token += 1
@@ -497,7 +517,9 @@ class SlideAnalysisWidget(Container):
             return
         src = jobs.SlideSource.from_layer(layer)
         self.info.value = _describe(src)
-        self.nuclei_mpp.value = max(float(self.nuclei_mpp.value), self._slide_mpp())
+        self.channel.reset_choices()
+        self.channel.value = "auto"
+        self._on_segmenter(self.segmenter.value)
         folder = Path(src.path).parent if src.path else Path.cwd()
         self.export_dir.value = folder if os.access(folder, os.W_OK) else Path.cwd()
         if src.path and {"label", "macro"} & set(src.info.get("associated", [])):
@@ -542,7 +564,7 @@ class SlideAnalysisWidget(Container):
             "max_hole_um2": float(self.max_hole_um2.value),
             "mode": self.tissue_mode.value,
         }
-        segmenter = self.segmenter.value or "builtin"
+        segmenter = self.segmenter.value or "auto"
         seg_opts = {}
         if segmenter == "builtin":
             seg_opts = {
@@ -550,10 +572,11 @@ class SlideAnalysisWidget(Container):
                 "max_area_um2": float(self.max_area_um2.value),
             }
         nuclei = {
-            "target_mpp": float(self.nuclei_mpp.value),
+            "target_mpp": float(self.nuclei_mpp.value) or None,  # 0: "auto"
             "tile_size_um": float(self.tile_size_um.value),
             "segmenter": segmenter,
             "segmenter_options": seg_opts,
+            "channel": None if self.channel.value == "auto" else self.channel.value,
             "workers": int(self.workers.value) or None,
         }
         return {"tissue_options": tissue, "nuclei_options": nuclei}

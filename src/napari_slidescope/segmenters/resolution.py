@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 from napari_slidescope._warnings import SlidescopeWarning
-from napari_slidescope.segmenters.base import Input
+from napari_slidescope.segmenters.base import Input, as_segmenter
 
 __all__ = ["UncalibratedWarning", "segmenter_mpp", "working_mpp"]
 
@@ -34,7 +34,7 @@ def segmenter_mpp(segmenter: Any, *, input: Input = "brightfield") -> float:
         return segmenter_target_mpp(name)
     if isinstance(segmenter, int | float):
         return float(segmenter)
-    return float(segmenter.target_mpp)
+    return float(as_segmenter(segmenter).target_mpp)
 
 
 def working_mpp(

@@ -273,7 +273,9 @@ def test_builtin_segmenter_on_discs():
 
     # two flat colours: stain estimation falls back to the standard vectors and says so
     with pytest.warns(SlidescopeWarning, match="fell back to the standard Ruifrok"):
-        res = segment_nuclei(img, mpp=MPP, tissue=False, tile_size_um=1000, workers=1)
+        res = segment_nuclei(
+            img, mpp=MPP, segmenter="builtin", tissue=False, tile_size_um=1000, workers=1
+        )
     assert res.segmenter == "builtin" and res.labels.shape == img.shape[:2]
     assert abs(res.count - len(truth)) <= 0.1 * len(truth)
 
@@ -317,7 +319,9 @@ def test_slide_pipeline_finds_what_the_array_method_finds(shared_file):
     with open_slide(shared_file("CMU-1-Small-Region.svs")) as slide:
         mpp = slide.mpp[0]
         rgb = slide.read_region(region, level=0)
-        tiled = segment_nuclei(slide, region=region, target_mpp=mpp, tissue=False)
+        tiled = segment_nuclei(
+            slide, region=region, target_mpp=mpp, segmenter="builtin", tissue=False
+        )
     whole = segment_nuclei_array(rgb, mpp=mpp)
     assert tiled.labels.shape == whole.shape
     assert abs(tiled.count - int(whole.max())) <= 0.05 * whole.max() and tiled.count > 150

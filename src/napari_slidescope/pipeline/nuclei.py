@@ -286,7 +286,7 @@ def _prepare_run(
     if not tiles:
         return segmenter, kind, None
     sample = _working_sample(slide, plan, tiles, cancel)
-    kind = signal_channel(kind, sample, meta_names=getattr(slide, "channel_names", None) or ())
+    kind = signal_channel(kind, sample)
     if segmenter.input == "fluorescence" and kind.nuclear_channel is not None:
         segmenter = _ChannelView(segmenter, kind.nuclear_channel)
     segmenter.prepare(sample, mpp=plan.mpp)
@@ -417,7 +417,7 @@ def iter_segment_nuclei(
     mpp: float | tuple[float, float] | None = None,
     target_mpp: float | None = None,
     tissue: TissueArg = "auto",
-    segmenter: Any = "builtin",
+    segmenter: Any = "auto",
     tile_size_um: float = DEFAULT_TILE_SIZE_UM,
     workers: int | None = None,
     channel: int | str | None = None,
@@ -460,7 +460,7 @@ def segment_nuclei(
     mpp: float | tuple[float, float] | None = None,
     target_mpp: float | None = None,
     tissue: TissueArg = "auto",
-    segmenter: Any = "builtin",
+    segmenter: Any = "auto",
     tile_size_um: float = DEFAULT_TILE_SIZE_UM,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,

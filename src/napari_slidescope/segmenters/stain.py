@@ -46,6 +46,9 @@ class ImageKind:
         True for a fluorescence scan stored as RGB (the signal is in one channel).
     measured : tuple of int
         Channels measured as ``<name>_mean`` under each nucleus (fluorescence only).
+    fluorochrome : str or None
+        What an RGB-encoded scan holds (``"DAPI"`` from NDPI's ``Fluorescence`` tag,
+        ``"DAPI 2 (387)"``): the name its signal channel gets.
     """
 
     input: Input
@@ -53,6 +56,7 @@ class ImageKind:
     nuclear_channel: int | None = None
     rgb_encoded: bool = False
     measured: tuple[int, ...] = ()
+    fluorochrome: str | None = None
 
     def mean_columns(self) -> dict[int, str]:
         """``{channel index: column name}`` of the per-channel intensity columns."""
@@ -128,23 +132,23 @@ def image_kind(slide: Any, *, channel: int | str | None = None) -> ImageKind:
         return ImageKind("fluorescence", tuple(names), 0, False, (0,))
     if fluo or channel is not None:
         names = list(_RGB_NAMES)
-        kind = ImageKind("fluorescence", tuple(names), None, True)
+        props = getattr(slide, "metadata", {}).get("properties") or {}
+        label = (meta_names[:1] or [str(props.get("Fluorescence") or "")])[0].strip() or None
+        kind = ImageKind("fluorescence", tuple(names), None, True, fluorochrome=label)
         if channel is not None:
-            kind = _with_signal(kind, _pick(names, channel, what), meta_names)
+            kind = _with_signal(kind, _pick(names, channel, what))
         return kind
     return ImageKind("brightfield", _RGB_NAMES)
 
 
-def _with_signal(kind: ImageKind, c: int, meta_names: Sequence[str]) -> ImageKind:
+def _with_signal(kind: ImageKind, c: int) -> ImageKind:
     names = list(kind.channel_names)
-    if len(meta_names) == 1:  # the fluorochrome this RGB-encoded scan holds
-        names[c] = meta_names[0]
-    return ImageKind(kind.input, tuple(names), c, True, (c,))
+    if kind.fluorochrome:  # "DAPI 2 (387)" -> "DAPI": the name of its signal channel
+        names[c] = kind.fluorochrome.split()[0]
+    return ImageKind(kind.input, tuple(names), c, True, (c,), kind.fluorochrome)
 
 
-def signal_channel(
-    kind: ImageKind, sample: np.ndarray, *, meta_names: Sequence[str] = ()
-) -> ImageKind:
+def signal_channel(kind: ImageKind, sample: np.ndarray) -> ImageKind:
     """Fix the nuclear channel of an RGB-encoded fluorescence image from its pixels.
 
     The channel whose 99th percentile stands highest above its median carries the signal
@@ -156,11 +160,9 @@ def signal_channel(
         From :func:`image_kind`; returned as it is unless RGB-encoded without a channel.
     sample : (M, N, C) ndarray
         Pixels of the region (channels last).
-    meta_names : sequence of str
-        The slide's ``channel_names`` (one fluorochrome name for an NDPI scan).
     """
     if not kind.rgb_encoded or kind.nuclear_channel is not None:
         return kind
     px = np.asarray(sample).reshape(-1, sample.shape[-1])[::7].astype(np.float32)
     hi, mid = np.percentile(px, [99.0, 50.0], axis=0)
-    return _with_signal(kind, int(np.argmax(hi - mid)), meta_names)
+    return _with_signal(kind, int(np.argmax(hi - mid)))

@@ -110,3 +110,25 @@ def test_reader_error_names_file(tmp_path):
     path.write_bytes(b"not a tiff")
     with pytest.raises(SlideError, match=r"broken\.svs: is not a TIFF file"):
         read_slide(str(path))
+
+
+def test_fluorescence_contrast_limits_come_from_the_smallest_level(shared_file):
+    import numpy as np
+
+    from napari_slidescope import open_slide
+
+    path = shared_file("small_vectra.qptiff")
+    [(data, kwargs, kind)] = read_slide(str(path))
+    with open_slide(path) as slide:
+        small = np.asarray(slide.levels[-1])
+    for c, (lo, hi) in enumerate(kwargs["contrast_limits"]):
+        assert hi == pytest.approx(np.percentile(small[c], 99.9))
+        assert lo < hi < 255  # uint8, but dim: not [0, 255]
+    # an RGB-encoded fluorescence scan (NDPI DAPI, mean about 13) is stretched too
+    path = shared_file("test3-DAPI-2-387.ndpi")
+    [(_, nd, _)] = read_slide(str(path))
+    with open_slide(path) as slide:
+        small = np.asarray(slide.levels[-1])
+    assert nd["rgb"] and nd["contrast_limits"] == pytest.approx(
+        list(np.percentile(small, [0.1, 99.9]))
+    )

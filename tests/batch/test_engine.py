@@ -26,7 +26,12 @@ def reference(slides):
     """In-process segment_nuclei of each slide, same parameters as the batch."""
     return {
         name: segment_nuclei(
-            slides / name, tissue=True, tile_size_um=TILE_UM, labels=False, workers=1
+            slides / name,
+            segmenter="builtin",  # the batch's default
+            tissue=True,
+            tile_size_um=TILE_UM,
+            labels=False,
+            workers=1,
         )
         for name in ("a.svs", "b.svs")
     }

@@ -205,7 +205,7 @@ def _batch(args: argparse.Namespace) -> int:
     try:
         params = BatchParams(args.tasks, args.segmenter, args.nuclei_mpp, args.tile_size_um)
         if params.nuclei:
-            from napari_slidescope.pipeline.models import missing_reason
+            from napari_slidescope.segmenters import missing_reason
 
             reason = missing_reason(args.segmenter)
             if reason is not None:

@@ -164,7 +164,7 @@ def analyze_slides(
     """
     params = BatchParams(tuple(tasks), segmenter, nuclei_mpp, float(tile_size_um))
     if params.nuclei:
-        from napari_slidescope.pipeline.models import missing_reason
+        from napari_slidescope.segmenters import missing_reason
 
         reason = missing_reason(segmenter)  # KeyError for unknown names
         if reason is not None:

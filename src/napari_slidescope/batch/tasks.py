@@ -118,8 +118,10 @@ def _open(path: str, stamp: tuple[int, int]) -> Any:
 
 
 def _make_segmenter(params: BatchParams) -> Any:
-    from napari_slidescope.pipeline.models import get_segmenter
+    from napari_slidescope.segmenters import AUTO, get_segmenter
 
+    if params.segmenter == AUTO:  # resolved per slide, for its stain, by prepare_nuclei
+        return AUTO
     return get_segmenter(params.segmenter)
 
 

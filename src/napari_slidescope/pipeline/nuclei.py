@@ -653,7 +653,7 @@ class PreparedNuclei:
         The plan of the whole region.
     tiles : tuple of Tile
         The tiles ``segment_nuclei`` would segment (those with tissue), in plan order.
-    segmenter : object
+    segmenter : Segmenter
         The prepared segmenter.
     """
 
@@ -669,7 +669,7 @@ class PreparedNuclei:
         return self._run.tiles
 
     @property
-    def segmenter(self) -> Any:  # noqa: D102
+    def segmenter(self) -> Segmenter:  # noqa: D102
         return self._run.segmenter
 
     def segment(self, indices: Sequence[int], **runner_kwargs: Any) -> Iterator[TileResult]:
@@ -736,8 +736,10 @@ def prepare_nuclei(
     mpp: float | tuple[float, float] | None = None,
     target_mpp: float | None = None,
     tissue: TissueArg = "auto",
-    segmenter: Any = "builtin",
+    segmenter: Any = "auto",
     tile_size_um: float = 512.0,
+    channel: int | str | None = None,
+    segmenter_options: dict[str, Any] | None = None,
     **runner_kwargs: Any,
 ) -> PreparedNuclei:
     """Set up a nuclei run as :func:`segment_nuclei` does, without segmenting.
@@ -766,6 +768,8 @@ def prepare_nuclei(
         tissue=tissue,
         segmenter=segmenter,
         tile_size_um=tile_size_um,
+        channel=channel,
+        segmenter_options=segmenter_options,
         **runner_kwargs,
     )
     return PreparedNuclei(run)

@@ -130,13 +130,15 @@ def _entry(name: str) -> SegmenterEntry:
 
 
 def missing_reason(name: str) -> str | None:
-    """Why a registered segmenter cannot be used, or None when it can.
+    """Why a registered segmenter cannot be used, or None when it can (always for "auto").
 
     Raises
     ------
     KeyError
         If no segmenter has this name.
     """
+    if name == AUTO:  # always: it falls back on the built-in methods
+        return None
     entry = _entry(name)
     if entry.factory is not None:
         return entry.check() if entry.check is not None else None

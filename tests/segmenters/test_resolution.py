@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from napari_slidescope import segment_nuclei
+from napari_slidescope.analysis.stains import RUIFROK_HE
 from napari_slidescope.segmenters import UncalibratedWarning, working_mpp
 from napari_slidescope.slide import ArraySlide
 
@@ -56,6 +57,7 @@ class Stand:
     """A fast stand-in segmenter at 0.5 µm/px: dark pixels, labelled."""
 
     name, target_mpp, min_overlap_um = "stand", 0.5, 8.0
+    stains = RUIFROK_HE  # measured with the standard stains: two flat colours
 
     def predict(self, tiles, *, mpp):
         return (tiles[..., 1] < 130)[..., None].astype(np.float32)

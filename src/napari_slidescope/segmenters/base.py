@@ -121,7 +121,10 @@ class _Adapted(SegmenterBase):
     """
 
     def __init__(self, obj: Any) -> None:
-        declared = vars(type(obj)) | getattr(obj, "__dict__", {})
+        declared: dict[str, Any] = {}
+        for cls in reversed(type(obj).__mro__):  # class attributes, inherited ones too
+            declared.update(vars(cls))
+        declared.update(getattr(obj, "__dict__", {}))
         super().__init__(
             target_mpp=float(declared.get("target_mpp", 0.5)),
             min_overlap_um=float(declared.get("min_overlap_um", 0.0)),

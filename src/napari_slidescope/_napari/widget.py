@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import warnings
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path

@@ -91,7 +91,7 @@ def test_fallback_on_single_stain():
 
 @pytest.mark.parametrize(
     ("arr", "match"),
-    [(np.zeros((8, 8, 3), np.float32), "uint8"), (np.zeros((8, 8), np.uint8), "3 colour")],
+    [(np.zeros((8, 8, 3), np.float32), "uint8"), (np.zeros((8, 8), np.uint8), "grayscale")],
 )
 def test_invalid_input(arr, match):
     with pytest.raises(ValueError, match=match):

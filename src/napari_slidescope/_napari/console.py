@@ -97,7 +97,8 @@ def add_tissue(
     Returns
     -------
     layer or worker
-        The tissue Shapes layer (outlines, None if the run failed), or the worker with ``wait=False``.
+        The tissue Shapes layer (outlines; None if the run failed), or the worker with
+        ``wait=False``.
 
     Examples
     --------

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from napari_slidescope.analysis.checks import check_image
+
 __all__ = ["block_mean"]
 
 
@@ -49,15 +51,7 @@ def block_mean(
     >>> block_mean(np.arange(8, dtype=np.uint8).reshape(2, 4), (2, 4), dtype=np.float32)
     array([[3.5]], dtype=float32)
     """
-    image = np.asarray(image)
-    if image.ndim not in (2, 3) or image.size == 0:
-        raise ValueError(
-            f"image: expected a non-empty (M, N) or (M, N, C) array, got shape {image.shape}"
-        )
-    if image.dtype == bool or not (
-        np.issubdtype(image.dtype, np.integer) or np.issubdtype(image.dtype, np.floating)
-    ):
-        raise ValueError(f"image: expected an integer or float array, got dtype {image.dtype}")
+    image = check_image(image)
     ky, kx = _factors(factor)
     out_dtype = np.dtype(image.dtype if dtype is None else dtype)
     if ky == 1 and kx == 1:

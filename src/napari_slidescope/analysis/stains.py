@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.analysis.checks import check_rgb
 
 __all__ = ["RUIFROK_HE", "StainMatrix", "estimate_stains", "rgb_to_od"]
 
@@ -42,14 +43,8 @@ def _residual(h: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 
 def _check_rgb(rgb: np.ndarray, name: str) -> np.ndarray:
-    rgb = np.asarray(rgb)
-    if rgb.dtype != np.uint8:
-        raise ValueError(f"{name} must be uint8 RGB (0-255); got dtype {rgb.dtype}")
-    if rgb.ndim < 2 or rgb.shape[-1] != 3:
-        raise ValueError(
-            f"{name} must have 3 colour channels last, shape (..., 3); got shape {rgb.shape}"
-        )
-    return rgb
+    check_rgb(rgb, name, ndim=None)
+    return np.asarray(rgb)
 
 
 def rgb_to_od(rgb: np.ndarray) -> np.ndarray:

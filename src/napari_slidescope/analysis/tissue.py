@@ -31,6 +31,7 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage import filters, morphology
 
+from napari_slidescope.analysis.checks import check_image
 from napari_slidescope.analysis.resample import block_mean
 
 __all__ = [
@@ -67,19 +68,6 @@ _GLASS_MAX = 0.12  # a class of pixels whose mean feature is below this is glass
 _FLUO_MIN_LOG_CONTRAST = math.log(1.5)  # tissue is at least 1.5x brighter than background
 
 
-def _check_image(image: np.ndarray, *, name: str = "image") -> np.ndarray:
-    image = np.asarray(image)
-    if image.ndim not in (2, 3) or image.size == 0:
-        raise ValueError(
-            f"{name}: expected a non-empty (M, N) or (M, N, C) array, got shape {image.shape}"
-        )
-    if image.dtype == bool or not (
-        np.issubdtype(image.dtype, np.integer) or np.issubdtype(image.dtype, np.floating)
-    ):
-        raise ValueError(f"{name}: expected an integer or float array, got dtype {image.dtype}")
-    return image
-
-
 def _unit_scale(image: np.ndarray) -> float:
     """Value that maps the image's range to 1 (255 for uint8, the max for floats > 1)."""
     if image.dtype == np.uint8:
@@ -103,7 +91,7 @@ def infer_mode(image: np.ndarray) -> Mode:
     -------
     {'brightfield', 'fluorescence'}
     """
-    image = _check_image(image)
+    image = check_image(image)
     if image.ndim == 2 or image.shape[-1] not in (3, 4):
         return "fluorescence"
     mean = float(image[..., :3].mean()) / _unit_scale(image)
@@ -112,7 +100,7 @@ def infer_mode(image: np.ndarray) -> Mode:
 
 def _rgb_planes(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """R, G, B as separate float32 planes in 0..1 (faster than reducing a last axis of 3)."""
-    rgb = _check_image(rgb, name="rgb")
+    rgb = check_image(rgb, name="rgb")
     if rgb.ndim != 3 or rgb.shape[-1] not in (3, 4):
         raise ValueError(f"rgb: expected an (M, N, 3) RGB image, got shape {rgb.shape}")
     scale = np.float32(1.0 / _unit_scale(rgb))
@@ -190,7 +178,7 @@ def fluorescence_feature(image: np.ndarray) -> np.ndarray:
     (M, N) ndarray of float32
         The channel maximum divided by its 99.5th percentile, clipped to 0..1.
     """
-    image = _check_image(image)
+    image = check_image(image)
     m = image if image.ndim == 2 else image.max(axis=-1)
     m = m.astype(np.float32)
     hi = float(np.percentile(m, 99.5))
@@ -365,7 +353,7 @@ def tissue_mask(
     >>> bool(mask[32, 32]), bool(mask[4, 4])
     (True, False)
     """
-    image = _check_image(image)
+    image = check_image(image)
     if mode not in _MODES:
         raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
     if not (isinstance(mpp, int | float) and math.isfinite(mpp) and mpp > 0):

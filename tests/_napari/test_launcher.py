@@ -33,6 +33,7 @@ def test_launcher_opens_slide_and_docks_widget(no_event_loop, sample_slide):
     assert [ly.name for ly in viewer.layers] == [path.name]
     docks = viewer.window.dock_widgets
     assert any("Slide analysis" in name for name in docks)
+    assert any("Slide overview" in name for name in docks)
 
 
 def test_launcher_without_path_opens_the_sample(no_event_loop, sample_slide, monkeypatch):

@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         _close(viewer)
         return _fail(_one_line(exc))
     dock_analysis_widget(viewer)
+    dock_plugin_widget(viewer, "Slide overview")
     show_scale_bar(viewer)
     fit_view(viewer)
     napari.run()
@@ -101,13 +102,18 @@ def _close(viewer: Any) -> None:
 
 def dock_analysis_widget(viewer: Any) -> Any:
     """Dock the plugin's "Slide analysis" widget; return it (None without the contribution)."""
+    return dock_plugin_widget(viewer, "Slide analysis")
+
+
+def dock_plugin_widget(viewer: Any, name: str) -> Any:
+    """Dock the plugin's widget `name`; return it (None without the contribution)."""
     from npe2 import PluginManager
 
     manifest = PluginManager.instance().get_manifest("napari-slidescope")
     names = [w.display_name for w in manifest.contributions.widgets or []]
-    if "Slide analysis" not in names:
+    if name not in names:
         return None
-    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
+    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", name)
     return widget
 
 

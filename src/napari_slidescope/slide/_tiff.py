@@ -98,7 +98,9 @@ def open_tiff(
         errors = _check.check_page(first, size).errors
         if errors:  # before tifffile's series code meets e.g. a zero width
             raise SlideError(path, f"is damaged: first image: {'; '.join(errors)}")
-        series = tif.series
+        # a list now: from tifffile 2026.11, ``tif.series`` is a lazy view whose pages are
+        # parsed (and may raise on a damaged file) only when it is first evaluated
+        series = list(tif.series)
     except SlideError:
         tif.close()
         raise

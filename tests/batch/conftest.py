@@ -19,7 +19,7 @@ def slides(tmp_path_factory):
 @pytest.fixture(scope="module")
 def client():
     """``LocalCluster(processes=True, n_workers=2, threads_per_worker=1)`` and its client."""
-    distributed = pytest.importorskip("distributed")
+    import distributed
 
     with (
         distributed.LocalCluster(

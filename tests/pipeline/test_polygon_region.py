@@ -31,7 +31,7 @@ def test_polygon_region_equals_box_run_filtered_by_centroid(sample_slide):
     path, _ = sample_slide
     poly = np.array([[300.0, 400.0], [300.0, 1400.0], [1100.0, 1000.0], [900.0, 450.0]])
     box, _ = split_region(poly)
-    opts = {"target_mpp": 0.5, "tissue": False, "workers": 1}
+    opts = {"target_mpp": 0.5, "tissue": False, "workers": 1, "segmenter": "builtin"}
     full = segment_nuclei(str(path), region=box, **opts)
     part = segment_nuclei(str(path), region=poly, **opts)
     inside = inside_polygon(full.table["centroid_row"], full.table["centroid_col"], poly)

@@ -39,7 +39,7 @@ CHILD = textwrap.dedent(
                 assert res.area_px > 0
             else:
                 res = segment_nuclei(
-                    slide, region=(0, 0, 1024, 1536), tissue=False, workers=2
+                    slide, region=(0, 0, 1024, 1536), tissue=False, workers=2, segmenter="builtin"
                 )
                 assert res.count > 0
         del res

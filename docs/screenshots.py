@@ -3,13 +3,15 @@
 Run (Linux without a display: under ``xvfb-run -a``)::
 
     python docs/screenshots.py            # writes docs/images/*.png
+    python docs/screenshots.py overview   # only overview.png
 
 Opens the bundled synthetic slide in napari, docks the widget, detects tissue on the
 whole slide, segments the nuclei of the visible region with the default parameters,
 and saves the window (widget included) and a close-up of the nuclei. Then the widget
 in its states: ``widget_idle.png``, ``widget_running.png`` (progress mid-run),
 ``widget_cancelled.png`` (a partial result) and ``measurements.png`` (the window with
-the "Nuclei measurements" dock, a row selected). With
+the "Nuclei measurements" dock, a row selected) and ``overview.png`` (the window with
+the "Slide overview" dock, zoomed in). With
 ``$SLIDESCOPE_TESTDATA`` set it does the same on the real 20x slide
 ``CMU-1-Small-Region.svs`` (CC0) and saves ``real_slide.png``.
 """
@@ -52,6 +54,9 @@ def _settle(seconds: float = 0.5) -> None:
 def main() -> int:
     """Write the PNGs of ``docs/images`` (``real_slide.png`` when the test data is at hand)."""
     OUT.mkdir(parents=True, exist_ok=True)
+    if sys.argv[1:] == ["overview"]:
+        _overview_shot()
+        return 0
     viewer, camera = _analysed(None, center=(1000.0, 900.0), zoom=1.6)  # ~400 x 420 µm
     _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "slide_analysis.png", width=1200)
     camera.zoom = 6.0
@@ -59,6 +64,7 @@ def main() -> int:
     _save(viewer.screenshot(canvas_only=True, flash=False), OUT / "nuclei_closeup.png", width=700)
     viewer.close()
     _widget_states()
+    _overview_shot()
     real = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/nonexistent")) / "CMU-1-Small-Region.svs"
     if real.is_file():  # a real 20x H&E slide (CC0)
         viewer, _ = _analysed(real, center=(725.0, 475.0), zoom=2.2)  # ~300 µm wide
@@ -159,6 +165,26 @@ def _widget_states() -> None:
     _settle(0.5)
     _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "measurements.png", width=1400)
     widget.reset_settings()  # leave the user's remembered settings as they were by default
+    viewer.close()
+
+
+def _overview_shot() -> None:
+    """Save the window with the analysis and "Slide overview" docks, zoomed into the slide."""
+    import napari
+
+    from napari_slidescope._napari.launcher import dock_analysis_widget, dock_plugin_widget
+
+    viewer = napari.Viewer(title="napari-slidescope")
+    viewer.window._qt_window.resize(1500, 900)
+    viewer.open_sample("napari-slidescope", "synthetic_he")
+    dock_analysis_widget(viewer)
+    overview = dock_plugin_widget(viewer, "Slide overview")
+    overview.setMinimumHeight(320)  # room for the thumbnail under the analysis widget
+    viewer.scale_bar.visible = True
+    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
+    camera.center, camera.zoom = (1100.0, 800.0), 1.2
+    _settle(1.0)
+    _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "overview.png", width=1200)
     viewer.close()
 
 

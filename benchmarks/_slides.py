@@ -46,12 +46,9 @@ def tools_dir() -> Path:
     env = os.environ.get(TOOLS_ENV)
     if env:
         return Path(env)
-    for cand in (
-        Path("/work/shared/tools"),
-        Path(__file__).resolve().parents[2] / "shared" / "tools",
-    ):
-        if (cand / "make_svs.py").is_file():
-            return cand
+    cand = Path(__file__).resolve().parents[2] / "shared" / "tools"  # ../shared beside the repo
+    if (cand / "make_svs.py").is_file():
+        return cand
     raise FileNotFoundError(f"cannot find make_svs.py; set ${TOOLS_ENV} to the shared tools folder")
 
 

@@ -43,8 +43,9 @@ from napari_slidescope.slide import open_slide
 
 BENCH = Path.home() / ".cache" / "napari-slidescope" / "bench"
 BIG = BENCH / "svs_40k.svs"
-TOOLS = Path(os.environ.get("SLIDESCOPE_TOOLS", "/work/shared/tools"))
-TESTDATA = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/work/shared/testdata"))
+SHARED = Path(__file__).resolve().parents[2] / "shared"  # ../shared beside the repository
+TOOLS = Path(os.environ.get("SLIDESCOPE_TOOLS", SHARED / "tools"))
+TESTDATA = Path(os.environ.get("SLIDESCOPE_TESTDATA", SHARED / "testdata"))
 FIGURES = Path(__file__).resolve().parent / "figures"
 REAL = [
     "CMU-1-Small-Region.svs",

@@ -65,6 +65,34 @@ def test_tissue_is_shapes_aligned_in_world_with_areas_and_edits_exported(
     assert any(len(r) == len(xy) and np.allclose(r[:, ::-1], xy, atol=1e-3) for r in rest)
 
 
+def test_a_new_tissue_result_replaces_the_old_one_in_the_same_layer(
+    make_napari_viewer, small_slide, qtbot
+):
+    from napari_slidescope import detect_tissue
+
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
+    whole = detect_tissue(small_slide)
+    part = detect_tissue(small_slide, region=(0, 0, 512, 512))
+    assert len(whole.polygons) != len(part.polygons) or whole.area_um2 != part.area_um2
+    first = _shapes.show_tissue(viewer, image, whole)
+    n_layers = len(viewer.layers)
+    second = _shapes.show_tissue(viewer, image, part)
+    assert second is first and len(viewer.layers) == n_layers  # updated, not re-added
+    feats = second.features
+    tissue = feats["role"] == "tissue"
+    assert len(second.data) == len(feats) == len(part.polygons) + sum(map(len, part.holes))
+    assert float(feats["area_um2"][tissue].sum()) == pytest.approx(part.area_um2, rel=0.05)
+    assert all(str(v).endswith("mm²") for v in feats["area_label"][tissue])
+    assert second.metadata["slidescope_tissue"] is part
+    ring = _shapes.smooth_ring(part.polygons[0], 2)
+    np.testing.assert_allclose(second.data[0], ring - 0.5, atol=1e-6)
+    # edits after the replacement still update the areas
+    second.selected_data = {0}
+    second.remove_selected()
+    assert len(second.features) == len(second.data)
+
+
 def test_analyse_inside_the_selected_shape(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):

@@ -4,6 +4,7 @@ import ctypes
 import gc
 import json
 import sys
+import threading
 import time
 
 import numpy as np
@@ -274,48 +275,53 @@ def test_export_buttons_write_geojson_and_csv(
     assert json.loads((tmp_path / "small_tissue.geojson").read_text())["features"]
 
 
-def test_gui_stays_responsive_during_a_whole_slide_run(make_napari_viewer, small_slide, qtbot):
-    """Main-thread event-loop latency, probed by a 10 ms timer: p99 < 100 ms."""
+def test_tile_work_runs_off_the_main_thread_while_the_event_loop_turns(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
+    """What keeps the GUI responsive: no segmenter stage runs on the main thread, and Qt
+    keeps serving timer events while tiles are worked on. (The latency figures themselves
+    are measured by ``benchmarks/gui_latency.py``, not asserted here.)"""
     from qtpy.QtCore import QTimer
 
+    main = threading.get_ident()
+    stage_threads: set[int] = set()
+    ticks = [0]
+    ticks_at_tile: list[int] = []
+
+    class Recording(threshold_segmenter):
+        def predict(self, tiles, *, mpp):
+            stage_threads.add(threading.get_ident())
+            return super().predict(tiles, mpp=mpp)
+
+        def postprocess(self, raw, *, mpp):
+            stage_threads.add(threading.get_ident())
+            ticks_at_tile.append(ticks[0])
+            time.sleep(0.03)  # each tile takes a while, as a real one does
+            return super().postprocess(raw, mpp=mpp)
+
     viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
-    # warm-up on a small region: napari creates the result layers (a one-off ~0.4 s on
-    # the main thread, whatever the run) and the first run imports the analysis modules
-    widget.controller.run(image, "tissue", scope="slide")
-    _wait_ready(qtbot, widget)
-    widget.controller.run(
-        image,
-        "nuclei",
-        region=(0, 0, 64, 64),
-        nuclei_options={"target_mpp": 0.5, "segmenter": "builtin"},
-    )
-    _wait_ready(qtbot, widget)
-    widget.scope.value = "slide"
-    widget.mode.value = "replace"
-    widget.segmenter.value = "builtin"
-    widget.nuclei_mpp.value = 0.5
-    widget.tile_size_um.value = 128.0
-    gaps, last = [], [time.perf_counter()]
+    options = {"segmenter": Recording(), "target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
 
-    def probe():
-        now = time.perf_counter()
-        gaps.append(now - last[0])
-        last[0] = now
+    def whole_slide_run():
+        ticks_at_tile.clear()
+        widget.controller.run(
+            image, "nuclei", scope="slide", mode="replace", nuclei_options=options
+        )
+        _wait_ready(qtbot, widget, timeout=60_000)
 
+    whole_slide_run()  # creating the result layers is napari's one-off work on the main thread
     timer = QTimer()
     timer.setInterval(10)
-    timer.timeout.connect(probe)
+    timer.timeout.connect(lambda: ticks.__setitem__(0, ticks[0] + 1))
     timer.start()
-    widget.run()
-    _wait_ready(qtbot, widget, timeout=60_000)
+    whole_slide_run()  # a second run replaces its results in the existing layers
     timer.stop()
-    lat = (np.array(gaps[1:]) - 0.010) * 1000
-    p50, p99, worst = np.percentile(lat, 50), np.percentile(lat, 99), lat.max()
-    print(
-        f"\nlatency over {len(lat)} probes: p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {worst:.1f} ms"
-    )
     assert viewer.layers[f"{image.name} nuclei"].features.shape[0] > 0
-    assert p99 < 100
+    assert len(ticks_at_tile) >= 4
+    assert main not in stage_threads
+    # the event loop turned between the first tile and the last: a blocked main thread
+    # would deliver no timer events until the run had finished
+    assert ticks_at_tile[-1] > ticks_at_tile[0]
 
 
 #: Peak RSS growth allowed during a whole-slide run: the 6 MiB label canvas plus tiles in

@@ -127,30 +127,45 @@ def show_tissue(viewer: Any, image: Any, result: Any, *, smooth: int = 2) -> Any
         "area_um2": _areas_um2(rings, roles, pieces, mpp),
         "area_label": np.full(len(rings), "", dtype=object),
     }
-    if name in viewer.layers:
-        viewer.layers.remove(name)
-    layer = viewer.add_shapes(
-        [to_layer_coords(r) for r in rings],
-        shape_type="polygon",
-        name=name,
-        edge_color=TISSUE_EDGE,
-        face_color="transparent",
-        edge_width=max(2.0, 2.0 * float(result.downsample[0]) / 8),
-        features=features,
-        text={
-            "string": "{area_label}",
-            "color": TISSUE_EDGE,
-            "size": 10,
-            "anchor": "upper_left",
-        }
-        if rings
-        else None,
-        **aligned(image),
-    )
+    style = {
+        "edge_color": TISSUE_EDGE,
+        "face_color": "transparent",
+        "edge_width": max(2.0, 2.0 * float(result.downsample[0]) / 8),
+    }
+    text = {"string": "{area_label}", "color": TISSUE_EDGE, "size": 10, "anchor": "upper_left"}
+    layer = viewer.layers[name] if name in viewer.layers else None
+    if layer is not None and "slidescope_tissue" in layer.metadata:
+        # replaced in place: removing a layer costs napari a full garbage collection and
+        # a new visual, which would block the event loop while a run is going on
+        layer.metadata["slidescope_updating"] = True
+        try:
+            layer.selected_data = set(range(layer.nshapes))
+            layer.remove_selected()
+            for key, value in aligned(image).items():
+                setattr(layer, key, value)
+            if rings:
+                layer.add([to_layer_coords(r) for r in rings], shape_type="polygon", **style)
+        finally:
+            layer.metadata.pop("slidescope_updating", None)
+        layer.features = features
+        if rings:
+            layer.text = text
+    else:
+        if name in viewer.layers:
+            viewer.layers.remove(name)
+        layer = viewer.add_shapes(
+            [to_layer_coords(r) for r in rings],
+            shape_type="polygon",
+            name=name,
+            features=features,
+            text=text if rings else None,
+            **style,
+            **aligned(image),
+        )
+        layer.events.data.connect(lambda event, layer=layer: _on_data(layer, event))
     _label_areas(layer)
     layer.metadata["slidescope_tissue"] = result
     layer.metadata["slidescope_mpp"] = mpp
-    layer.events.data.connect(lambda event, layer=layer: _on_data(layer, event))
     return layer
 
 
@@ -169,6 +184,8 @@ def _label_areas(layer: Any) -> None:
 def _on_data(layer: Any, event: Any) -> None:
     """Keep the areas right after the user edits, adds or deletes shapes."""
     if getattr(event, "action", None) not in ("added", "removed", "changed"):
+        return
+    if layer.metadata.get("slidescope_updating"):  # show_tissue sets the features itself
         return
     feats = layer.features.copy()
     if len(feats) != len(layer.data) or "role" not in feats:

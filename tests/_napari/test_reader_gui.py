@@ -102,3 +102,47 @@ def test_drag_and_drop_path_offers_this_reader(make_napari_viewer, shared_file, 
     assert "napari-slidescope" in readers
     [layer] = viewer.open(path, plugin="napari-slidescope")
     assert layer.metadata["path"] == path
+
+
+def _cached_tiles(owner):
+    from napari_slidescope.slide import tile_cache
+
+    return [k for k in list(tile_cache()._items) if isinstance(k, tuple) and k[:1] == (owner,)]
+
+
+def test_removing_the_layer_releases_its_slide(make_napari_viewer, sample_slide):
+    from napari_slidescope._napari import reader
+
+    viewer = make_napari_viewer()
+    path, _ = sample_slide
+    [layer] = viewer.open(str(path), plugin="napari-slidescope")
+    slide = reader._OPEN[-1]
+    assert layer.metadata[reader.SLIDE_KEY] == slide._owner
+    np.asarray(layer.data[0][:600, :600])  # decoded tiles go to the shared cache
+    assert _cached_tiles(slide._owner)
+    [other] = viewer.open(str(path), plugin="napari-slidescope")  # a second, separate slide
+    np.asarray(other.data[0][:600, :600])
+    viewer.add_labels(np.zeros((64, 64), np.int32), name="nuclei")  # a result layer
+    viewer.layers.remove(layer)
+    assert not _cached_tiles(slide._owner)
+    assert slide._tif.filehandle.closed
+    assert slide not in reader._OPEN
+    other_slide = reader._OPEN[-1]
+    assert _cached_tiles(other_slide._owner)  # the other slide is untouched
+    assert np.asarray(other.data[0][:600, :600]).any()
+    viewer.layers.clear()
+    assert not _cached_tiles(other_slide._owner) and other_slide not in reader._OPEN
+
+
+def test_a_multichannel_slide_stays_open_while_a_channel_is_shown(make_napari_viewer, shared_file):
+    from napari_slidescope._napari import reader
+
+    viewer = make_napari_viewer()
+    layers = viewer.open(str(shared_file("small_vectra.qptiff")), plugin="napari-slidescope")
+    slide = reader._OPEN[-1]
+    for layer in layers[:-1]:
+        viewer.layers.remove(layer)
+        assert slide in reader._OPEN and not slide._tif.filehandle.closed
+    assert np.asarray(layers[-1].data[:16, :16]).shape == (16, 16)  # still readable
+    viewer.layers.remove(layers[-1])
+    assert slide not in reader._OPEN and slide._tif.filehandle.closed

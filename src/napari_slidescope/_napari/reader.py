@@ -1,8 +1,16 @@
-"""The npe2 reader: a thin layer over :func:`napari_slidescope.open_slide`."""
+"""The npe2 reader: a thin layer over :func:`napari_slidescope.open_slide`.
+
+A slide opened here stays open while a layer of the viewer shows it: when the last
+layer showing a slide's levels (every channel of a multichannel slide, duplicates) is
+removed from the viewer, the slide is closed, which empties its part of the shared
+decoded-tile cache (:mod:`napari_slidescope.slide.cache`). Result layers hold their
+own rasters, never the slide's levels, so they do not keep it open.
+"""
 
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +22,9 @@ TIFF_EXTENSIONS = (".tif", ".tiff", ".ome.tif", ".ome.tiff")
 EAGER_LIMIT_BYTES = 256 * 2**20
 
 LayerData = tuple[Any, dict[str, Any], str]
+
+#: Layer metadata key holding the id of the open slide a layer shows.
+SLIDE_KEY = "slidescope_slide"
 ReaderFunction = Callable[[str | list[str]], list[LayerData]]
 
 
@@ -88,7 +99,46 @@ def read_slide(path: str | list[str]) -> list[LayerData]:
     if isinstance(path, list):
         path = path[0]
     slide = open_slide(path, on_error="blank")
-    return [layer_data(slide)]
+    data = layer_data(slide)
+    _close_with_layers(slide)
+    return [data]
+
+
+#: Slides opened by the reader that a viewer's layers may still show.
+_OPEN: list[Any] = []
+_WATCHED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _close_with_layers(slide: Any) -> None:
+    """Close `slide` once no layer of the current viewer shows it any more.
+
+    The layers of one slide (its channels, duplicates) carry the slide's id in their
+    metadata under :data:`SLIDE_KEY`.
+    """
+    import napari
+
+    viewer = napari.current_viewer()
+    if viewer is None:  # read outside a viewer: the caller owns the layer data
+        return
+    _OPEN.append(slide)
+    if viewer not in _WATCHED:
+        _WATCHED.add(viewer)
+        viewer.layers.events.removed.connect(_on_layer_removed)
+
+
+def _slide_key(layer: Any) -> Any:
+    metadata = getattr(layer, "metadata", None)
+    return metadata.get(SLIDE_KEY) if isinstance(metadata, dict) else None
+
+
+def _on_layer_removed(event: Any) -> None:
+    """Close the reader's slides that the remaining layers no longer show."""
+    key = _slide_key(event.value)
+    if key is None or any(_slide_key(layer) == key for layer in event.source):
+        return
+    for slide in [s for s in _OPEN if s._owner == key]:
+        _OPEN.remove(slide)
+        slide.close()
 
 
 def layer_data(slide: Any) -> LayerData:
@@ -101,7 +151,11 @@ def layer_data(slide: Any) -> LayerData:
     kwargs: dict[str, Any] = {
         "name": slide.path.name,
         "multiscale": len(levels) > 1,
-        "metadata": {"slidescope": meta, "path": str(slide.path)},
+        "metadata": {
+            "slidescope": meta,
+            "path": str(slide.path),
+            SLIDE_KEY: getattr(slide, "_owner", None),
+        },
     }
     if slide.mpp is not None:
         kwargs["scale"] = tuple(slide.mpp)

@@ -129,3 +129,45 @@ def _layers_canvas(viewer, image):
     from napari_slidescope._napari.layers import canvas_of
 
     return canvas_of(viewer.layers[f"{image.name} nuclei"])
+
+
+def test_a_polygon_run_records_the_polygon_as_analysed(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
+    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope.pipeline.nuclei import segment_nuclei
+
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
+    triangle = np.array([[0.0, 0.0], [0.0, 1024.0], [768.0, 0.0]])
+    box = (0, 0, 768, 1024)  # the triangle's bounding box
+    ctl = controller_for(viewer)
+    opts = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
+    opts["segmenter"] = threshold_segmenter()
+    ctl.run(image, "nuclei", region=triangle, nuclei_options=opts)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
+    canvas = _layers_canvas(viewer, image)
+    np.testing.assert_allclose(canvas.regions[-1], triangle)
+    first = int(canvas.table()["id"].size)
+    # the rest of the box, analysed next in "add" mode, is new ground: its nuclei count
+    ctl.run(image, "nuclei", region=box, mode="add", nuclei_options=opts)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
+    table = canvas.table()
+    ref = segment_nuclei(str(small_slide), region=box, tissue="auto", **opts)
+    assert 0 < first < table["id"].size == ref.count
+    assert np.unique(table["id"]).size == table["id"].size
+
+
+def test_tissue_area_inside_a_polygon_is_the_polygon_s():
+    from types import SimpleNamespace
+
+    from napari_slidescope._napari.session import tissue_area_um2
+
+    tissue = SimpleNamespace(
+        mask=np.ones((100, 100), bool), mpp=2.0, origin=(0.0, 0.0), downsample=(2.0, 2.0)
+    )  # 200 x 200 level-0 px of tissue, 4 µm² per mask pixel
+    triangle = np.array([[0.0, 0.0], [0.0, 200.0], [200.0, 0.0]])
+    assert tissue_area_um2(tissue, [(0, 0, 200, 200)]) == pytest.approx(40_000)
+    assert tissue_area_um2(tissue, [triangle]) == pytest.approx(20_000, rel=0.03)
+    # the union: a triangle inside a box adds nothing
+    assert tissue_area_um2(tissue, [(0, 0, 200, 200), triangle]) == pytest.approx(40_000)

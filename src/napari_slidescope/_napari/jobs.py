@@ -145,7 +145,7 @@ class JobSpec:
     tissue_options: dict[str, Any]
     nuclei_options: dict[str, Any]
     grid: tuple[Any, Any, tuple[int, int]] | None = None
-    covered: tuple[Box, ...] = ()
+    covered: tuple[Any, ...] = ()  # level-0 boxes and polygon rings analysed before
     id_offset: int = 0
     tissue: Any = None
     #: The ``LabelPyramid`` the worker pastes tiles into (a whole-slide canvas), or None.

@@ -29,6 +29,8 @@ import numpy as np
 from napari_slidescope._types import Box
 
 Pair = tuple[float, float]
+#: An analysed area: a level-0 box, or a polygon's level-0 ``(row, col)`` ring.
+Area = Box | np.ndarray
 
 __all__ = [
     "Patch",
@@ -88,8 +90,9 @@ class ResultCanvas:
         The grid: level-0 corner of ``data[0, 0]`` and level-0 pixels per pixel.
     mpp : (float, float)
         µm per level-0 pixel of the image.
-    regions : list of box
-        Level-0 boxes analysed so far (a nucleus whose centroid lies in one was found).
+    regions : list of box or (K, 2) ndarray
+        Level-0 areas analysed so far, each a box or a polygon's ``(row, col)`` ring (a
+        nucleus whose centroid lies in one was found).
     tables : list of dict
         Table chunks, in arrival order.
     next_id : int
@@ -100,7 +103,7 @@ class ResultCanvas:
     origin: Pair
     downsample: Pair
     mpp: Pair
-    regions: list[Box] = field(default_factory=list)
+    regions: list[Area] = field(default_factory=list)
     tables: list[dict[str, np.ndarray]] = field(default_factory=list)
     next_id: int = 0
     #: Weak reference to the layer last uploaded whole (a strong one would keep a deleted
@@ -195,7 +198,7 @@ class PyramidCanvas:
     origin: Pair
     downsample: Pair
     mpp: Pair
-    regions: list[Box] = field(default_factory=list)
+    regions: list[Area] = field(default_factory=list)
     tables: list[dict[str, np.ndarray]] = field(default_factory=list)
     next_id: int = 0
     drawn: weakref.ref | None = field(default=None, repr=False, compare=False)
@@ -349,7 +352,7 @@ def tile_patch(
     origin: Pair,
     downsample: Pair,
     shape: tuple[int, int],
-    covered: Sequence[Box] = (),
+    covered: Sequence[Area] = (),
     id_offset: int = 0,
     pyramid: Any = None,
 ) -> Patch | None:
@@ -361,8 +364,9 @@ def tile_patch(
         The tile's labels (region-unique ids over ``tile.box`` of ``step.plan``) and table.
     origin, downsample, shape
         The canvas grid (see :class:`ResultCanvas`).
-    covered : sequence of box
-        Level-0 boxes of earlier runs: nuclei whose centroid lies in one are dropped.
+    covered : sequence of box or (K, 2) ndarray
+        Level-0 areas of earlier runs (boxes, polygon rings): nuclei whose centroid lies in
+        one are dropped.
     id_offset : int
         Added to the ids of this run (ids already on the canvas).
     pyramid : LabelPyramid, optional
@@ -373,9 +377,11 @@ def tile_patch(
     labels, table = res.labels, dict(res.table)
     if "id" in table and covered and table["id"].size:
         rows, cols = table["centroid_row"], table["centroid_col"]
-        dup = np.zeros(rows.shape, bool)
-        for y0, x0, y1, x1 in covered:
-            dup |= (rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)
+        from napari_slidescope.pipeline.regions import inside_region
+
+        dup = np.zeros(np.shape(rows), bool)
+        for area in covered:
+            dup |= inside_region(rows, cols, area)
         if dup.any():
             labels = np.where(np.isin(labels, table["id"][dup]), 0, labels)
             table = {k: np.asarray(v)[~dup] for k, v in table.items()}
@@ -420,7 +426,8 @@ def prepare_nuclei_layer(
     *,
     mode: str = "add",
     pyramid: bool | None = None,
-) -> tuple[Any, ResultCanvas | PyramidCanvas, list[Box], int]:
+    polygon: np.ndarray | None = None,
+) -> tuple[Any, ResultCanvas | PyramidCanvas, list[Area], int]:
     """Create or grow ``"<image> nuclei"`` for a run over `region` (main thread).
 
     Parameters
@@ -430,6 +437,9 @@ def prepare_nuclei_layer(
     pyramid : bool, optional
         Draw on a :class:`PyramidCanvas` (a multiscale layer); by default only when the
         region is larger than a dense canvas may be. Once a pyramid, always a pyramid.
+    polygon : (K, 2) ndarray, optional
+        The level-0 ``(row, col)`` ring of a polygon region (`region` is its bounding
+        box): the polygon, not the box, is recorded as analysed.
 
     Returns
     -------
@@ -457,7 +467,10 @@ def prepare_nuclei_layer(
             if isinstance(old, ResultCanvas):
                 _copy_into(canvas, old)
     covered, offset = list(canvas.regions), canvas.next_id
-    canvas.regions.append(tuple(int(v) for v in region))  # type: ignore[arg-type]
+    if polygon is not None:
+        canvas.regions.append(np.array(polygon, float))
+    else:
+        canvas.regions.append(tuple(int(v) for v in region))  # type: ignore[arg-type]
     scale, translate = aligned_transform(image, canvas.origin, canvas.downsample)
     multiscale = isinstance(canvas, PyramidCanvas)
     if layer is not None and bool(layer.multiscale) != multiscale:

@@ -132,17 +132,30 @@ class Outcome:
     error: str | None = None
 
 
-def tissue_area_um2(tissue: Any, boxes: list[Box]) -> float | None:
-    """Tissue area (µm²) inside the union of level-0 `boxes` (mask pixel centres)."""
-    if tissue is None or tissue.mpp is None or not boxes:
+def tissue_area_um2(tissue: Any, areas: list[Any]) -> float | None:
+    """Tissue area (µm²) inside the union of level-0 `areas` (mask pixel centres).
+
+    An area is a box ``(y0, x0, y1, x1)`` or a polygon's ``(row, col)`` ring.
+    """
+    from napari_slidescope.pipeline.regions import inside_region
+
+    if tissue is None or tissue.mpp is None or not areas:
         return None
     mask = np.asarray(tissue.mask, bool)
     inside = np.zeros(mask.shape, bool)
     (oy, ox), (dy, dx) = tissue.origin, tissue.downsample
     cy = oy + (np.arange(mask.shape[0]) + 0.5) * dy
     cx = ox + (np.arange(mask.shape[1]) + 0.5) * dx
-    for y0, x0, y1, x1 in boxes:
-        inside |= ((cy >= y0) & (cy < y1))[:, None] & ((cx >= x0) & (cx < x1))[None, :]
+    for area in areas:
+        ring = np.asarray(area, float)
+        lo, hi = (ring.min(axis=0), ring.max(axis=0)) if ring.ndim == 2 else (ring[:2], ring[2:])
+        rows = np.flatnonzero((cy >= lo[0]) & (cy < hi[0]))
+        cols = np.flatnonzero((cx >= lo[1]) & (cx < hi[1]))
+        if rows.size == 0 or cols.size == 0:
+            continue
+        rr, cc = np.meshgrid(rows, cols, indexing="ij")
+        hit = inside_region(cy[rr].ravel(), cx[cc].ravel(), area).reshape(rr.shape)
+        inside[rr, cc] |= hit
     return float((mask & inside).sum()) * float(tissue.mpp) ** 2
 
 
@@ -276,10 +289,12 @@ class SlideAnalysis:
             ds = (target / own[0], target / own[1])
             from napari_slidescope.pipeline.regions import check_region, split_region
 
-            box = check_region(split_region(region)[0], source.shape0)
+            box, ring = split_region(region)
+            box = check_region(box, source.shape0)
             run.layer, run.canvas, covered, offset = _layers.prepare_nuclei_layer(
-                self.viewer, image, box, ds, mode=mode, pyramid=True if region is None else None
-            )
+                self.viewer, image, box, ds, mode=mode,
+                pyramid=True if region is None else None, polygon=ring,
+            )  # fmt: skip
             run.region_index = len(run.canvas.regions) - 1
             spec.grid = (run.canvas.origin, run.canvas.downsample, run.canvas.shape)
             if isinstance(run.canvas, _layers.PyramidCanvas):

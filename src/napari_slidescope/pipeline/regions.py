@@ -159,3 +159,26 @@ def inside_polygon(rows: np.ndarray, cols: np.ndarray, ring: np.ndarray) -> np.n
     if len(pts) == 0:
         return np.zeros(0, bool)
     return np.asarray(points_in_poly(pts, np.asarray(ring, float)), bool)
+
+
+def inside_region(rows: np.ndarray, cols: np.ndarray, region: Any) -> np.ndarray:
+    """Return which level-0 points lie inside an analysed area.
+
+    Parameters
+    ----------
+    rows, cols : (N,) ndarray of float
+        Level-0 ``(row, col)`` of the points.
+    region : (int, int, int, int) or (M, 2) ndarray of float
+        A half-open box ``(y0, x0, y1, x1)``, or a polygon's ``(row, col)`` ring (what
+        :func:`split_region` returns for a polygon region).
+
+    Returns
+    -------
+    inside : (N,) ndarray of bool
+    """
+    rows, cols = np.asarray(rows, float), np.asarray(cols, float)
+    ring = np.asarray(region, float)
+    if ring.ndim == 2:
+        return inside_polygon(rows, cols, ring)
+    y0, x0, y1, x1 = (float(v) for v in ring)
+    return (rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)

@@ -381,3 +381,36 @@ def test_memory_is_bounded_and_returns_after_runs(
     assert max(peaks) < RUN_BOUND_MB
     assert ends[-1] - ends[0] < AFTER_BOUND_MB  # five runs do not grow it
     assert after < AFTER_BOUND_MB
+
+
+def test_the_widget_says_which_model_runs_and_which_are_installed(
+    make_napari_viewer, small_slide, qtbot, monkeypatch
+):
+    from napari_slidescope.segmenters import registry
+
+    real = registry.missing_reason
+    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    # as on a machine without the InstanSeg models
+    monkeypatch.setattr(
+        registry,
+        "missing_reason",
+        lambda name: "not here" if name.startswith("instanseg") else real(name),
+    )
+    widget.task.value = "nuclei"
+    widget.segmenter.value = "builtin"
+    widget.segmenter.value = "auto"
+    text = widget.models.value
+    assert text.startswith("auto runs builtin on this brightfield slide")
+    assert "instanseg is not installed" in text and "installed: builtin" in text
+    assert widget.models.visible
+    # and with them installed
+    monkeypatch.setattr(
+        registry,
+        "missing_reason",
+        lambda name: None if name.startswith("instanseg") else real(name),
+    )
+    widget.segmenter.value = "builtin"
+    assert widget.models.value.startswith("builtin on this brightfield slide")
+    widget.segmenter.value = "auto"
+    assert widget.models.value.startswith("auto runs instanseg on this brightfield slide")
+    assert "instanseg" in widget.models.value.split("installed:")[1]

@@ -255,6 +255,9 @@ class SlideAnalysisWidget(Container):
             "auto: InstanSeg for the stain when installed, else the built-in method; "
             "installed: " + ", ".join(installed)
         )
+        # which model "auto" runs on this slide, and which models are installed, in view
+        self.models = Label(label="Models", value=_models_text(None, "auto"))
+        _wrap(self.models)
         # 0 reads "auto": the segmenter's resolution, never finer than the slide's own
         # (unrounded) pixel size, as segmenters.working_mpp decides for every entry point
         self.nuclei_mpp = FloatSpinBox(
@@ -286,7 +289,8 @@ class SlideAnalysisWidget(Container):
             label="Stain", choices=["auto", "brightfield", "fluorescence"], value=d.tissue_mode
         )
         self.nuclei_params = Container(
-            widgets=[self.mode, self.segmenter, self.nuclei_mpp, self.tile_size_um], labels=True
+            widgets=[self.mode, self.segmenter, self.models, self.nuclei_mpp, self.tile_size_um],
+            labels=True,
         )
         nuclei_advanced: list[Widget] = [
             self.channel,
@@ -484,11 +488,13 @@ class SlideAnalysisWidget(Container):
         self._update_run_button()
 
     def _on_segmenter(self, name: Any) -> None:
-        """Say which resolution "auto" stands for with this segmenter on this slide."""
+        """Say which model and resolution "auto" stand for on this slide."""
         layer = self.image.value
         if layer is None:
+            self.models.value = _models_text(None, name or "auto")
             return
         src = jobs.SlideSource.from_layer(layer)
+        self.models.value = _models_text(jobs.source_input(src), name or "auto")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SlidescopeWarning)  # uncalibrated: said on run
             mpp = jobs.nuclei_mpp(src, {"segmenter": name or "auto"})
@@ -741,6 +747,28 @@ class SlideAnalysisWidget(Container):
             result.to_geojson(target)
         show_info(f"Slide analysis: wrote {target}")
         return target
+
+
+def _models_text(kind: str | None, name: str) -> str:
+    """Say on the "Models" line which model runs, what is missing, what is installed.
+
+    `kind` is the slide's ``"brightfield"`` or ``"fluorescence"`` (None: no slide yet).
+    """
+    from napari_slidescope.segmenters import registry
+
+    installed = ", ".join(registry.available_segmenters())
+    if kind is None:
+        return f"installed: {installed}"
+    if name != "auto":
+        return f"{name} on this {kind} slide; installed: {installed}"
+    chosen = registry.resolve_auto(cast(Any, kind), warn=False)
+    learned, _builtin = registry.auto_choices(cast(Any, kind))
+    if chosen == learned:
+        return f"auto runs {chosen} on this {kind} slide; installed: {installed}"
+    return (
+        f"auto runs {chosen} on this {kind} slide: {learned} is not installed (see the "
+        f"README, Segmenters); installed: {installed}"
+    )
 
 
 def _camera(viewer: Any) -> Any:

@@ -30,6 +30,7 @@ from napari_slidescope.segmenters.base import (
 __all__ = [
     "AUTO",
     "SegmenterEntry",
+    "auto_choices",
     "available_segmenters",
     "get_segmenter",
     "missing_reason",
@@ -184,6 +185,13 @@ def segmenter_input(name: str) -> Input:
     return _entry(name).input
 
 
+def auto_choices(input: Input) -> tuple[str, str]:
+    """Return the learned and the built-in segmenter ``"auto"`` chooses between for `input`."""
+    if input not in INPUTS:
+        raise ValueError(f"input must be one of {INPUTS}; got {input!r}")
+    return _AUTO_CHOICES[input]
+
+
 def resolve_auto(input: Input, *, warn: bool = True) -> str:
     """Name the segmenter ``"auto"`` runs on an image of kind `input`.
 
@@ -201,9 +209,7 @@ def resolve_auto(input: Input, *, warn: bool = True) -> str:
     str
         A registered name.
     """
-    if input not in INPUTS:
-        raise ValueError(f"input must be one of {INPUTS}; got {input!r}")
-    learned, builtin = _AUTO_CHOICES[input]
+    learned, builtin = auto_choices(input)
     reason = missing_reason(learned)
     if reason is None:
         return learned

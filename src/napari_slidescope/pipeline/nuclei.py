@@ -32,7 +32,6 @@ from napari_slidescope.pipeline.tiling import (
     Box,
     Tile,
     TilePlan,
-    choose_level,
     make_plan,
     paste_owned,
     read_tile,
@@ -51,6 +50,7 @@ from napari_slidescope.segmenters import (
     signal_channel,
     working_mpp,
 )
+from napari_slidescope.slide.level_choice import coarsest_level_not_coarser
 
 __all__ = [
     "NucleiResult",
@@ -150,7 +150,7 @@ def _working_sample(
         math.isqrt(_SAMPLE_PIXELS // len(picks)),
         *(min(_box_shape(t.core)) for t in picks),
     )
-    level = choose_level(slide.downsamples, plan.downsample)
+    level = coarsest_level_not_coarser(slide.downsamples, plan.downsample)
     crops = []
     for t in picks:
         check_cancel(cancel, "segmenter preparation")

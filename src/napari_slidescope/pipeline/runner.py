@@ -36,10 +36,10 @@ from napari_slidescope.pipeline.cancel import Cancelled, check_cancel
 from napari_slidescope.pipeline.tiling import (
     Tile,
     TilePlan,
-    choose_level,
     owned_labels,
     read_tile,
 )
+from napari_slidescope.slide.level_choice import coarsest_level_not_coarser
 
 __all__ = ["TileResult", "iter_tiles"]
 
@@ -154,7 +154,9 @@ def iter_tiles(
     tiles : sequence of Tile, optional
         Tiles to process (e.g. those with tissue), default all of ``plan``.
     level : int, optional
-        Pyramid level to read, default :func:`choose_level`.
+        Pyramid level to read, default the coarsest level not coarser than the plan's
+        working resolution
+        (:func:`~napari_slidescope.slide.level_choice.coarsest_level_not_coarser`).
     workers : int, optional
         Post-processing threads, default ``os.cpu_count()``.
     read_threads : int
@@ -265,7 +267,11 @@ class _StagedRun:
                 f"max_in_flight: expected >= batch_size ({self.batch_size}), got {bound}"
             )
         if reader is None:
-            lvl = choose_level(slide.downsamples, plan.downsample) if level is None else level
+            lvl = (
+                coarsest_level_not_coarser(slide.downsamples, plan.downsample)
+                if level is None
+                else level
+            )
             self.read: Callable[[Tile], np.ndarray] = lambda t: read_tile(
                 slide, t, plan, level=int(lvl)
             )

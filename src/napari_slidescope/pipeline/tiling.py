@@ -23,7 +23,7 @@ where ``origin`` is the region's top-left level-0 pixel. Working boxes are
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,6 @@ __all__ = [
     "Box",
     "Tile",
     "TilePlan",
-    "choose_level",
     "make_plan",
     "owned_labels",
     "paste_owned",
@@ -267,29 +266,6 @@ def _axis_cores(n_px: int, n: int, overlap: int) -> tuple[list[tuple[int, int]],
     cores = list(zip(edges[:-1], edges[1:], strict=True))
     size = max(min(c1 + overlap, n_px) - max(c0 - overlap, 0) for c0, c1 in cores)
     return cores, size
-
-
-def choose_level(
-    downsamples: Sequence[tuple[float, float]], downsample: tuple[float, float]
-) -> int:
-    """Coarsest pyramid level that is still at least as fine as the working resolution.
-
-    Parameters
-    ----------
-    downsamples : sequence of (float, float)
-        ``(y, x)`` level-0 pixels per pixel of each level.
-    downsample : (float, float)
-        ``(y, x)`` level-0 pixels per working pixel.
-
-    Returns
-    -------
-    level : int
-    """
-    best = 0
-    for i, (dy, dx) in enumerate(downsamples):
-        if dy <= downsample[0] * 1.01 and dx <= downsample[1] * 1.01 and dy >= downsamples[best][0]:
-            best = i
-    return best
 
 
 def _axis_positions(

@@ -3,6 +3,7 @@
 from napari_slidescope.slide.cache import set_cache_bytes, tile_cache
 from napari_slidescope.slide.chunking import DEFAULT_CHUNK_BYTES, choose_chunks
 from napari_slidescope.slide.errors import SlideError
+from napari_slidescope.slide.level_choice import coarsest_level_not_coarser, nearest_level
 from napari_slidescope.slide.probe import SlideProbe, probe
 from napari_slidescope.slide.slide import ArraySlide, Slide, open_slide
 
@@ -13,6 +14,8 @@ __all__ = [
     "SlideError",
     "SlideProbe",
     "choose_chunks",
+    "coarsest_level_not_coarser",
+    "nearest_level",
     "open_slide",
     "probe",
     "set_cache_bytes",

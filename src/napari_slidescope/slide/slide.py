@@ -16,7 +16,7 @@ import numpy as np
 
 from napari_slidescope._units import as_pair
 from napari_slidescope._warnings import SlidescopeWarning
-from napari_slidescope.slide import _check, _levels, _tiff
+from napari_slidescope.slide import _check, _levels, _tiff, level_choice
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
 from napari_slidescope.slide.errors import SlideError
@@ -87,18 +87,22 @@ class _BaseSlide:
         dy, dx = self.downsamples[level]
         return (self.mpp[0] * dy, self.mpp[1] * dx)
 
-    def level_for_mpp(self, target_mpp: float) -> int:
+    def nearest_level(self, target_mpp: float) -> int:
         """Return the level whose pixel size is nearest to `target_mpp` (log scale).
 
-        Ties go to the finer level. Without calibration, `target_mpp` is read as a
-        downsample factor relative to level 0.
+        Ties go to the finer level; the rule is
+        :func:`~napari_slidescope.slide.level_choice.nearest_level`. Without calibration,
+        `target_mpp` is read as a downsample factor relative to level 0.
         """
         if not target_mpp > 0:
             raise ValueError(f"target_mpp must be positive, got {target_mpp!r}")
         base = self.mpp[1] if self.mpp is not None else 1.0
-        costs = [abs(math.log(base * ds[1] / target_mpp)) for ds in self.downsamples]
-        best = min(costs)
-        return next(i for i, c in enumerate(costs) if c <= best + 1e-9)
+        target = target_mpp / base
+        return level_choice.nearest_level(self.downsamples, (target, target))
+
+    def level_for_mpp(self, target_mpp: float) -> int:
+        """Return the level nearest to `target_mpp`: a synonym of :meth:`nearest_level`."""
+        return self.nearest_level(target_mpp)
 
     def level_box(self, region: tuple[int, int, int, int], level: int) -> tuple[int, int, int, int]:
         """Return the `level` pixel box covering the level-0 box `region`, clipped."""

@@ -1,0 +1,111 @@
+"""Which pyramid level to read for a working resolution: two rules, named for how they differ.
+
+:func:`nearest_level`
+    The level whose pixel size is nearest the target on a log scale, finer *or coarser*.
+    Right for looking (tissue detection, thumbnails): a level 1.4x coarser than the target
+    is a better picture of it than one 2.8x finer.
+:func:`coarsest_level_not_coarser`
+    The coarsest level that is still at least as fine as the target (within 1 %), so the
+    working pixels are always made by downsampling, never by upsampling. Right for
+    measuring (nuclei segmentation), where detail lost in a coarser level cannot come back.
+
+Both take downsample factors, ``(y, x)`` level-0 pixels per pixel, the unit every slide
+knows whether or not it is calibrated.
+
+Examples
+--------
+Levels at 1x, 4x and 16x; a target of 3x:
+
+>>> downsamples = [(1.0, 1.0), (4.0, 4.0), (16.0, 16.0)]
+>>> nearest_level(downsamples, (3.0, 3.0))
+1
+>>> coarsest_level_not_coarser(downsamples, (3.0, 3.0))
+0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = ["coarsest_level_not_coarser", "nearest_level"]
+
+#: A level counts as "not coarser" up to this relative excess (float rounding of shapes).
+_NOT_COARSER_TOLERANCE = 1.01
+
+
+def _check_target(target: tuple[float, float]) -> None:
+    if not (target[0] > 0 and target[1] > 0):
+        raise ValueError(f"target downsample must be two positive numbers (y, x), got {target!r}")
+
+
+def nearest_level(downsamples: Sequence[tuple[float, float]], target: tuple[float, float]) -> int:
+    """Return the level whose downsample is nearest `target` on a log scale.
+
+    Parameters
+    ----------
+    downsamples : sequence of (float, float)
+        ``(y, x)`` level-0 pixels per pixel of each level, finest first.
+    target : (float, float)
+        ``(y, x)`` level-0 pixels per working pixel; the x factor decides.
+
+    Returns
+    -------
+    level : int
+        Ties go to the finer level.
+
+    Raises
+    ------
+    ValueError
+        If `target` is not positive.
+
+    Examples
+    --------
+    >>> nearest_level([(1.0, 1.0), (4.0, 4.0)], (2.0, 2.0))  # a tie: the finer one
+    0
+    >>> nearest_level([(1.0, 1.0), (4.0, 4.0)], (2.5, 2.5))
+    1
+    """
+    _check_target(target)
+    costs = [abs(math.log(ds[1] / target[1])) for ds in downsamples]
+    best = min(costs)
+    return next(i for i, c in enumerate(costs) if c <= best + 1e-9)
+
+
+def coarsest_level_not_coarser(
+    downsamples: Sequence[tuple[float, float]], target: tuple[float, float]
+) -> int:
+    """Return the coarsest level that is at least as fine as `target` on both axes.
+
+    Parameters
+    ----------
+    downsamples : sequence of (float, float)
+        ``(y, x)`` level-0 pixels per pixel of each level, finest first.
+    target : (float, float)
+        ``(y, x)`` level-0 pixels per working pixel.
+
+    Returns
+    -------
+    level : int
+        Level 0 when every other level is coarser than `target` (beyond 1 %).
+
+    Raises
+    ------
+    ValueError
+        If `target` is not positive.
+
+    Examples
+    --------
+    >>> coarsest_level_not_coarser([(1.0, 1.0), (4.0, 4.0)], (3.9, 3.9))
+    0
+    >>> coarsest_level_not_coarser([(1.0, 1.0), (4.0, 4.0)], (4.0, 4.0))
+    1
+    """
+    _check_target(target)
+    limit_y = target[0] * _NOT_COARSER_TOLERANCE
+    limit_x = target[1] * _NOT_COARSER_TOLERANCE
+    best = 0
+    for i, (dy, dx) in enumerate(downsamples):
+        if dy <= limit_y and dx <= limit_x and dy >= downsamples[best][0]:
+            best = i
+    return best

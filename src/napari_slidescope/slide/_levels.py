@@ -38,7 +38,8 @@ from napari_slidescope.slide.chunking import choose_chunks
 from napari_slidescope.slide.errors import SlideError
 
 OnError = Literal["raise", "blank"]
-Box = tuple[tuple[int, int], ...]
+#: One half-open ``(start, stop)`` range per array axis (not the project's 2-D `_types.Box`).
+AxisRanges = tuple[tuple[int, int], ...]
 
 #: Native chunks decoded per raw read (bounds the compressed bytes held at once).
 _BATCH = 64
@@ -121,7 +122,7 @@ class LevelReader:
             return out
         return out.reshape(tuple(n for n, k in zip(out.shape, keep, strict=True) if k))
 
-    def read(self, box: Box, *, parallel: bool) -> np.ndarray:
+    def read(self, box: AxisRanges, *, parallel: bool) -> np.ndarray:
         """Return the pixels of `box` (one ``(start, stop)`` per axis, clipped to the level).
 
         Parameters
@@ -169,7 +170,7 @@ class LevelReader:
             self._warn_blank(bad)
         return out
 
-    def _fill(self, out: np.ndarray, box: Box, indices: list[tuple[int, ...]]) -> list[str]:
+    def _fill(self, out: np.ndarray, box: AxisRanges, indices: list[tuple[int, ...]]) -> list[str]:
         """Decode `indices` into `out`; return the names of native chunks shown blank."""
         cache = tile_cache()
         bad: list[str] = []
@@ -196,13 +197,15 @@ class LevelReader:
                 self._paste(out, box, idx, chunk)
         return bad
 
-    def _chunk_box(self, idx: tuple[int, ...]) -> Box:
+    def _chunk_box(self, idx: tuple[int, ...]) -> AxisRanges:
         return tuple(
             (i * c, min((i + 1) * c, n))
             for i, c, n in zip(idx, self.native, self.shape, strict=True)
         )
 
-    def _paste(self, out: np.ndarray, box: Box, idx: tuple[int, ...], chunk: np.ndarray) -> None:
+    def _paste(
+        self, out: np.ndarray, box: AxisRanges, idx: tuple[int, ...], chunk: np.ndarray
+    ) -> None:
         dst, src = [], []
         for (a, b), i, c in zip(box, idx, self.native, strict=True):
             lo, hi = max(a, i * c), min(b, (i + 1) * c)
@@ -236,7 +239,7 @@ class _Job:
     def __len__(self) -> int:
         return len(self._batches)
 
-    def run(self, fill: Any, out: np.ndarray, box: Box) -> None:
+    def run(self, fill: Any, out: np.ndarray, box: AxisRanges) -> None:
         """Decode batches until the queue is empty (or a batch failed)."""
         while True:
             with self._cv:
@@ -270,20 +273,20 @@ def _in_pool() -> bool:
     return threading.current_thread().name.startswith(_POOL_PREFIX)
 
 
-def _fmt(box: Box) -> str:
+def _fmt(box: AxisRanges) -> str:
     return "[" + ", ".join(f"{a}:{b}" for a, b in box) + "]"
 
 
-class _BoxView:
+class _RangesView:
     """Array-like over one box of a level, with some axes dropped (dask's chunk getter)."""
 
-    def __init__(self, reader: LevelReader, box: Box, keep: tuple[bool, ...]) -> None:
+    def __init__(self, reader: LevelReader, box: AxisRanges, keep: tuple[bool, ...]) -> None:
         self._reader, self._box, self._keep = reader, box, keep
         self.shape = tuple(b - a for (a, b), k in zip(box, keep, strict=True) if k)
         self.dtype = reader.dtype
         self.ndim = len(self.shape)
 
-    def read(self, sub: Box | None, *, parallel: bool) -> np.ndarray:
+    def read(self, sub: AxisRanges | None, *, parallel: bool) -> np.ndarray:
         parts = iter(sub) if sub is not None else None
         full: list[tuple[int, int]] = []
         for (a, b), k in zip(self._box, self._keep, strict=True):
@@ -331,14 +334,16 @@ class RegionArray(da.Array):
     """A basic slice of a :class:`LevelArray`; ``np.asarray`` reads it in one parallel call."""
 
     __slots__ = ()
-    _view: _BoxView
+    _view: _RangesView
 
     def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
         x = self._view.read(None, parallel=True)
         return x if dtype is None else x.astype(dtype, copy=False)
 
 
-def _basic_selection(index: Any, shape: tuple[int, ...]) -> tuple[Box, tuple[bool, ...]] | None:
+def _basic_selection(
+    index: Any, shape: tuple[int, ...]
+) -> tuple[AxisRanges, tuple[bool, ...]] | None:
     """Return (box, kept axes) for ints and step-1 slices, else None (dask handles it)."""
     if not isinstance(index, tuple):
         index = (index,)
@@ -373,7 +378,7 @@ def _basic_selection(index: Any, shape: tuple[int, ...]) -> tuple[Box, tuple[boo
     return tuple(box), tuple(keep)
 
 
-def _hull(key: Any, shape: tuple[int, ...]) -> tuple[Box, tuple[Any, ...]]:
+def _hull(key: Any, shape: tuple[int, ...]) -> tuple[AxisRanges, tuple[Any, ...]]:
     """Return the bounding box of an index and the same index relative to that box."""
     key = key if isinstance(key, tuple) else (key,)
     if any(k is Ellipsis for k in key):
@@ -411,14 +416,14 @@ def _hull(key: Any, shape: tuple[int, ...]) -> tuple[Box, tuple[Any, ...]]:
     return tuple(box), tuple(rel)
 
 
-def _region(level: LevelArray, box: Box, keep: tuple[bool, ...]) -> RegionArray:
+def _region(level: LevelArray, box: AxisRanges, keep: tuple[bool, ...]) -> RegionArray:
     chunks = []
     for (a, b), axis_chunks, k in zip(box, level.chunks, keep, strict=True):
         if not k:
             continue
         c = axis_chunks[0]  # the level's chunks are regular: all equal but the last
         chunks.append(tuple(min(b, (i + 1) * c) - max(a, i * c) for i in range(a // c, -(-b // c))))
-    view = _BoxView(level._reader, box, keep)
+    view = _RangesView(level._reader, box, keep)
     name = f"{level.name}-{'-'.join(f'{a}.{b}' for a, b in box)}"
     arr = da.from_array(
         view,

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope._types import Box
+from napari_slidescope.analysis.resample import resample_nearest
 
 Pair = tuple[float, float]
 #: An analysed area: a level-0 box, or a polygon's level-0 ``(row, col)`` ring.
@@ -41,7 +42,6 @@ __all__ = [
     "paint_patch",
     "prepare_nuclei_layer",
     "pyramid_outlines",
-    "resample_to_grid",
     "show_tissue",
     "tile_patch",
 ]
@@ -314,38 +314,6 @@ def aligned_transform(image: Any, origin: Sequence[float], downsample: Sequence[
     return tuple(s * d), tuple(t + s * (o + d / 2 - 0.5))
 
 
-def resample_to_grid(
-    src: np.ndarray,
-    *,
-    src_origin: Sequence[float],
-    src_downsample: Sequence[float],
-    dst_origin: Sequence[float],
-    dst_downsample: Sequence[float],
-    dst_shape: Sequence[int],
-) -> tuple[Box, np.ndarray] | None:
-    """Nearest-neighbour sample a raster at the pixel centres of another grid.
-
-    Returns
-    -------
-    (box, patch) or None
-        The destination pixels ``(y0, x0, y1, x1)`` whose centres fall inside `src`,
-        clipped to `dst_shape`, and the sampled values; None when there are none.
-    """
-    index = []
-    for ax in (0, 1):
-        so, sd = float(src_origin[ax]), float(src_downsample[ax])
-        do, dd = float(dst_origin[ax]), float(dst_downsample[ax])
-        lo = max(0, math.ceil((so - do) / dd - 0.5 - 1e-9))
-        hi = min(int(dst_shape[ax]), math.ceil((so + src.shape[ax] * sd - do) / dd - 0.5 - 1e-9))
-        if hi <= lo:
-            return None
-        centres = do + (np.arange(lo, hi) + 0.5) * dd
-        idx = np.clip(np.floor((centres - so) / sd).astype(np.intp), 0, src.shape[ax] - 1)
-        index.append((lo, hi, idx))
-    (r0, r1, ri), (c0, c1, ci) = index
-    return (r0, c0, r1, c1), src[ri[:, None], ci[None, :]]
-
-
 def tile_patch(
     step: Any,
     *,
@@ -390,7 +358,7 @@ def tile_patch(
         if "id" in table:
             table["id"] = np.asarray(table["id"]) + id_offset
     (dy, dx), box = plan.downsample, res.tile.box
-    out = resample_to_grid(
+    out = resample_nearest(
         labels,
         src_origin=(plan.origin[0] + box[0] * dy, plan.origin[1] + box[1] * dx),
         src_downsample=plan.downsample,
@@ -501,7 +469,7 @@ def prepare_nuclei_layer(
 
 def _copy_into(pyramid: PyramidCanvas, old: ResultCanvas) -> None:
     """Move a dense canvas's nuclei, table and regions onto a pyramid (main thread)."""
-    out = resample_to_grid(
+    out = resample_nearest(
         old.data,
         src_origin=old.origin,
         src_downsample=old.downsample,

@@ -1,14 +1,16 @@
-"""Resampling images between pixel grids: block means for downsampling."""
+"""Resampling images between pixel grids: block means for downsampling, nearest for labels."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from napari_slidescope._types import Box
 from napari_slidescope.analysis.checks import check_image
 
-__all__ = ["block_mean"]
+__all__ = ["block_mean", "resample_nearest"]
 
 
 def _factors(factor: int | Sequence[int]) -> tuple[int, int]:
@@ -88,3 +90,67 @@ def block_mean(
     if np.issubdtype(out_dtype, np.integer):
         return np.rint(mean).astype(out_dtype)
     return mean.astype(out_dtype)
+
+
+def resample_nearest(
+    src: np.ndarray,
+    *,
+    src_origin: Sequence[float],
+    src_downsample: Sequence[float],
+    dst_origin: Sequence[float],
+    dst_downsample: Sequence[float],
+    dst_shape: Sequence[int],
+) -> tuple[Box, np.ndarray] | None:
+    """Sample a raster at the pixel centres of another grid, nearest neighbour (for labels).
+
+    Both grids are placed in level-0 pixels: pixel ``(i, j)`` of a grid covers
+    ``[origin[0] + i * downsample[0], origin[0] + (i + 1) * downsample[0])`` rows (and
+    likewise columns). Each destination pixel takes the source pixel under its centre.
+
+    Parameters
+    ----------
+    src : (M, N[, ...]) ndarray
+        The raster to sample (labels, or any array: values are copied, never mixed).
+    src_origin, dst_origin : (float, float)
+        Level-0 ``(row, col)`` of the grids' top-left corners.
+    src_downsample, dst_downsample : (float, float)
+        Level-0 pixels per pixel of each grid, ``(y, x)``.
+    dst_shape : (int, int)
+        ``(rows, cols)`` of the destination grid.
+
+    Returns
+    -------
+    (box, patch) or None
+        The destination pixels ``(y0, x0, y1, x1)`` whose centres fall inside `src`,
+        clipped to `dst_shape`, and the sampled values (shape ``(y1 - y0, x1 - x0[, ...])``);
+        None when there are none.
+
+    Examples
+    --------
+    A 2 x 2 label image at 2x, sampled onto the level-0 grid it covers:
+
+    >>> labels = np.array([[1, 2], [3, 0]], dtype=np.int32)
+    >>> box, patch = resample_nearest(
+    ...     labels, src_origin=(0, 0), src_downsample=(2, 2),
+    ...     dst_origin=(0, 0), dst_downsample=(1, 1), dst_shape=(4, 5))
+    >>> box
+    (0, 0, 4, 4)
+    >>> patch
+    array([[1, 1, 2, 2],
+           [1, 1, 2, 2],
+           [3, 3, 0, 0],
+           [3, 3, 0, 0]], dtype=int32)
+    """
+    index = []
+    for ax in (0, 1):
+        so, sd = float(src_origin[ax]), float(src_downsample[ax])
+        do, dd = float(dst_origin[ax]), float(dst_downsample[ax])
+        lo = max(0, math.ceil((so - do) / dd - 0.5 - 1e-9))
+        hi = min(int(dst_shape[ax]), math.ceil((so + src.shape[ax] * sd - do) / dd - 0.5 - 1e-9))
+        if hi <= lo:
+            return None
+        centres = do + (np.arange(lo, hi) + 0.5) * dd
+        idx = np.clip(np.floor((centres - so) / sd).astype(np.intp), 0, src.shape[ax] - 1)
+        index.append((lo, hi, idx))
+    (r0, r1, ri), (c0, c1, ci) = index
+    return (r0, c0, r1, c1), src[ri[:, None], ci[None, :]]

@@ -24,6 +24,7 @@ import numpy as np
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.geometry import labels_to_polygons
 from napari_slidescope.analysis.measure import concat_tables, measure_nuclei
+from napari_slidescope.analysis.resample import resample_nearest
 from napari_slidescope.analysis.stains import estimate_stains
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
@@ -631,10 +632,19 @@ def _dense_labels(labels: bool | str, plan: TilePlan, is_array: bool) -> bool:
 def _to_level0(labels: np.ndarray, plan: TilePlan) -> np.ndarray:
     """Nearest-neighbour labels on the level-0 pixels of the plan's region."""
     y0, x0, y1, x1 = plan.region
-    dy, dx = plan.downsample
-    rows = np.minimum(((np.arange(y1 - y0) + 0.5) / dy).astype(np.intp), labels.shape[0] - 1)
-    cols = np.minimum(((np.arange(x1 - x0) + 0.5) / dx).astype(np.intp), labels.shape[1] - 1)
-    return labels[rows[:, None], cols[None, :]]
+    out = np.zeros((y1 - y0, x1 - x0), labels.dtype)
+    sampled = resample_nearest(
+        labels,
+        src_origin=plan.origin,
+        src_downsample=plan.downsample,
+        dst_origin=(y0, x0),
+        dst_downsample=(1.0, 1.0),
+        dst_shape=out.shape,
+    )
+    if sampled is not None:
+        (r0, c0, r1, c1), patch = sampled
+        out[r0:r1, c0:c1] = patch
+    return out
 
 
 class PreparedNuclei:

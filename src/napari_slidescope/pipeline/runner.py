@@ -28,7 +28,7 @@ import queue
 import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -39,18 +39,13 @@ from napari_slidescope.pipeline.tiling import (
     owned_labels,
     read_tile,
 )
+from napari_slidescope.segmenters.base import Segmenter, as_segmenter
 from napari_slidescope.slide.level_choice import coarsest_level_not_coarser
 
 __all__ = ["TileResult", "iter_tiles"]
 
 _POLL = 0.02  # seconds between checks of the stop flag while blocked
 _CANCEL_POLL = 0.1  # seconds between checks of the cancel flag while waiting for a tile
-
-
-class _Segmenter(Protocol):
-    def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray: ...
-
-    def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray: ...
 
 
 @dataclass
@@ -125,7 +120,7 @@ def _named(exc: BaseException, stage: str, tiles: Sequence[Tile]) -> BaseExcepti
 def iter_tiles(
     slide: Any,
     plan: TilePlan,
-    segmenter: _Segmenter,
+    segmenter: Segmenter | Any,
     *,
     tiles: Sequence[Tile] | None = None,
     level: int | None = None,
@@ -149,8 +144,10 @@ def iter_tiles(
         is given.
     plan : TilePlan
         The tile plan.
-    segmenter : object
-        Has ``predict(tiles, *, mpp)`` and ``postprocess(raw, *, mpp)``.
+    segmenter : Segmenter or object
+        A :class:`~napari_slidescope.segmenters.base.Segmenter`, or any object with
+        ``predict(tiles, *, mpp)`` and ``postprocess(raw, *, mpp)`` (given the protocol's
+        defaults by :func:`~napari_slidescope.segmenters.base.as_segmenter`).
     tiles : sequence of Tile, optional
         Tiles to process (e.g. those with tissue), default all of ``plan``.
     level : int, optional
@@ -200,7 +197,7 @@ def iter_tiles(
     run = _StagedRun(
         slide,
         plan,
-        segmenter,
+        as_segmenter(segmenter),
         tiles=tiles,
         level=level,
         workers=workers,
@@ -234,7 +231,7 @@ class _StagedRun:
         self,
         slide: Any,
         plan: TilePlan,
-        segmenter: _Segmenter,
+        segmenter: Segmenter,
         *,
         tiles: Sequence[Tile] | None,
         level: int | None,
@@ -255,8 +252,7 @@ class _StagedRun:
         self.workers = max(1, int(workers or os.cpu_count() or 1))
         self.batch_size, self.read_threads = max(1, int(batch_size)), max(1, int(read_threads))
         if model_threads is None:
-            parallel = getattr(segmenter, "parallel_predict", False)
-            model_threads = self.workers if parallel else 1
+            model_threads = self.workers if segmenter.parallel_predict else 1
         self.n_model = max(1, int(model_threads))
         q = max(1, int(queue_size))
         bound = max_in_flight or (

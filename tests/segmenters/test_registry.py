@@ -1,3 +1,5 @@
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -8,7 +10,6 @@ from napari_slidescope.segmenters import (
     missing_reason,
     register_segmenter,
     registry,
-    stardist,
 )
 
 
@@ -36,9 +37,9 @@ def test_missing_adapters_are_hidden_with_a_clear_message(no_model_caches, name,
 
 
 def test_package_present_but_model_file_missing(monkeypatch, no_model_caches, tmp_path):
-    real = stardist.importlib.util.find_spec
+    real = importlib.util.find_spec
     monkeypatch.setattr(
-        stardist.importlib.util,
+        importlib.util,
         "find_spec",
         lambda n, *a: object() if n in ("stardist", "tensorflow") else real(n, *a),
     )
@@ -118,3 +119,34 @@ def test_adapter_modules_do_not_import_each_other():
             if isinstance(n, ast.ImportFrom) and n.module and "segmenters" in n.module
         }
         assert not (imported & adapters), (name, imported)
+
+
+def test_model_segmenter_base_checks_packages_then_the_model_files(tmp_path):
+    from napari_slidescope.segmenters.base import ModelSegmenter
+
+    class Local(ModelSegmenter):
+        name = "local"
+        packages = ("numpy",)
+
+        @classmethod
+        def model_path(cls, model):
+            path = tmp_path / f"{model}.bin"
+            return path if path.is_file() else None
+
+        def __init__(self, model="m", *, target_mpp=0.5, min_overlap_um=8.0):
+            super().__init__(model, target_mpp=target_mpp, min_overlap_um=min_overlap_um)
+
+    assert Local.missing_reason("m") == "model 'm' not found"
+    with pytest.raises(SegmenterUnavailableError, match="segmenter 'local' is not available"):
+        Local()
+    (tmp_path / "m.bin").write_bytes(b"")
+    seg = Local(min_overlap_um=3.0)
+    assert Local.missing_reason("m") is None
+    assert seg.model_file == tmp_path / "m.bin" and seg.min_overlap_um == 3.0
+
+    class NeedsMore(Local):
+        packages = ("numpy", "no_such_package_here")
+
+    assert "no_such_package_here not installed" in NeedsMore.missing_reason("m")
+    with pytest.raises(SegmenterUnavailableError, match="no_such_package_here"):
+        NeedsMore()

@@ -12,8 +12,10 @@ what the segmenter reads: ``"brightfield"`` RGB tiles ``(B, H, W, 3)`` or one
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
-from typing import Any, Literal, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -22,12 +24,14 @@ from napari_slidescope._warnings import SlidescopeWarning
 __all__ = [
     "INPUTS",
     "Input",
+    "ModelSegmenter",
     "Segmenter",
     "SegmenterBase",
     "SegmenterInfoWarning",
     "SegmenterMismatchWarning",
     "SegmenterUnavailableError",
     "as_segmenter",
+    "missing_packages",
 ]
 
 #: What a segmenter reads: RGB brightfield tiles, or one fluorescence channel.
@@ -111,6 +115,79 @@ class SegmenterBase:
     def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:  # pragma: no cover
         """CPU stage (subclasses implement it)."""
         raise NotImplementedError
+
+
+def missing_packages(*packages: str) -> str | None:
+    """Say which of `packages` are not installed (and the pip command), or return None.
+
+    Looks the packages up without importing them.
+
+    Examples
+    --------
+    >>> missing_packages("numpy") is None
+    True
+    >>> missing_packages("numpy", "no_such_package_here")
+    'package(s) no_such_package_here not installed (pip install no_such_package_here)'
+    """
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing:
+        return f"package(s) {', '.join(missing)} not installed (pip install {' '.join(missing)})"
+    return None
+
+
+class ModelSegmenter(SegmenterBase):
+    """Base of the adapters over a model installed on this machine (Cellpose, StarDist...).
+
+    A subclass names the packages it needs (``packages``), says where a model's files are
+    (:meth:`model_path`) and what to do when they are not (:meth:`model_missing`), and
+    loads the model in its own ``__init__`` after calling this one, which checks both and
+    raises otherwise. :meth:`missing_reason` is what the adapter module's
+    ``missing_reason()`` returns to the registry.
+
+    Parameters
+    ----------
+    model : str
+        The model's name.
+    target_mpp : float
+        Working resolution in µm/px.
+    min_overlap_um : float
+        Tile overlap in µm.
+
+    Raises
+    ------
+    SegmenterUnavailableError
+        If a package or the model's files are missing.
+    """
+
+    packages: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, model: str, *, target_mpp: float, min_overlap_um: float) -> None:
+        reason = missing_packages(*self.packages)
+        found = self.model_path(model) if reason is None else None
+        if found is None:
+            reason = reason or self.model_missing(model)
+            raise SegmenterUnavailableError(f"segmenter {self.name!r} is not available: {reason}")
+        super().__init__(target_mpp=target_mpp, min_overlap_um=min_overlap_um)
+        #: The model's file or folder found by :meth:`model_path`.
+        self.model_file: Path = found
+
+    @classmethod
+    def model_path(cls, model: str) -> Path | None:
+        """Return the model's file or folder on this machine, or None."""
+        raise NotImplementedError
+
+    @classmethod
+    def model_missing(cls, model: str) -> str:
+        """Say what to do when the model's files are not found."""
+        return f"model {model!r} not found"
+
+    @classmethod
+    def missing_reason(cls, model: str) -> str | None:
+        """Say what is missing (a package or the model's files), or return None."""
+        reason = missing_packages(*cls.packages)
+        if reason is None and cls.model_path(model) is None:
+            reason = cls.model_missing(model)
+        return reason
 
 
 class _Adapted(SegmenterBase):

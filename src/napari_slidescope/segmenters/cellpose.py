@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from napari_slidescope.segmenters.base import SegmenterBase, SegmenterUnavailableError
+from napari_slidescope.segmenters.base import ModelSegmenter
 
 __all__ = ["CellposeSegmenter", "cellpose_model_dir", "create", "missing_reason"]
-
-
-def _need_packages(*packages: str) -> str | None:
-    missing = [p for p in packages if importlib.util.find_spec(p) is None]
-    if missing:
-        return f"package(s) {', '.join(missing)} not installed (pip install {' '.join(missing)})"
-    return None
 
 
 def cellpose_model_dir() -> Path:
@@ -27,25 +19,29 @@ def cellpose_model_dir() -> Path:
     return Path(env) if env else Path.home() / ".cellpose" / "models"
 
 
-def _cellpose_file(model: str) -> Path | None:
-    root = cellpose_model_dir()
-    found = sorted(p for p in root.glob(f"{model}*") if p.is_file()) if root.is_dir() else []
-    return found[0] if found else None
-
-
 def missing_reason(model: str = "nuclei") -> str | None:
     """Say what is missing (package or model file), or return None."""
-    reason = _need_packages("cellpose", "torch")
-    if reason is None and _cellpose_file(model) is None:
-        reason = f"model file {cellpose_model_dir()}/{model}* not found (download it once online)"
-    return reason
+    return CellposeSegmenter.missing_reason(model)
 
 
-class CellposeSegmenter(SegmenterBase):
+class CellposeSegmenter(ModelSegmenter):
     """Cellpose: network (flows, cell probability) on the model stage, dynamics on the CPU."""
 
     name = "cellpose"
     input = "brightfield"
+    packages = ("cellpose", "torch")
+
+    @classmethod
+    def model_path(cls, model: str) -> Path | None:
+        """Return the first file named ``model*`` in :func:`cellpose_model_dir`, or None."""
+        root = cellpose_model_dir()
+        found = sorted(p for p in root.glob(f"{model}*") if p.is_file()) if root.is_dir() else []
+        return found[0] if found else None
+
+    @classmethod
+    def model_missing(cls, model: str) -> str:
+        """Say where the file was looked for."""
+        return f"model file {cellpose_model_dir()}/{model}* not found (download it once online)"
 
     def __init__(
         self,
@@ -57,13 +53,12 @@ class CellposeSegmenter(SegmenterBase):
         cellprob_threshold: float = 0.0,
         flow_threshold: float = 0.4,
     ) -> None:
+        super().__init__(model, target_mpp=target_mpp, min_overlap_um=min_overlap_um)
         from cellpose import core, models  # noqa: PLC0415
 
-        path = _cellpose_file(model)
-        if path is None:
-            raise SegmenterUnavailableError(missing_reason(model) or "model file missing")
-        self._model = models.CellposeModel(gpu=core.use_gpu(), pretrained_model=str(path))
-        super().__init__(target_mpp=target_mpp, min_overlap_um=min_overlap_um)
+        self._model = models.CellposeModel(
+            gpu=core.use_gpu(), pretrained_model=str(self.model_file)
+        )
         self.diameter_px = diameter_px
         self.cellprob_threshold, self.flow_threshold = cellprob_threshold, flow_threshold
 

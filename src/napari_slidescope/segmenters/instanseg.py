@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import os
 import shutil
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 import numpy as np
 from skimage import segmentation
 
-from napari_slidescope.segmenters.base import Input, SegmenterBase, SegmenterUnavailableError
+from napari_slidescope.segmenters.base import Input, ModelSegmenter, SegmenterUnavailableError
 
 __all__ = [
     "MODELS",
@@ -142,12 +141,7 @@ def _sha256(path: Path) -> str:
 
 def missing_reason(model: str = "brightfield_nuclei") -> str | None:
     """Why `model` cannot run here (torch or the model file missing), or None."""
-    if importlib.util.find_spec("torch") is None:
-        return "package torch not installed (pip install torch)"
-    weights = model_folder(model) / _WEIGHTS
-    if not weights.is_file():
-        return f"model file {weights} not found; install it once with `{INSTALL_COMMAND}`"
-    return None
+    return InstanSegSegmenter.missing_reason(model)
 
 
 def create(*, model: str = "brightfield_nuclei", **kwargs: Any) -> InstanSegSegmenter:
@@ -322,7 +316,7 @@ def install_model(
 # -- the segmenter ------------------------------------------------------------------------------
 
 
-class InstanSegSegmenter(SegmenterBase):
+class InstanSegSegmenter(ModelSegmenter):
     """An InstanSeg model as a two-stage segmenter for the tiled runner.
 
     Parameters
@@ -345,6 +339,20 @@ class InstanSegSegmenter(SegmenterBase):
         If torch or the model file is missing, or the file is not the published one.
     """
 
+    packages = ("torch",)
+
+    @classmethod
+    def model_path(cls, model: str) -> Path | None:
+        """Return the model's installed weights file, or None."""
+        weights = model_folder(model) / _WEIGHTS
+        return weights if weights.is_file() else None
+
+    @classmethod
+    def model_missing(cls, model: str) -> str:
+        """Say where the weights were looked for and how to install them."""
+        weights = model_folder(model) / _WEIGHTS
+        return f"model file {weights} not found; install it once with `{INSTALL_COMMAND}`"
+
     def __init__(
         self,
         *,
@@ -354,20 +362,17 @@ class InstanSegSegmenter(SegmenterBase):
         min_area_um2: float = 10.0,
         device: str | None = None,
     ) -> None:
-        super().__init__(target_mpp=target_mpp, min_overlap_um=min_overlap_um)
         spec = _spec(model)
         self.model = spec
         self.input = spec.input
         self.name = "instanseg" if spec.input == "brightfield" else "instanseg-fluorescence"
-        reason = missing_reason(model)
-        if reason is not None:
-            raise SegmenterUnavailableError(f"segmenter {self.name!r} is not available: {reason}")
+        super().__init__(model, target_mpp=target_mpp, min_overlap_um=min_overlap_um)
         import torch  # noqa: PLC0415
 
         # torch's own notices about the export format, not about the user's data
         for message in (r".*torch\.jit\.load.* is deprecated", "Sparse CSR tensor support"):
             warnings.filterwarnings("ignore", message=message)
-        weights = model_folder(model) / _WEIGHTS
+        weights = self.model_file
         if _sha256(weights) != spec.sha256:
             raise SegmenterUnavailableError(
                 f"{weights}: SHA-256 differs from InstanSeg {spec.name} {spec.version}; "

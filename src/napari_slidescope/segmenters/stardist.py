@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from napari_slidescope.segmenters.base import SegmenterBase, SegmenterUnavailableError
+from napari_slidescope.segmenters.base import ModelSegmenter
 
 __all__ = ["StarDistSegmenter", "create", "missing_reason", "stardist_model_dir"]
-
-
-def _need_packages(*packages: str) -> str | None:
-    missing = [p for p in packages if importlib.util.find_spec(p) is None]
-    if missing:
-        return f"package(s) {', '.join(missing)} not installed (pip install {' '.join(missing)})"
-    return None
 
 
 def stardist_model_dir(model: str = "2D_versatile_he") -> Path:
@@ -27,24 +19,12 @@ def stardist_model_dir(model: str = "2D_versatile_he") -> Path:
     return home / "models" / "StarDist2D" / model
 
 
-def _stardist_files(model: str) -> Path | None:
-    root = stardist_model_dir(model)
-    found = sorted(root.rglob("config.json")) if root.is_dir() else []
-    return found[0].parent if found else None
-
-
 def missing_reason(model: str = "2D_versatile_he") -> str | None:
     """Say what is missing (package or model file), or return None."""
-    reason = _need_packages("stardist", "tensorflow")
-    if reason is None and _stardist_files(model) is None:
-        reason = (
-            f"model file {stardist_model_dir(model)}/**/config.json not found "
-            f"(run StarDist2D.from_pretrained({model!r}) once while online)"
-        )
-    return reason
+    return StarDistSegmenter.missing_reason(model)
 
 
-class StarDistSegmenter(SegmenterBase):
+class StarDistSegmenter(ModelSegmenter):
     """StarDist 2D (``2D_versatile_he``): network on the model stage, NMS on the CPU stage.
 
     Intensities are scaled with percentiles fixed once per slide in :meth:`prepare`,
@@ -53,6 +33,22 @@ class StarDistSegmenter(SegmenterBase):
 
     name = "stardist"
     input = "brightfield"
+    packages = ("stardist", "tensorflow")
+
+    @classmethod
+    def model_path(cls, model: str) -> Path | None:
+        """Return the folder holding the model's ``config.json`` (Keras cache), or None."""
+        root = stardist_model_dir(model)
+        found = sorted(root.rglob("config.json")) if root.is_dir() else []
+        return found[0].parent if found else None
+
+    @classmethod
+    def model_missing(cls, model: str) -> str:
+        """Say where the files were looked for, and how to get them."""
+        return (
+            f"model file {stardist_model_dir(model)}/**/config.json not found "
+            f"(run StarDist2D.from_pretrained({model!r}) once while online)"
+        )
 
     def __init__(
         self,
@@ -63,13 +59,11 @@ class StarDistSegmenter(SegmenterBase):
         prob_thresh: float | None = None,
         nms_thresh: float | None = None,
     ) -> None:
+        super().__init__(model, target_mpp=target_mpp, min_overlap_um=min_overlap_um)
         from stardist.models import StarDist2D  # noqa: PLC0415
 
-        folder = _stardist_files(model)
-        if folder is None:
-            raise SegmenterUnavailableError(missing_reason(model) or "model files missing")
+        folder = self.model_file
         self._model = StarDist2D(None, name=folder.name, basedir=str(folder.parent))
-        super().__init__(target_mpp=target_mpp, min_overlap_um=min_overlap_um)
         th = self._model.thresholds
         self.prob_thresh = prob_thresh if prob_thresh is not None else th.prob
         self.nms_thresh = nms_thresh if nms_thresh is not None else th.nms

@@ -11,6 +11,10 @@ The outcome of an entry point is one of
 * ``"warned"``: a SlidescopeWarning naming the file, and every pixel read equals the
   intact file's or is blank (a left-out tile), or the level was left out;
 * anything else (``"WRONG ..."``, ``"TIMEOUT"``, ``"CRASH ..."``) is a failure.
+
+Each entry point's measured peak memory is reported as ``<entry>_peak_mib``: the peak
+resident set size while it ran (VmHWM, reset before it through ``/proc/self/clear_refs``)
+minus the resident set size before it.
 """
 
 from __future__ import annotations
@@ -102,11 +106,32 @@ def _compare(got, ref, warned):
     return None
 
 
+def _status_kib(field):
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _reset_peak():
+    """Reset this process's peak RSS (VmHWM) to its current RSS; False where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def run_case(case, refs):
     path, name = case["path"], Path(case["path"]).name
     out = {}
     for entry, fn in ENTRY.items():
         ref = refs.get((case["intact"], entry))
+        if _reset_peak():  # the measured peak: what this entry point added to the RSS
+            rss0 = _status_kib("VmRSS")
+            out[entry + "_peak_mib"] = None  # filled in below unless the entry crashed
         t0 = time.perf_counter()
         signal.setitimer(signal.ITIMER_REAL, LIMIT_S)
         try:
@@ -136,6 +161,8 @@ def run_case(case, refs):
             continue
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            if entry + "_peak_mib" in out:
+                out[entry + "_peak_mib"] = round((_status_kib("VmHWM") - rss0) / 1024, 1)
         out[entry + "_s"] = round(time.perf_counter() - t0, 3)
         if "root:" in text or "LOL" * 50 in text:
             out[entry] = "WRONG: an XML entity was expanded into the metadata"

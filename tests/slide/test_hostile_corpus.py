@@ -5,7 +5,8 @@ Each file is made from an intact one (the shared slides, or synthetic slides wri
 would try. A child process (``_corpus_child.py``) runs them all, each entry point under a
 5 s alarm and with its address space capped at the warm process plus 1 GiB; the test
 asserts what every case gave: a SlideError naming the file, or pixels identical to the
-intact file's where the damage does not touch what was read.
+intact file's where the damage does not touch what was read, and a measured peak memory
+(resident set added while the entry point ran) under 1 GiB.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ import pytest
 import tifffile
 
 CHILD = Path(__file__).with_name("_corpus_child.py")
+ENTRIES = ("open", "reader", "tissue")
+#: Peak memory an entry point may add on any file of the corpus (measured, and the child's
+#: address space is capped at its warm size plus 1 GiB as well).
+PEAK_LIMIT_MIB = 1024
 SRC = Path(__file__).parents[2] / "src"
 _FMT = {1: "B", 3: "H", 4: "I", 13: "I", 16: "Q", 18: "Q"}
 
@@ -506,7 +511,7 @@ def _run(cases: list[Case], tmp_path: Path) -> list[str]:
                 f"{c.name}: no result (child died: rc={proc.returncode} {proc.stderr[-2000:]})"
             )
             continue
-        for entry in ("open", "reader", "tissue"):
+        for entry in ENTRIES:
             got = row[entry]
             if got == "declined" and entry == "reader" and not _tiff_magic(c.path):
                 continue
@@ -517,6 +522,12 @@ def _run(cases: list[Case], tmp_path: Path) -> list[str]:
                 ok = got in ("same", "warned")
             if not ok:
                 failures.append(f"{c.name} [{entry}]: {got} {row.get(entry + '_msg', '')}")
+            peak = row.get(entry + "_peak_mib")
+            if peak is not None and peak >= PEAK_LIMIT_MIB:
+                failures.append(f"{c.name} [{entry}]: peak memory {peak} MiB")
+    measured = [row.get(f"{e}_peak_mib") for row in results.values() for e in ENTRIES]
+    if os.path.exists("/proc/self/clear_refs"):  # Linux: the peak is measured, not only capped
+        assert measured and all(m is not None for m in measured), "peak memory not measured"
     return failures
 
 

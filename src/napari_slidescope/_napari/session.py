@@ -322,8 +322,9 @@ class SlideAnalysis:
         """
         run = self._run
         if run is not None:
+            # no progress-bar update first: napari's bar processes Qt events when its text
+            # changes, which could deliver the worker's "finished" before the cancel counts
             run.cancel.set()
-            run.pbar.set_description("Slide analysis: cancelling")
             self._end(run, "cancelled")
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -443,7 +444,8 @@ class SlideAnalysis:
     def _on_finished(self, run: _Run) -> None:
         run.ended = True
         if run.outcome is None:
-            self._end(run, "failed" if run.failed is not None else "done")
+            state = "cancelled" if run.cancel.is_set() else "done"
+            self._end(run, "failed" if run.failed is not None else state)
         _release(run)
 
     def _end(self, run: _Run, state: Literal["done", "cancelled", "failed"]) -> None:

@@ -65,17 +65,30 @@ def test_missing_folder_names_it(tmp_path):
             pass
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes anywhere")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses chmod and /proc")
 def test_unwritable_folder_names_it(tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(0o500)
+    if os.geteuid() != 0:
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o500)
+    else:  # root writes into any folder of a disk, but not into /proc's
+        folder = Path("/proc/self")
     try:
-        with pytest.raises(PermissionError, match="ro.*not writable"):
+        with pytest.raises(OSError, match=f"{folder}.*not writable"):
             with atomic_write(folder / "a.txt", "w"):
                 pass
     finally:
-        folder.chmod(0o700)
+        if folder.parent == tmp_path:
+            folder.chmod(0o700)
+    assert not (folder / "a.txt").exists()
+
+
+def test_a_file_in_place_of_the_folder_names_it(tmp_path):
+    not_a_folder = tmp_path / "plain.txt"
+    not_a_folder.write_text("x")
+    with pytest.raises(OSError, match="plain.txt.*not a folder"):
+        with atomic_write(not_a_folder / "a.txt", "w"):
+            pass
 
 
 def test_bad_mode():

@@ -114,3 +114,43 @@ def test_overview_composites_a_multichannel_slide(make_napari_viewer, tmp_path, 
     _check_click_and_follow(viewer, widget.layer, widget, qtbot)
     widget.close()
     assert widget._connections == []
+
+
+def test_overview_rebuilds_once_after_display_changes(make_napari_viewer, tmp_path, qtbot):
+    from napari_slidescope._napari.overview import thumbnail_rgb
+
+    path = _multichannel_slide(tmp_path / "mc.ome.tif")
+    viewer, layers, widget = _overview(make_napari_viewer, path, qtbot)
+    before, built = widget.thumbnail.copy(), widget.rebuilds
+    top = layers[0]  # channel 0: bright in the top half
+    for hi in (8000.0, 16000.0, 40000.0):  # a drag of the contrast slider
+        top.contrast_limits = (0.0, hi)
+    top.colormap = "magenta"
+    assert widget.rebuilds == built  # debounced: nothing yet
+    qtbot.waitUntil(lambda: widget.rebuilds > built, timeout=5_000)
+    qtbot.wait(300)
+    assert widget.rebuilds == built + 1  # one rebuild for the four changes
+    np.testing.assert_array_equal(widget.thumbnail, thumbnail_rgb(layers))
+    assert not np.array_equal(widget.thumbnail, before)
+    # hiding a channel leaves it out of the thumbnail
+    layers[1].visible = False
+    qtbot.waitUntil(lambda: widget.rebuilds == built + 2, timeout=5_000)
+    np.testing.assert_array_equal(widget.thumbnail, thumbnail_rgb([layers[0], layers[2]]))
+    # layers no longer shown are no longer followed
+    widget.close()
+    assert widget._layer_connections == []
+    top.contrast_limits = (0.0, 500.0)
+    qtbot.wait(300)
+    assert widget.rebuilds == built + 2
+
+
+def test_overview_rebuilds_an_rgb_slide_on_new_contrast_limits(
+    make_napari_viewer, sample_slide, qtbot
+):
+    viewer, [layer], widget = _overview(make_napari_viewer, sample_slide[0], qtbot)
+    before = widget.thumbnail.copy()
+    layer.contrast_limits = (60.0, 200.0)
+    qtbot.waitUntil(lambda: not np.array_equal(widget.thumbnail, before), timeout=5_000)
+    small = np.asarray(layer.data[-1])[..., :3].astype(np.float32)
+    expected = (np.clip((small - 60) / 140, 0, 1) * 255 + 0.5).astype(np.uint8)
+    np.testing.assert_array_equal(widget.thumbnail, expected)

@@ -6,7 +6,9 @@ smallest levels of its visible channels are composited additively with their
 colormaps and contrast limits, as napari shows them. The current view
 (:func:`~napari_slidescope._napari.viewport.visible_region`) is drawn as a rectangle;
 clicking or dragging moves the camera centre to that point. The widget follows the
-camera (centre, zoom), the canvas size and the layer list, and disconnects on close.
+camera (centre, zoom), the canvas size and the layer list, rebuilds the thumbnail when
+a shown layer's colormap, contrast limits or visibility change (debounced: a drag of the
+contrast slider rebuilds once it pauses), and disconnects on close.
 
 Mapping: thumbnail pixel ``j`` of ``m`` covers level-0 pixels ``[j * f, (j + 1) * f)``
 with ``f = n0 / m`` along each axis (pixel edges), and level-0 pixel ``i`` is centred on
@@ -19,7 +21,7 @@ import contextlib
 from typing import Any
 
 import numpy as np
-from qtpy.QtCore import QPointF, QRectF, QSize, Qt
+from qtpy.QtCore import QPointF, QRectF, QSize, Qt, QTimer
 from qtpy.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QPen, QPixmap
 from qtpy.QtWidgets import QSizePolicy, QWidget
 
@@ -28,6 +30,11 @@ from napari_slidescope._napari.viewport import image_shape0, visible_region
 from napari_slidescope._types import Box
 
 __all__ = ["OverviewWidget", "thumbnail_rgb"]
+
+#: Layer events after which the thumbnail is rebuilt (what :func:`thumbnail_rgb` reads).
+_DISPLAY_EVENTS = ("colormap", "contrast_limits", "visible")
+#: Quiet time (ms) after the last such event before the thumbnail is rebuilt.
+REBUILD_DELAY_MS = 150
 
 
 def _camera(viewer: Any) -> Any:
@@ -122,6 +129,12 @@ class OverviewWidget(QWidget):
         self.setMouseTracking(False)
         self.setToolTip("Click or drag to move the view")
         self._connections: list[tuple[Any, Any]] = []
+        self._layer_connections: list[tuple[Any, Any]] = []
+        self.rebuilds = 0  # thumbnails built so far (tests, diagnostics)
+        self._rebuild_timer = QTimer(self)
+        self._rebuild_timer.setSingleShot(True)
+        self._rebuild_timer.setInterval(REBUILD_DELAY_MS)
+        self._rebuild_timer.timeout.connect(self._on_rebuild_timer)
         camera = _camera(napari_viewer)
         self._connect(camera.events.center, self._on_camera)
         self._connect(camera.events.zoom, self._on_camera)
@@ -161,14 +174,8 @@ class OverviewWidget(QWidget):
         group = [] if layer is None else _slide_group(self.viewer, layer)
         if group != self._layers:
             self._layers = group
-            if group:
-                self._thumb = thumbnail_rgb(group)
-                self._shape0 = image_shape0(group[0])
-                h, w = self._thumb.shape[:2]
-                image = QImage(self._thumb.tobytes(), w, h, 3 * w, QImage.Format.Format_RGB888)
-                self._pixmap = QPixmap.fromImage(image.copy())
-            else:
-                self._thumb, self._pixmap, self._shape0 = None, None, (0, 0)
+            self._watch(group)
+            self._rebuild()
         self._update_box()
 
     def world_at(self, point: QPointF) -> tuple[float, float] | None:
@@ -211,6 +218,8 @@ class OverviewWidget(QWidget):
 
     def close_connections(self) -> None:
         """Disconnect from the viewer (called on close)."""
+        self._rebuild_timer.stop()
+        self._watch([])
         for emitter, callback in self._connections:
             with contextlib.suppress(Exception):
                 emitter.disconnect(callback)
@@ -260,6 +269,39 @@ class OverviewWidget(QWidget):
     def _connect(self, emitter: Any, callback: Any) -> None:
         emitter.connect(callback)
         self._connections.append((emitter, callback))
+
+    def _watch(self, layers: list[Any]) -> None:
+        """Follow the display settings of `layers` (and no longer those of the others)."""
+        for emitter, callback in self._layer_connections:
+            with contextlib.suppress(Exception):
+                emitter.disconnect(callback)
+        self._layer_connections = []
+        for layer in layers:
+            for name in _DISPLAY_EVENTS:
+                emitter = getattr(layer.events, name, None)
+                if emitter is not None:
+                    emitter.connect(self._on_display)
+                    self._layer_connections.append((emitter, self._on_display))
+
+    def _rebuild(self) -> None:
+        """Build the thumbnail of the shown layers as they are displayed now."""
+        self._rebuild_timer.stop()
+        if self._layers:
+            self._thumb = thumbnail_rgb(self._layers)
+            self._shape0 = image_shape0(self._layers[0])
+            h, w = self._thumb.shape[:2]
+            image = QImage(self._thumb.tobytes(), w, h, 3 * w, QImage.Format.Format_RGB888)
+            self._pixmap = QPixmap.fromImage(image.copy())
+            self.rebuilds += 1
+        else:
+            self._thumb, self._pixmap, self._shape0 = None, None, (0, 0)
+        self.update()
+
+    def _on_display(self, event: Any = None) -> None:
+        self._rebuild_timer.start()  # (re)started: one rebuild once the changes pause
+
+    def _on_rebuild_timer(self) -> None:
+        self._rebuild()
 
     def _on_camera(self, event: Any = None) -> None:
         self._update_box()

@@ -444,7 +444,7 @@ class SlideAnalysis:
     def _on_finished(self, run: _Run) -> None:
         run.ended = True
         if run.outcome is None:
-            state = "cancelled" if run.cancel.is_set() else "done"
+            state: Literal["done", "cancelled"] = "cancelled" if run.cancel.is_set() else "done"
             self._end(run, "failed" if run.failed is not None else state)
         _release(run)
 

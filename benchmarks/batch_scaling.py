@@ -36,7 +36,7 @@ MPP = 0.25  # the builtin segmenter's working resolution
 
 
 def _warm() -> int:
-    import napari_slidescope.analysis.nuclei  # noqa: F401
+    import napari_slidescope.analysis.brightfield_nuclei  # noqa: F401
     import napari_slidescope.batch.tasks  # noqa: F401
     import napari_slidescope.pipeline.nuclei  # noqa: F401
     import napari_slidescope.pipeline.tissue  # noqa: F401

@@ -39,8 +39,8 @@ from scipy import ndimage as ndi
 from skimage import color, feature, filters, measure, morphology, segmentation
 
 from napari_slidescope import NucleiResult, segment_nuclei
+from napari_slidescope.analysis.brightfield_nuclei import BuiltinSegmenter, NucleiParams
 from napari_slidescope.analysis.metrics import instance_scores
-from napari_slidescope.analysis.nuclei import BuiltinSegmenter, NucleiParams
 from napari_slidescope.segmenters import get_segmenter, missing_reason
 
 #: Pixel size of the MoNuSeg images, from the MoNuSeg XML annotations (MicronsPerPixel).

@@ -37,7 +37,7 @@ def _wait_ready(qtbot, widget, timeout=20_000):
 def test_widget_describes_the_slide_and_uses_function_defaults(
     make_napari_viewer, sample_slide, qtbot
 ):
-    from napari_slidescope.analysis.nuclei import NucleiParams
+    from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
     from napari_slidescope.pipeline.tissue import DEFAULT_TARGET_MPP
 
     viewer, image, widget = _docked(make_napari_viewer, sample_slide[0], qtbot)

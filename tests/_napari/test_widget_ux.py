@@ -203,7 +203,7 @@ def test_settings_survive_closing_and_reopening_the_widget(make_napari_viewer, q
 
 
 def test_defaults_come_from_the_documented_constants():
-    from napari_slidescope.analysis.nuclei import NucleiParams
+    from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
     from napari_slidescope.pipeline import nuclei, tissue
 
     d = default_settings()

@@ -312,8 +312,8 @@ def test_slide_pipeline_finds_what_the_array_method_finds(shared_file):
     20x H&E slide: 71 nuclei where the same method on the same pixels finds ~240.
     """
     from napari_slidescope import open_slide
+    from napari_slidescope.analysis.brightfield_nuclei import segment_nuclei_array
     from napari_slidescope.analysis.metrics import instance_scores
-    from napari_slidescope.analysis.nuclei import segment_nuclei_array
 
     region = (1200, 700, 1700, 1200)
     with open_slide(shared_file("CMU-1-Small-Region.svs")) as slide:

@@ -221,7 +221,7 @@ def test_read_tile_integer_downsample_is_block_mean():
 
 
 def builtin_segmenter():
-    from napari_slidescope.analysis import nuclei
+    from napari_slidescope.analysis import brightfield_nuclei as nuclei
     from napari_slidescope.analysis.stains import RUIFROK_HE
 
     # 0.5 µm/px keeps the test fast; its overlap is still the segmenter's own (~50 µm)

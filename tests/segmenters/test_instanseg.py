@@ -216,7 +216,7 @@ def test_unavailable_without_model_says_how_to_install(models_home, monkeypatch)
 
 
 def test_declared_working_resolutions_match_the_segmenters():
-    from napari_slidescope.analysis.nuclei import NucleiParams
+    from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
     from napari_slidescope.segmenters import cellpose, stardist
 
     assert segmenter_target_mpp("builtin") == NucleiParams().target_mpp

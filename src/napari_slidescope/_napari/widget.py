@@ -120,13 +120,13 @@ class WidgetSettings:
 def default_settings() -> WidgetSettings:
     """Return the defaults, taken from the analysis packages' documented constants.
 
-    Nuclei: :class:`~napari_slidescope.analysis.nuclei.NucleiParams` (the built-in
+    Nuclei: :class:`~napari_slidescope.analysis.brightfield_nuclei.NucleiParams` (the built-in
     segmenter's resolution and area range) and
     :data:`~napari_slidescope.pipeline.nuclei.DEFAULT_TILE_SIZE_UM`; tissue:
     :data:`~napari_slidescope.pipeline.tissue.DEFAULT_TARGET_MPP` and
     ``DEFAULT_MIN_TISSUE_UM2`` / ``DEFAULT_MAX_HOLE_UM2``.
     """
-    from napari_slidescope.analysis.nuclei import NucleiParams
+    from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
     from napari_slidescope.pipeline import nuclei, tissue
 
     params = NucleiParams()

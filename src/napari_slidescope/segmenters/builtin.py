@@ -1,11 +1,14 @@
-"""The built-in H&E method (:class:`~napari_slidescope.analysis.nuclei.BuiltinSegmenter`)."""
+"""The built-in H&E method.
+
+An adapter over :class:`~napari_slidescope.analysis.brightfield_nuclei.BuiltinSegmenter`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from napari_slidescope.analysis.nuclei import BuiltinSegmenter, NucleiParams
+from napari_slidescope.analysis.brightfield_nuclei import BuiltinSegmenter, NucleiParams
 
 __all__ = ["create", "missing_reason"]
 
@@ -27,7 +30,7 @@ def create(
     stains : StainMatrix, optional
         Fixed stain vectors (default: estimated per run).
     **fields
-        :class:`~napari_slidescope.analysis.nuclei.NucleiParams` fields to change
+        :class:`~napari_slidescope.analysis.brightfield_nuclei.NucleiParams` fields to change
         (``target_mpp=0.5``, ``min_area_um2=15``...).
     """
     base = params if params is not None else NucleiParams()

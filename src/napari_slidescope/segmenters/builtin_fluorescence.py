@@ -1,11 +1,11 @@
-"""The built-in fluorescence method (:mod:`napari_slidescope.analysis.fluorescence`)."""
+"""The built-in fluorescence method (:mod:`napari_slidescope.analysis.fluorescence_nuclei`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from napari_slidescope.analysis.fluorescence import FluorescenceParams, FluorescenceSegmenter
+from napari_slidescope.analysis.fluorescence_nuclei import FluorescenceParams, FluorescenceSegmenter
 
 __all__ = ["create", "missing_reason"]
 

@@ -1,6 +1,6 @@
 """Built-in CPU nuclei segmentation for fluorescence (a nuclear channel: DAPI, Hoechst...).
 
-Two stages, like the H&E method (:mod:`.nuclei`):
+Two stages, like the H&E method (:mod:`.brightfield_nuclei`):
 
 ``predict`` (pixel maps, per tile batch)
     The channel's background (a grey opening larger than any nucleus, ``background_radius_um``)

@@ -10,7 +10,7 @@ import pytest
 from scipy import ndimage as ndi
 
 from napari_slidescope import SlidescopeWarning
-from napari_slidescope.analysis.nuclei import (
+from napari_slidescope.analysis.brightfield_nuclei import (
     RAW_CHANNELS,
     BuiltinSegmenter,
     NucleiParams,

@@ -33,7 +33,7 @@ from scipy import ndimage as ndi
 from skimage import filters, measure, morphology, segmentation, transform
 
 from napari_slidescope._warnings import SlidescopeWarning
-from napari_slidescope.analysis.checks import check_rgb
+from napari_slidescope.analysis.checks import check_nuclei_params, check_rgb
 from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, rgb_to_od
 
 __all__ = ["RAW_CHANNELS", "BuiltinSegmenter", "NucleiParams", "segment_nuclei_array"]
@@ -109,23 +109,10 @@ class NucleiParams:
     outline_dilation_um: float = 0.25
 
     def __post_init__(self) -> None:
-        positive = ("target_mpp", "background_radius_um", "sigma_um", "min_seed_distance_um")
-        for name in positive:
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
-                raise ValueError(f"NucleiParams.{name} must be a positive number; got {value!r}")
-        if not 0 <= self.min_area_um2 < self.max_area_um2:
-            raise ValueError(
-                "NucleiParams needs 0 <= min_area_um2 < max_area_um2; "
-                f"got {self.min_area_um2!r} and {self.max_area_um2!r}"
-            )
+        check_nuclei_params(self)
         lo, hi = self.threshold_range
         if not 0 < lo <= hi:
             raise ValueError(f"NucleiParams.threshold_range must be 0 < lo <= hi; got {lo, hi}")
-        if not self.seed_radii_um or min(self.seed_radii_um) <= 0:
-            raise ValueError(
-                f"NucleiParams.seed_radii_um must be positive radii; got {self.seed_radii_um!r}"
-            )
         if self.threshold is not None and not self.threshold > 0:
             raise ValueError(f"NucleiParams.threshold must be > 0 or None; got {self.threshold!r}")
 

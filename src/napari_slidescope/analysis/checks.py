@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -54,3 +55,46 @@ def check_image(image: Any, name: str = "image") -> np.ndarray:
     ):
         raise ValueError(f"{name}: expected an integer or float array, got dtype {image.dtype}")
     return image
+
+
+#: Fields both built-in nuclei methods share that must be positive finite numbers.
+_POSITIVE_NUCLEI_FIELDS = ("target_mpp", "background_radius_um", "sigma_um", "min_seed_distance_um")
+
+
+def check_nuclei_params(params: Any) -> None:
+    """Raise unless the parameters the built-in nuclei methods share are valid.
+
+    Checks ``target_mpp``, ``background_radius_um``, ``sigma_um`` and
+    ``min_seed_distance_um`` (positive, finite), ``0 <= min_area_um2 < max_area_um2``
+    and ``seed_radii_um`` (at least one, all positive). Each method's own fields are
+    checked by its parameter class.
+
+    Raises
+    ------
+    ValueError
+        Naming the parameter class and field, saying what was expected and what came.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> p = SimpleNamespace(target_mpp=0.5, background_radius_um=12.0, sigma_um=0.7,
+    ...                     min_seed_distance_um=3.0, min_area_um2=10.0, max_area_um2=5.0,
+    ...                     seed_radii_um=(2.5,))
+    >>> check_nuclei_params(p)
+    Traceback (most recent call last):
+    ...
+    ValueError: SimpleNamespace needs 0 <= min_area_um2 < max_area_um2; got 10.0 and 5.0
+    """
+    cls = type(params).__name__
+    for name in _POSITIVE_NUCLEI_FIELDS:
+        value = getattr(params, name)
+        if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
+            raise ValueError(f"{cls}.{name} must be a positive number; got {value!r}")
+    if not 0 <= params.min_area_um2 < params.max_area_um2:
+        raise ValueError(
+            f"{cls} needs 0 <= min_area_um2 < max_area_um2; "
+            f"got {params.min_area_um2!r} and {params.max_area_um2!r}"
+        )
+    radii = params.seed_radii_um
+    if not radii or min(radii) <= 0:
+        raise ValueError(f"{cls}.seed_radii_um must be positive radii; got {radii!r}")

@@ -26,6 +26,7 @@ from scipy import ndimage as ndi
 from skimage import feature, filters, segmentation
 
 from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.analysis.checks import check_nuclei_params
 
 __all__ = ["FluorescenceParams", "FluorescenceSegmenter", "segment_fluorescence_array"]
 
@@ -66,21 +67,7 @@ class FluorescenceParams:
     threshold: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("target_mpp", "background_radius_um", "sigma_um", "min_seed_distance_um"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
-                raise ValueError(
-                    f"FluorescenceParams.{name} must be a positive number; got {value!r}"
-                )
-        if not 0 <= self.min_area_um2 < self.max_area_um2:
-            raise ValueError(
-                "FluorescenceParams needs 0 <= min_area_um2 < max_area_um2; "
-                f"got {self.min_area_um2!r} and {self.max_area_um2!r}"
-            )
-        if not self.seed_radii_um or min(self.seed_radii_um) <= 0:
-            raise ValueError(
-                f"FluorescenceParams.seed_radii_um: positive radii; got {self.seed_radii_um!r}"
-            )
+        check_nuclei_params(self)
 
 
 def _signal(channel: np.ndarray, p: FluorescenceParams, mpp: float) -> np.ndarray:

@@ -191,7 +191,11 @@ def test_resume_keeps_finished_slides(client, slides, tmp_path):
     )
     assert rows[0]["status"] == "done" and seen[0]["slide"] == "b.svs"
     assert (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns == first
-    # other parameters: redone, not mixed
+    # other parameters: redone even when resuming, never mixed with the old results
+    analyze_slides(
+        slides / "b.svs", tmp_path, tasks=["tissue"], client=client, resume=True, tile_size_um=256
+    )
+    assert (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns != first
     rows = analyze_slides(slides / "b.svs", tmp_path, client=client, tile_size_um=TILE_UM)
     assert rows[0]["status"] == "done" and rows[0]["nuclei"] > 0
     assert (tmp_path / "b.svs" / "nuclei.parquet").is_file()

@@ -113,12 +113,59 @@ def test_qptiff_gives_nuclei_with_every_channel_mean(shared_file):
         segment_nuclei(path, region=region, segmenter="builtin")
 
 
-def test_tissue_detection_on_a_multichannel_slide(shared_file):
+def write_multiplex(path, glass_cols=300):
+    """A 3-channel OME-TIFF (DAPI, FITC, Cy3) of :func:`synthetic_dapi`; empty glass on the
+    right `glass_cols` columns; Cy3 shows a third of the nuclei only. Returns the truth."""
+    import tifffile
+
+    dapi, truth = synthetic_dapi()
+    rng = np.random.default_rng(1)
+    fitc = (40 + 60 * ndi.gaussian_filter(rng.random(dapi.shape), 8)).astype(np.uint8)
+    cy3 = np.where(truth % 3 == 0, dapi, 20).astype(np.uint8)
+    data = np.stack([dapi, fitc, cy3])
+    data[:, :, data.shape[2] - glass_cols :] = 0
+    truth = np.where(np.arange(truth.shape[1]) < truth.shape[1] - glass_cols, truth, 0)
+    tifffile.imwrite(
+        path,
+        data,
+        tile=(128, 128),
+        compression="zlib",
+        metadata={
+            "axes": "CYX",
+            "Channel": {"Name": ["DAPI", "FITC", "Cy3"]},
+            "PhysicalSizeX": MPP,
+            "PhysicalSizeY": MPP,
+        },
+    )
+    return truth
+
+
+def test_multichannel_slide_segments_its_nuclear_channel_and_measures_every_channel(tmp_path):
     from napari_slidescope import detect_tissue
 
-    with open_slide(shared_file("small_vectra.qptiff")) as slide:
+    path = tmp_path / "multiplex.ome.tif"
+    truth = write_multiplex(path)
+    with open_slide(path) as slide:
+        kind = image_kind(slide)
+        assert kind.channel_names == ("DAPI", "FITC", "Cy3") and kind.nuclear_channel == 0
+        assert image_kind(slide, channel="fitc").nuclear_channel == 1
+        with pytest.raises(ValueError, match="DAPI"):
+            image_kind(slide, channel="Opal 690")
         tissue = detect_tissue(slide)
-    assert tissue.mode == "fluorescence" and 0.1 < tissue.fraction < 0.95
+        dapi = slide.read_region((0, 0, *slide.shape0))[0]
+    assert tissue.mode == "fluorescence" and 0.3 < tissue.fraction < 0.7
+    res = segment_nuclei(path, segmenter="builtin-fluorescence", tissue=False)
+    assert f1_at_iou(truth, res.labels) >= 0.9
+    for name in ("DAPI_mean", "FITC_mean", "Cy3_mean"):
+        assert name in res.table and np.isfinite(res.table[name]).all()
+    assert "hematoxylin_od_mean" not in res.table
+    assert np.median(res.table["DAPI_mean"]) > np.median(dapi)
+    # another nuclear channel on request: only the nuclei that channel shows
+    other = segment_nuclei(path, segmenter="builtin-fluorescence", channel="Cy3", tissue=False)
+    assert 0 < other.count < 0.6 * res.count
+    # an H&E segmenter on a multichannel slide is refused, naming the right ones
+    with pytest.raises(ValueError, match="builtin-fluorescence"):
+        segment_nuclei(path, segmenter="builtin", tissue=False)
 
 
 def test_auto_picks_the_learned_model_when_installed(monkeypatch):

@@ -63,6 +63,16 @@ def test_whole_slide_nuclei_are_exact_at_full_zoom(
     pos = np.argwhere(expected == nid)[0] + (cy, cx)
     world = pos * np.asarray(image.scale) + np.asarray(image.translate)
     assert layer.get_value(world, world=True) == (0, nid)  # (level, value)
+    # napari loads the labels in whole cells of the image's chunk grid, so a small pan
+    # inside them re-slices neither layer (before, the labels were re-read at every move)
+    chunk = _layers.image_read_chunk(image, canvas.downsample)
+    assert canvas.pyramid.read_chunk == chunk and layer.data[0].chunks == (chunk, chunk)
+    box, image_box = layer.corner_pixels.copy(), image.corner_pixels.copy()
+    assert (box[0, -2:] % chunk == 0).all()
+    viewer.camera.center = (viewer.camera.center[0] + 3.0, viewer.camera.center[1] + 3.0)
+    qtbot.wait(50)
+    np.testing.assert_array_equal(layer.corner_pixels, box)
+    np.testing.assert_array_equal(image.corner_pixels, image_box)
 
 
 def test_memory_does_not_grow_with_the_slide(

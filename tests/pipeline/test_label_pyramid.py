@@ -85,6 +85,14 @@ def test_store_is_deleted_with_the_pyramid(tmp_path):
     assert not path.exists()
 
 
+def test_levels_advertise_the_read_chunk_grid(tmp_path):
+    pyr = LabelPyramid((3000, 2000), chunk=256, root=tmp_path, read_chunk=1000)
+    assert [level.chunks for level in pyr.levels] == [(1000, 1000)] * len(pyr.levels)
+    assert LabelPyramid((300, 200), chunk=128, root=tmp_path).levels[0].chunks == (128, 128)
+    with pytest.raises(ValueError, match="read_chunk"):
+        LabelPyramid((10, 10), root=tmp_path, read_chunk=0)
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="positive"):
         LabelPyramid((0, 10))

@@ -39,6 +39,7 @@ __all__ = [
     "ResultCanvas",
     "aligned_transform",
     "canvas_of",
+    "image_read_chunk",
     "paint_patch",
     "prepare_nuclei_layer",
     "pyramid_outlines",
@@ -204,15 +205,27 @@ class PyramidCanvas:
     drawn: weakref.ref | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def for_slide(cls, shape0: tuple[int, int], downsample: Pair, mpp: Pair) -> PyramidCanvas:
-        """Make an empty pyramid over a whole slide of level-0 `shape0`, on a `downsample` grid."""
+    def for_slide(
+        cls,
+        shape0: tuple[int, int],
+        downsample: Pair,
+        mpp: Pair,
+        *,
+        read_chunk: int | None = None,
+    ) -> PyramidCanvas:
+        """Make an empty pyramid over a whole slide of level-0 `shape0`, on a `downsample` grid.
+
+        `read_chunk` is the chunk grid the layer advertises to napari (see
+        :func:`image_read_chunk`); by default the pyramid's storage chunk.
+        """
         from napari_slidescope.pipeline.label_pyramid import LabelPyramid
 
         shape = (
             math.ceil(shape0[0] / downsample[0] - 1e-9),
             math.ceil(shape0[1] / downsample[1] - 1e-9),
         )
-        return cls(LabelPyramid(shape), (0.0, 0.0), tuple(downsample), mpp)  # type: ignore[arg-type]
+        pyramid = LabelPyramid(shape, read_chunk=read_chunk)
+        return cls(pyramid, (0.0, 0.0), tuple(downsample), mpp)  # type: ignore[arg-type]
 
     @property
     def data(self) -> list[Any]:
@@ -431,7 +444,10 @@ def prepare_nuclei_layer(
         else:  # a whole slide, or more than a dense canvas holds: a pyramid on disk
             from napari_slidescope._napari.viewport import image_shape0
 
-            canvas = PyramidCanvas.for_slide(image_shape0(image), downsample, mpp)
+            canvas = PyramidCanvas.for_slide(
+                image_shape0(image), downsample, mpp,
+                read_chunk=image_read_chunk(image, downsample),
+            )  # fmt: skip
             if isinstance(old, ResultCanvas):
                 _copy_into(canvas, old)
     covered, offset = list(canvas.regions), canvas.next_id
@@ -465,6 +481,24 @@ def prepare_nuclei_layer(
             layer.data = canvas.data
     _CANVASES[layer] = canvas
     return layer, canvas, covered, offset
+
+
+def image_read_chunk(image: Any, downsample: Pair) -> int | None:
+    """Side, in pixels of a `downsample` grid, of the image layer's level-0 chunks.
+
+    A label pyramid that advertises this grid is re-sliced by napari at the same camera
+    moves as the image (napari loads whole chunks and re-slices only when the view leaves
+    them), instead of at other moves in between. None when the image has no regular
+    chunks (e.g. a numpy array).
+    """
+    data = image.data[0] if image.multiscale else image.data
+    chunks = getattr(data, "chunksize", None) or getattr(data, "chunks", None)
+    if not chunks or len(chunks) < 2:
+        return None
+    side = chunks[-3] if image.rgb else chunks[-2]
+    if not isinstance(side, int | np.integer):  # dask's per-chunk sizes: take the first
+        side = side[0]
+    return max(1, round(int(side) / downsample[0]))
 
 
 def _copy_into(pyramid: PyramidCanvas, old: ResultCanvas) -> None:

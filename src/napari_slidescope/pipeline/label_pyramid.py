@@ -66,6 +66,11 @@ class LabelPyramid:
     cache_bytes : int, optional
         Bound of the decompressed chunks kept in memory (default
         :data:`DEFAULT_CACHE_BYTES`).
+    read_chunk : int, optional
+        Side of the chunk grid the levels advertise to readers (:attr:`PyramidLevel.chunks`,
+        default `chunk`). napari loads whole cells of that grid and re-slices only when the
+        view leaves them; giving the grid of the image the labels lie over makes napari
+        re-slice both layers at the same camera moves.
 
     Examples
     --------
@@ -82,10 +87,14 @@ class LabelPyramid:
         chunk: int = DEFAULT_CHUNK,
         root: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        read_chunk: int | None = None,
     ) -> None:
         h, w = (int(v) for v in shape)
         if h <= 0 or w <= 0 or chunk <= 0:
             raise ValueError(f"shape and chunk must be positive, got {shape!r} and {chunk!r}")
+        if read_chunk is not None and read_chunk <= 0:
+            raise ValueError(f"read_chunk must be positive, got {read_chunk!r}")
+        self.read_chunk = int(chunk if read_chunk is None else read_chunk)
         n = 1
         while max(h, w) > chunk * 2 ** (n - 1):
             n += 1
@@ -268,8 +277,11 @@ class LabelPyramid:
 class PyramidLevel:
     """One level of a :class:`LabelPyramid` as a 2D array-like (what napari slices).
 
-    Supports ``shape``, ``dtype``, ``ndim``, ``size``, basic indexing (ints and slices
-    with step 1, ``...``) and ``np.asarray`` (the whole level: small levels only).
+    Supports ``shape``, ``dtype``, ``ndim``, ``size``, ``chunks``, basic indexing (ints
+    and slices with step 1, ``...``) and ``np.asarray`` (the whole level: small levels
+    only). ``chunks`` is zarr-style (the pyramid's ``read_chunk`` per axis): napari widens
+    a multiscale layer's loaded box to chunk boundaries and re-slices only when the view
+    leaves it, so panning does not re-read and re-colour the labels at every camera move.
     """
 
     def __init__(self, pyramid: LabelPyramid, level: int) -> None:
@@ -278,6 +290,7 @@ class PyramidLevel:
         self.shape = pyramid.level_shape(level)
         self.dtype = pyramid.dtype
         self.ndim = 2
+        self.chunks: tuple[int, int] | None = (pyramid.read_chunk, pyramid.read_chunk)
 
     @property
     def size(self) -> int:

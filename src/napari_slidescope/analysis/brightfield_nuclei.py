@@ -33,6 +33,7 @@ from scipy import ndimage as ndi
 from skimage import filters, measure, morphology, segmentation, transform
 
 from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.analysis._builtin_method import BuiltinMethod
 from napari_slidescope.analysis.checks import check_nuclei_params, check_rgb
 from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, rgb_to_od
 
@@ -136,7 +137,7 @@ def _otsu_tissue(h: np.ndarray, glass_od: float) -> float | None:
     return float(filters.threshold_otsu(tissue[::step]))
 
 
-class BuiltinSegmenter:
+class BuiltinSegmenter(BuiltinMethod[NucleiParams]):
     """Classical H&E nuclei segmenter in two stages (see the module docstring).
 
     Parameters
@@ -147,12 +148,6 @@ class BuiltinSegmenter:
         Stain vectors to use for every slide. When None, every call of :meth:`prepare`
         estimates them afresh from its reference, so one segmenter can be reused over
         slides (or regions) of different staining.
-
-    Attributes
-    ----------
-    parallel_predict : bool
-        True: ``predict`` is CPU numpy work that only reads what :meth:`prepare` set, so
-        the staged runner gives it ``workers`` threads instead of one model thread.
 
     Examples
     --------
@@ -165,18 +160,11 @@ class BuiltinSegmenter:
     name = "builtin"
     input = "brightfield"
     raw_channels = RAW_CHANNELS
-    parallel_predict = True
 
     def __init__(self, params: NucleiParams | None = None, *, stains: StainMatrix | None = None):
-        self.params = params if params is not None else NucleiParams()
+        super().__init__(params if params is not None else NucleiParams())
         self.stains = stains
         self._fixed_stains = stains is not None
-        self.threshold: float | None = self.params.threshold
-
-    @property
-    def target_mpp(self) -> float:
-        """Working resolution in µm/px."""
-        return self.params.target_mpp
 
     @property
     def min_overlap_um(self) -> float:

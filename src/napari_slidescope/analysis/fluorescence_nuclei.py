@@ -26,6 +26,7 @@ from scipy import ndimage as ndi
 from skimage import feature, filters, segmentation
 
 from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.analysis._builtin_method import BuiltinMethod
 from napari_slidescope.analysis.checks import check_nuclei_params
 
 __all__ = ["FluorescenceParams", "FluorescenceSegmenter", "segment_fluorescence_array"]
@@ -95,7 +96,7 @@ def _blob(signal: np.ndarray, radii_um: tuple[float, ...], mpp: float) -> np.nda
     return out
 
 
-class FluorescenceSegmenter:
+class FluorescenceSegmenter(BuiltinMethod[FluorescenceParams]):
     """Classical fluorescence nuclei segmenter in two stages (see the module docstring).
 
     Parameters
@@ -106,16 +107,9 @@ class FluorescenceSegmenter:
 
     name = "builtin-fluorescence"
     input = "fluorescence"
-    parallel_predict = True
 
     def __init__(self, params: FluorescenceParams | None = None) -> None:
-        self.params = params if params is not None else FluorescenceParams()
-        self.threshold: float | None = self.params.threshold
-
-    @property
-    def target_mpp(self) -> float:
-        """Working resolution in µm/px."""
-        return self.params.target_mpp
+        super().__init__(params if params is not None else FluorescenceParams())
 
     @property
     def min_overlap_um(self) -> float:

@@ -79,20 +79,14 @@ def coarsest_level_not_coarser(
 
     Parameters
     ----------
-    downsamples : sequence of (float, float)
-        ``(y, x)`` level-0 pixels per pixel of each level, finest first.
-    target : (float, float)
-        ``(y, x)`` level-0 pixels per working pixel.
+    downsamples, target
+        As for :func:`nearest_level` (a target that is not positive raises the same
+        ValueError), but both axes of `target` count.
 
     Returns
     -------
     level : int
         Level 0 when every other level is coarser than `target` (beyond 1 %).
-
-    Raises
-    ------
-    ValueError
-        If `target` is not positive.
 
     Examples
     --------

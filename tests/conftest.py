@@ -13,13 +13,18 @@ TESTDATA_ENV = "SLIDESCOPE_TESTDATA"
 
 @pytest.fixture(scope="session")
 def testdata() -> Path:
-    """Folder of the shared real slides; skips when $SLIDESCOPE_TESTDATA is unset."""
+    """Folder of the shared real slides; skips, naming the path, when there is none.
+
+    A machine without the shared folder (``.ci/run`` points the variable at
+    ``../shared/testdata`` whether or not it exists) runs everything else; each test
+    that needs a real vendor file says so in the skip reason.
+    """
     root = os.environ.get(TESTDATA_ENV)
     if not root:
         pytest.skip(f"{TESTDATA_ENV} is not set")
     path = Path(root)
     if not path.is_dir():
-        pytest.fail(f"{TESTDATA_ENV}={root} is not a folder")
+        pytest.skip(f"{TESTDATA_ENV}={root}: no such folder (the shared real slides)")
     return path
 
 

@@ -224,11 +224,3 @@ def test_several_tiles_per_task_same_nuclei(client, slides, reference, tmp_path)
     assert rows[0]["nuclei"] == reference["b.svs"].count
     for col in COLUMNS:
         np.testing.assert_array_equal(table.column(col).to_numpy(), reference["b.svs"].table[col])
-
-
-def test_gpu_tasks_run_on_workers_with_a_gpu_resource(slides, reference, tmp_path):
-    # its own local cluster: every worker gets {"GPU": 1}; tile tasks ask for it
-    rows = analyze_slides(slides / "b.svs", tmp_path, tile_size_um=TILE_UM, workers=1, gpu=True)
-    assert rows[0]["status"] == "done" and rows[0]["nuclei"] == reference["b.svs"].count
-    ids = pq.read_table(tmp_path / "b.svs" / "nuclei.parquet").column("id").to_numpy()
-    np.testing.assert_array_equal(ids, reference["b.svs"].table["id"])

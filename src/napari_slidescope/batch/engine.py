@@ -32,14 +32,31 @@ from napari_slidescope.batch.params import (
     output_names,
     stamp_slide,
 )
-from napari_slidescope.batch.tasks import SlideInfo, TileOut, nuclei_task, slide_task, summary_of
+from napari_slidescope.batch.tasks import (
+    SlideInfo,
+    TileOut,
+    model_task,
+    nuclei_task,
+    post_task,
+    slide_task,
+    summary_of,
+)
 
-__all__ = ["BatchProgress", "analyze_slides"]
+__all__ = ["WORKER_UNSET_ENV", "BatchProgress", "analyze_slides", "local_cluster"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two writes of a running slide's manifest (parts are written at once).
 MANIFEST_EVERY_S = 5.0
+
+#: Variables dask's Nanny sets for its workers that the engine's local cluster leaves
+#: unset. ``MALLOC_TRIM_THRESHOLD_=65536`` (dask's ``distributed.nanny.pre-spawn-environ``)
+#: switches off glibc's dynamic mmap threshold: every temporary array above 128 KiB is
+#: then mmap'd and unmapped again and its pages fault in anew, a quarter more CPU time on
+#: the tile tasks. With glibc's defaults the tile tasks' arrays are reused from the heap
+#: tile after tile and the worker's memory stays flat over a run
+#: (``benchmarks/batch_malloc.py``).
+WORKER_UNSET_ENV = ("MALLOC_TRIM_THRESHOLD_",)
 
 
 @dataclass
@@ -131,13 +148,15 @@ def analyze_slides(
         Times dask re-runs a task that raised before its slide counts as failed (a task
         on a worker that died is re-run by dask whatever this says).
     tiles_per_task : int, optional
-        Tiles per nuclei task (more tiles per task: fewer tasks for the scheduler);
-        default 1, or 8 with ``gpu``.
+        Tiles per nuclei task (more tiles per task: fewer tasks for the scheduler, and
+        one staged run per task overlaps reading, model and post-processing of its
+        tiles); default 1. Not used with ``gpu``.
     gpu : bool
-        Run nuclei tasks only on workers with a ``GPU`` resource (one task per GPU at a
-        time), each task's tiles in one staged run with 2 reading and 2 post-processing
-        threads so the model does not wait for the CPU; a local cluster then gives each
-        worker ``{"GPU": 1}``.
+        Split each tile into a model task (read + ``predict``) that runs only on workers
+        with a ``GPU`` resource, one at a time per GPU, and a post-processing task
+        (``postprocess``, ownership, measurements, outlines) that runs on workers without
+        one while there are any; at most a few model outputs per worker thread wait for
+        post-processing. A local cluster then gives each worker ``{"GPU": 1}``.
     progress : callable, optional
         ``progress(BatchProgress)`` after each finished task and slide.
 
@@ -177,20 +196,16 @@ def analyze_slides(
     names = output_names(slides)
     out = Path(out)
     check_writable(out)
-    if tiles_per_task is None:
-        tiles_per_task = 8 if gpu else 1
+    if tiles_per_task is None or gpu:
+        tiles_per_task = 1
     if int(tiles_per_task) < 1:
         raise ValueError(f"tiles_per_task: expected >= 1, got {tiles_per_task!r}")
     cluster = None
     if client is None:
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
-        cluster = LocalCluster(
-            n_workers=workers or os.cpu_count() or 1,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            resources={"GPU": 1} if gpu else None,
+        cluster = local_cluster(
+            workers or os.cpu_count() or 1, resources={"GPU": 1} if gpu else None
         )
         client = Client(cluster)
     try:
@@ -210,6 +225,49 @@ def analyze_slides(
         if cluster is not None:
             client.close()
             cluster.close()
+
+
+def local_cluster(n_workers: int, **kwargs: Any) -> Any:
+    """Start a ``LocalCluster`` of single-thread worker processes for the batch engine.
+
+    Its workers start without :data:`WORKER_UNSET_ENV` (dask sets
+    ``MALLOC_TRIM_THRESHOLD_=65536``), so glibc's malloc keeps its heap.
+
+    Parameters
+    ----------
+    n_workers : int
+        Worker processes.
+    **kwargs
+        Passed to ``distributed.LocalCluster`` (e.g. ``resources``).
+
+    Returns
+    -------
+    distributed.LocalCluster
+        Close it when done.
+    """
+    import dask
+    from distributed import LocalCluster
+
+    kwargs = {"threads_per_worker": 1, "processes": True, "dashboard_address": None, **kwargs}
+    # a worker process inherits this process's environment plus the nanny's pre-spawn
+    # variables (config; a variable already in os.environ wins): an earlier dask cluster
+    # in this process leaves them in os.environ, so they are out of it while ours spawn
+    saved = {k: os.environ.pop(k, None) for k in WORKER_UNSET_ENV}
+    try:
+        with dask.config.set(
+            {f"distributed.nanny.pre-spawn-environ.{k}": None for k in WORKER_UNSET_ENV}
+        ):
+            return LocalCluster(n_workers=int(n_workers), **kwargs)
+    finally:
+        for k, v in saved.items():
+            if v is not None:
+                os.environ[k] = v
+
+
+def _cpu_workers(client: Any) -> list[str]:
+    """Addresses of the workers without a ``GPU`` resource (where post tasks go)."""
+    workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    return sorted(a for a, w in workers.items() if not (w.get("resources") or {}).get("GPU"))
 
 
 def _message(exc: BaseException) -> str:
@@ -242,6 +300,9 @@ class _Batch:
         self.meta: dict[Any, tuple[str, _Slide, list[int]]] = {}
         self.token = uuid.uuid4().hex[:8]
         self.tiles_in_flight = 0
+        self.cpu_workers: list[str] = []
+        # post task -> its model task, arguments and the workers it may run on
+        self.posts: dict[Any, tuple[Any, tuple[Any, ...], str, list[str]]] = {}
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -257,6 +318,8 @@ class _Batch:
             while True:
                 if time.monotonic() - asked > 2.0:  # workers come and go: ask now and then
                     nthreads = max(1, sum(self.client.nthreads().values()))
+                    if self.gpu:
+                        self._rehome_posts(_cpu_workers(self.client))
                     asked = time.monotonic()
                 active = [s for s in active if s.status == "running"]
                 while queue and len(active) < 2 * nthreads + 1:
@@ -268,8 +331,9 @@ class _Batch:
                     if queue:
                         continue
                     break
-                future = next(self.ac)
-                self._handle(future)
+                future = self._next()
+                if future is not None:
+                    self._handle(future)
         finally:
             for s in self.slides:
                 if s.futures:
@@ -277,9 +341,28 @@ class _Batch:
             self._write_summary()
         return [s.row for s in self.slides]
 
+    def _next(self) -> Any:
+        """Return the next finished future; with ``gpu``, None after 2 s without one.
+
+        With ``gpu`` the loop must come back now and then: a post task whose workers
+        have all gone waits for :meth:`_rehome_posts`.
+        """
+        if not self.gpu:
+            return next(self.ac)
+        from distributed import wait
+
+        try:
+            done, _ = wait(list(self.meta), timeout=2.0, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            return None
+        return next(iter(done))
+
     def _handle(self, future: Any) -> None:
+        if future not in self.meta:  # a post task moved to other workers
+            return
         kind, s, chunk = self.meta.pop(future)
         s.futures.discard(future)
+        self.posts.pop(future, None)
         if kind == "tiles":
             self.tiles_in_flight -= 1
         if s.status != "running":  # failed already; cancelled futures land here
@@ -381,28 +464,71 @@ class _Batch:
     def _track(self, future: Any, kind: str, s: _Slide, chunk: list[int]) -> None:
         self.meta[future] = (kind, s, chunk)
         s.futures.add(future)
-        self.ac.add(future)
+        if not self.gpu:
+            self.ac.add(future)
 
     def _submit_tiles(self, active: list[_Slide], cap: int) -> None:
         assert all(s.stamp is not None for s in active)
         for s in active:
             while s.todo and self.tiles_in_flight < cap:
                 chunk = s.todo.popleft()
-                fut = self.client.submit(
-                    nuclei_task,
-                    str(s.path),
-                    s.stamp.key,  # type: ignore[union-attr]
-                    self.params,
-                    s.prep,
-                    chunk,
-                    2 if self.gpu else 1,
-                    key=f"slidescope-nuclei-{s.index}-{chunk[0]}-{self.token}",
-                    retries=self.retries,
-                    resources={"GPU": 1} if self.gpu else None,
-                    priority=-s.index,
-                )
+                args = (str(s.path), s.stamp.key, self.params, s.prep)  # type: ignore[union-attr]
+                name = f"{s.index}-{chunk[0]}-{self.token}"
+                if self.gpu:  # the post task holds the model future; dask frees its output
+                    model = self.client.submit(
+                        model_task,
+                        *args,
+                        chunk[0],
+                        key=f"slidescope-model-{name}",
+                        retries=self.retries,
+                        resources={"GPU": 1},
+                        priority=-s.index,
+                    )
+                    fut = self._submit_post(s, model, args, name)
+                else:
+                    fut = self.client.submit(
+                        nuclei_task,
+                        *args,
+                        chunk,
+                        key=f"slidescope-nuclei-{name}",
+                        retries=self.retries,
+                        priority=-s.index,
+                    )
                 self._track(fut, "tiles", s, chunk)
                 self.tiles_in_flight += 1
+
+    def _submit_post(self, s: _Slide, model: Any, args: tuple[Any, ...], name: str) -> Any:
+        """Submit the post task of a model task, restricted to the workers without a GPU.
+
+        A strict restriction: a loose one lets an idle GPU worker steal post tasks.
+        """
+        fut = self.client.submit(
+            post_task,
+            *args,
+            model,
+            key=f"slidescope-post-{name}-{uuid.uuid4().hex[:6]}",
+            retries=self.retries,
+            workers=self.cpu_workers or None,
+            priority=-s.index,
+        )
+        self.posts[fut] = (model, args, name, list(self.cpu_workers))
+        return fut
+
+    def _rehome_posts(self, cpu_workers: list[str]) -> None:
+        """Resubmit the post tasks none of whose allowed workers is left.
+
+        A restarted worker comes back under a new address; the post tasks go to the
+        workers without a GPU there are now.
+        """
+        self.cpu_workers = cpu_workers
+        for fut, (model, args, name, allowed) in list(self.posts.items()):
+            if not allowed or set(allowed) & set(cpu_workers):
+                continue
+            kind, s, chunk = self.meta.pop(fut)
+            s.futures.discard(fut)
+            del self.posts[fut]
+            self.client.cancel([fut])
+            self._track(self._submit_post(s, model, args, name), kind, s, chunk)
 
     def _planned(self, s: _Slide, info: SlideInfo) -> None:
         s.info = info

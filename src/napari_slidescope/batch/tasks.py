@@ -25,8 +25,11 @@ __all__ = [
     "MAX_PREPARED",
     "SlideInfo",
     "TileOut",
+    "ModelOut",
     "TissueGrid",
+    "model_task",
     "nuclei_task",
+    "post_task",
     "slide_task",
     "summary_of",
     "wkb_polygon",
@@ -91,6 +94,36 @@ class TileOut:
     seconds: float
     table: dict[str, np.ndarray]
     wkb: list[bytes]
+
+
+@dataclass
+class ModelOut:
+    """What a model task returns for one tile: the model's raw output, for a post task.
+
+    Attributes
+    ----------
+    index : int
+        The tile's plan index.
+    seconds : float
+        Time spent reading the tile and running the model.
+    raw : ndarray
+        The segmenter's ``predict`` output for the tile, in the smallest dtype that holds
+        it exactly (integers narrowed to their range; floats kept).
+    """
+
+    index: int
+    seconds: float
+    raw: np.ndarray
+
+
+def _compact(raw: np.ndarray) -> np.ndarray:
+    """``raw`` in the smallest dtype that holds it exactly (integer maps only)."""
+    raw = np.asarray(raw)
+    if raw.dtype.kind in "iu" and raw.size:
+        dtype = np.result_type(np.min_scalar_type(raw.min()), np.min_scalar_type(raw.max()))
+        if dtype.itemsize < raw.dtype.itemsize:
+            return raw.astype(dtype)
+    return np.ascontiguousarray(raw)
 
 
 def _open(path: str, stamp: tuple[int, int]) -> Any:
@@ -202,33 +235,68 @@ def nuclei_task(
     """Segment some tiles of a slide; return each tile's owned nuclei as a compact table.
 
     The tiles go through one staged run (read -> model -> post-process) with ``threads``
-    reading and ``threads`` post-processing threads: 1 where dask runs one task per core;
-    more on a GPU worker, so the model never waits for the CPU work of the task's tiles.
+    reading and ``threads`` post-processing threads (1 where dask runs one task per
+    core). A model on a GPU runs instead as :func:`model_task` then :func:`post_task`.
     """
-    from napari_slidescope.analysis.geometry import labels_to_polygons
-
     if info.grid is None:
         raise ValueError("nuclei_task: the slide task found no tissue grid")
     run = _prepare(path, stamp, params, info.grid)
-    plan = run.plan
-    dy, dx = plan.downsample
     out = []
     t0 = time.perf_counter()
     threads = max(1, int(threads))
     for res in run.segment(indices, workers=threads, read_threads=threads):
-        y0, x0 = res.tile.box[:2]
-        polys, ids = labels_to_polygons(
-            res.labels,
-            downsample=plan.downsample,
-            origin=(plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx),
-        )
-        by_id = dict(zip(ids.tolist(), polys, strict=True))
-        table = {k: np.asarray(v) for k, v in res.table.items()}
-        wkb = [wkb_polygon(by_id[int(i)]) for i in table["id"]]
-        t1 = time.perf_counter()
-        out.append(TileOut(res.tile.index, t1 - t0, table, wkb))
-        t0 = t1
+        out.append(_tile_out(run.plan, res, t0))
+        t0 = time.perf_counter()
     return out
+
+
+def model_task(
+    path: str, stamp: tuple[int, int], params: BatchParams, info: SlideInfo, index: int
+) -> ModelOut:
+    """Read one tile and run the model on it (the task a ``GPU`` worker runs).
+
+    Post-processing is left to :func:`post_task` on a CPU worker, so the model's
+    device never waits for it and its memory is free again as soon as ``predict``
+    returns.
+    """
+    if info.grid is None:
+        raise ValueError("model_task: the slide task found no tissue grid")
+    t0 = time.perf_counter()
+    run = _prepare(path, stamp, params, info.grid)
+    raw = _compact(run.predict(index))
+    return ModelOut(int(index), time.perf_counter() - t0, raw)
+
+
+def post_task(
+    path: str, stamp: tuple[int, int], params: BatchParams, info: SlideInfo, model: ModelOut
+) -> list[TileOut]:
+    """Post-process a model task's output: the tile's owned nuclei as a compact table.
+
+    Gives exactly what :func:`nuclei_task` gives for the tile; its ``seconds`` add the
+    model task's.
+    """
+    if info.grid is None:
+        raise ValueError("post_task: the slide task found no tissue grid")
+    t0 = time.perf_counter() - model.seconds
+    run = _prepare(path, stamp, params, info.grid)
+    return [_tile_out(run.plan, run.postprocess(model.index, model.raw), t0)]
+
+
+def _tile_out(plan: Any, res: Any, t0: float) -> TileOut:
+    """Return a tile's result as a :class:`TileOut` (outlines in level-0 pixels, as WKB)."""
+    from napari_slidescope.analysis.geometry import labels_to_polygons
+
+    dy, dx = plan.downsample
+    y0, x0 = res.tile.box[:2]
+    polys, ids = labels_to_polygons(
+        res.labels,
+        downsample=plan.downsample,
+        origin=(plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx),
+    )
+    by_id = dict(zip(ids.tolist(), polys, strict=True))
+    table = {k: np.asarray(v) for k, v in res.table.items()}
+    wkb = [wkb_polygon(by_id[int(i)]) for i in table["id"]]
+    return TileOut(res.tile.index, time.perf_counter() - t0, table, wkb)
 
 
 def wkb_polygon(ring: np.ndarray) -> bytes:

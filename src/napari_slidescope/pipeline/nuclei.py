@@ -28,7 +28,7 @@ from napari_slidescope.analysis.resample import resample_nearest
 from napari_slidescope.analysis.stains import estimate_stains
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
-from napari_slidescope.pipeline.runner import TileResult, iter_tiles
+from napari_slidescope.pipeline.runner import TileResult, iter_tiles, postprocess_tile
 from napari_slidescope.pipeline.tiling import (
     Box,
     Tile,
@@ -737,6 +737,71 @@ class PreparedNuclei:
                 yield res
         finally:
             gen.close()
+
+    def _tile(self, index: int) -> Tile:
+        for t in self._run.tiles:
+            if t.index == int(index):
+                return t
+        raise ValueError(f"index: tile {index} is not among the tiles to segment")
+
+    def _read(self, tile: Tile) -> np.ndarray:
+        kwargs = self._run.runner_kwargs
+        if kwargs.get("reader") is not None:
+            return np.asarray(kwargs["reader"](tile))
+        level = kwargs.get("level")
+        if level is None:
+            level = choose_level(self._run.slide.downsamples, self._run.plan.downsample)
+        return read_tile(self._run.slide, tile, self._run.plan, level=int(level))
+
+    def predict(self, index: int) -> np.ndarray:
+        """Read one tile and run the model stage on it alone (for a model on another worker).
+
+        Parameters
+        ----------
+        index : int
+            ``Tile.index`` of a tile in :attr:`tiles`.
+
+        Returns
+        -------
+        ndarray
+            The segmenter's ``predict`` output for the tile (without the batch axis);
+            :meth:`postprocess` turns it into the nuclei :meth:`segment` gives.
+        """
+        rgb = self._read(self._tile(index))
+        raw = np.asarray(self._run.segmenter.predict(rgb[None], mpp=self._run.plan.mpp))
+        if raw.shape[0] != 1:
+            raise ValueError(f"predict: expected 1 output, got shape {raw.shape}")
+        return raw[0]
+
+    def postprocess(self, index: int, raw: np.ndarray) -> TileResult:
+        """Post-process one tile's model output: the nuclei it owns and their measurements.
+
+        The tile is read again for its measurements, so this runs where the slide can be
+        read, apart from the model.
+
+        Parameters
+        ----------
+        index : int
+            ``Tile.index`` of a tile in :attr:`tiles`.
+        raw : ndarray
+            :meth:`predict`'s output for that tile.
+
+        Returns
+        -------
+        TileResult
+            As :meth:`segment` yields it (ids local to the tile).
+        """
+        tile = self._tile(index)
+        owned, table = postprocess_tile(
+            self._run.segmenter,
+            raw,
+            self._read(tile),
+            tile,
+            mpp=self._run.plan.mpp,
+            measure=self._run.measure,
+        )
+        count = int(owned.max()) if owned.size else 0
+        return TileResult(tile=tile, labels=owned, count=count, offset=0, table=table)
 
     def close(self) -> None:
         """Close the slide when :func:`prepare_nuclei` opened it."""

@@ -42,7 +42,7 @@ from napari_slidescope.pipeline.tiling import (
 from napari_slidescope.segmenters.base import Segmenter, as_segmenter
 from napari_slidescope.slide.level_choice import coarsest_level_not_coarser
 
-__all__ = ["TileResult", "iter_tiles"]
+__all__ = ["TileResult", "iter_tiles", "postprocess_tile"]
 
 _POLL = 0.02  # seconds between checks of the stop flag while blocked
 _CANCEL_POLL = 0.1  # seconds between checks of the cancel flag while waiting for a tile
@@ -403,15 +403,10 @@ class _StagedRun:
 
     def _postprocess(self, it: _Item) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Labels the tile owns and their measurements."""
-        tile = it.tile
         assert it.raw is not None  # set by the model stage
-        labels = np.asarray(self.segmenter.postprocess(it.raw, mpp=self.mpp))
-        h, w = tile.shape
-        if labels.shape[0] >= h and labels.shape[1] >= w:
-            labels = labels[:h, :w]  # segmenters may pad tiles (e.g. to a multiple of 16)
-        owned = owned_labels(labels, tile)
-        table = self.measure(owned, it.rgb, tile) if self.measure is not None else {}
-        return owned, table
+        return postprocess_tile(
+            self.segmenter, it.raw, it.rgb, it.tile, mpp=self.mpp, measure=self.measure
+        )
 
     def post_stage(self) -> None:
         """Stage 3: post-process, keep the owned nuclei, measure."""
@@ -449,6 +444,48 @@ class _StagedRun:
             yield _global_ids(self.todo[k], owned, table, offset)
             offset += int(owned.max()) if owned.size else 0
             self.slots.release()
+
+
+def postprocess_tile(
+    segmenter: _Segmenter,
+    raw: np.ndarray,
+    rgb: np.ndarray,
+    tile: Tile,
+    *,
+    mpp: float,
+    measure: Callable[[np.ndarray, np.ndarray, Tile], dict[str, np.ndarray]] | None = None,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Post-process one tile: the labels it owns and their measurements.
+
+    Parameters
+    ----------
+    segmenter : object
+        Has ``postprocess(raw, *, mpp)``.
+    raw : ndarray
+        ``segmenter.predict`` output for this tile (one item of the batch).
+    rgb : (M, N, C) ndarray
+        The tile's pixels as given to ``predict``.
+    tile : Tile
+        The tile.
+    mpp : float
+        Working resolution, µm/px.
+    measure : callable, optional
+        As in :func:`iter_tiles`.
+
+    Returns
+    -------
+    owned : (M, N) ndarray of int32
+        The nuclei the tile owns, local ids ``1 .. count``.
+    table : dict of str to ndarray
+        Their measurements (empty without ``measure``).
+    """
+    labels = np.asarray(segmenter.postprocess(raw, mpp=mpp))
+    h, w = tile.shape
+    if labels.shape[0] >= h and labels.shape[1] >= w:
+        labels = labels[:h, :w]  # segmenters may pad tiles (e.g. to a multiple of 16)
+    owned = owned_labels(labels, tile)
+    table = measure(owned, rgb, tile) if measure is not None else {}
+    return owned, table
 
 
 def _global_ids(

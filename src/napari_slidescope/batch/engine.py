@@ -18,6 +18,7 @@ import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -349,11 +350,16 @@ class _Batch:
         """
         if not self.gpu:
             return next(self.ac)
+        import distributed.client
         from distributed import wait
 
+        cancelled = getattr(distributed.client, "FuturesCancelledError", CancelledError)
+        for f in self.meta:  # finished or cancelled already (wait raises for cancelled)
+            if f.status != "pending":
+                return f
         try:
             done, _ = wait(list(self.meta), timeout=2.0, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+        except (TimeoutError, cancelled):  # one cancelled meanwhile: the scan finds it
             return None
         return next(iter(done))
 

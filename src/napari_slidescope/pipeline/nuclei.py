@@ -750,7 +750,9 @@ class PreparedNuclei:
             return np.asarray(kwargs["reader"](tile))
         level = kwargs.get("level")
         if level is None:
-            level = choose_level(self._run.slide.downsamples, self._run.plan.downsample)
+            level = coarsest_level_not_coarser(
+                self._run.slide.downsamples, self._run.plan.downsample
+            )
         return read_tile(self._run.slide, tile, self._run.plan, level=int(level))
 
     def predict(self, index: int) -> np.ndarray:

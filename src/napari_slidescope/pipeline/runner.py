@@ -447,7 +447,7 @@ class _StagedRun:
 
 
 def postprocess_tile(
-    segmenter: _Segmenter,
+    segmenter: Segmenter,
     raw: np.ndarray,
     rgb: np.ndarray,
     tile: Tile,

@@ -4,6 +4,7 @@ Run (Linux without a display: under ``xvfb-run -a``)::
 
     python docs/screenshots.py            # writes docs/images/*.png
     python docs/screenshots.py overview   # only overview.png
+    python docs/screenshots.py wholeslide # only whole_slide_zoomed.png
 
 Opens the bundled synthetic slide in napari, docks the widget, detects tissue on the
 whole slide, segments the nuclei of the visible region with the default parameters,
@@ -11,7 +12,9 @@ and saves the window (widget included) and a close-up of the nuclei. Then the wi
 in its states: ``widget_idle.png``, ``widget_running.png`` (progress mid-run),
 ``widget_cancelled.png`` (a partial result) and ``measurements.png`` (the window with
 the "Nuclei measurements" dock, a row selected) and ``overview.png`` (the window with
-the "Slide overview" dock, zoomed in). With
+the "Slide overview" dock, zoomed in) and ``whole_slide_zoomed.png`` (nuclei of the whole
+slide, a multiscale labels layer, seen at full resolution; on the real slide below when
+it is at hand). With
 ``$SLIDESCOPE_TESTDATA`` set it does the same on the real 20x slide
 ``CMU-1-Small-Region.svs`` (CC0) and saves ``real_slide.png``.
 """
@@ -57,6 +60,9 @@ def main() -> int:
     if sys.argv[1:] == ["overview"]:
         _overview_shot()
         return 0
+    if sys.argv[1:] == ["wholeslide"]:
+        _whole_slide_shot()
+        return 0
     viewer, camera = _analysed(None, center=(1000.0, 900.0), zoom=1.6)  # ~400 x 420 µm
     _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "slide_analysis.png", width=1200)
     camera.zoom = 6.0
@@ -65,6 +71,7 @@ def main() -> int:
     viewer.close()
     _widget_states()
     _overview_shot()
+    _whole_slide_shot()
     real = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/nonexistent")) / "CMU-1-Small-Region.svs"
     if real.is_file():  # a real 20x H&E slide (CC0)
         viewer, _ = _analysed(real, center=(725.0, 475.0), zoom=2.2)  # ~300 µm wide
@@ -185,6 +192,56 @@ def _overview_shot() -> None:
     camera.center, camera.zoom = (1100.0, 800.0), 1.2
     _settle(1.0)
     _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "overview.png", width=1200)
+    viewer.close()
+
+
+def _whole_slide_shot() -> None:
+    """Save the nuclei of a whole-slide run seen at full resolution (screen px > slide px).
+
+    The built-in segmenter runs over the whole slide (the real 20x slide
+    ``CMU-1-Small-Region.svs`` when ``$SLIDESCOPE_TESTDATA`` has it, else the synthetic
+    sample); the result is the multiscale labels layer of a whole-slide run, drawn as
+    outlines, and the camera is centred where the nuclei are densest, zoomed to two
+    screen pixels per level-0 pixel.
+    """
+    import napari
+
+    from napari_slidescope._napari.launcher import dock_analysis_widget
+    from napari_slidescope._napari.layers import canvas_of
+
+    viewer = napari.Viewer(title="napari-slidescope")
+    viewer.window._qt_window.resize(1500, 900)
+    real = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/nonexistent")) / "CMU-1-Small-Region.svs"
+    if real.is_file():
+        [image] = viewer.open(str(real), plugin="napari-slidescope")
+    else:
+        [image] = viewer.open_sample("napari-slidescope", "synthetic_he")
+    widget = dock_analysis_widget(viewer)
+    _settle()
+    widget.task.value, widget.scope.value, widget.mode.value = "nuclei", "slide", "replace"
+    widget.segmenter.value = "builtin"
+    widget.run()
+    widget.controller.wait()
+    layer = viewer.layers[f"{image.name} nuclei"]
+    assert layer.multiscale, "a whole-slide run shows a multiscale labels layer"
+    layer.contour = 1
+    table = canvas_of(layer).table()
+    rows, cols = np.asarray(table["centroid_row"]), np.asarray(table["centroid_col"])
+    h, w = image.data[0].shape[:2]
+    counts, ey, ex = np.histogram2d(rows, cols, bins=(max(1, h // 256), max(1, w // 256)))
+    iy, ix = np.unravel_index(int(np.argmax(counts)), counts.shape)
+    center = ((ey[iy] + ey[iy + 1]) / 2, (ex[ix] + ex[ix + 1]) / 2)  # the densest cell
+    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
+    camera.center = tuple(image.data_to_world(list(center)))
+    camera.zoom = 2.0 / float(image.scale[-1])  # two screen px per level-0 px
+    viewer.scale_bar.visible = True
+    viewer.layers.selection.active = layer
+    _settle(2.0)
+    assert layer.data_level == 0 and image.data_level == 0, "not at full resolution"
+    path = OUT / "whole_slide_zoomed.png"
+    _save(viewer.screenshot(canvas_only=False, flash=False), path, width=1200)
+    print(f"{path}: {len(rows):,} nuclei on the whole slide")  # noqa: T201 - a script
+    widget.reset_settings()
     viewer.close()
 
 

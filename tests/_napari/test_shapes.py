@@ -171,3 +171,16 @@ def test_tissue_area_inside_a_polygon_is_the_polygon_s():
     assert tissue_area_um2(tissue, [triangle]) == pytest.approx(20_000, rel=0.03)
     # the union: a triangle inside a box adds nothing
     assert tissue_area_um2(tissue, [(0, 0, 200, 200), triangle]) == pytest.approx(40_000)
+
+
+def test_finished_tiles_of_a_polygon_run_count_only_inside_the_polygon():
+    from types import SimpleNamespace
+
+    from napari_slidescope._napari.session import _core_area
+
+    triangle = np.array([[0.0, 0.0], [0.0, 200.0], [200.0, 0.0]])
+    run = SimpleNamespace(polygon=triangle)
+    part = _core_area(run, (0, 100, 100, 200))  # a tile the hypotenuse halves
+    assert np.asarray(part).ndim == 2 and np.asarray(part).max(axis=0)[1] <= 200
+    assert _core_area(run, (150, 150, 200, 200)) == (150, 150, 150, 150)  # outside: empty
+    assert _core_area(SimpleNamespace(polygon=None), (0, 0, 10, 10)) == (0, 0, 10, 10)

@@ -47,3 +47,31 @@ def test_polygon_region_equals_box_run_filtered_by_centroid(sample_slide):
     tissue = detect_tissue(str(path), region=poly)
     clipped = detect_tissue(str(path), region=box)
     assert 0 < tissue.area_px < clipped.area_px
+
+
+def _ring_area(ring):
+    r, c = np.asarray(ring, float).T
+    return abs(np.dot(r, np.roll(c, 1)) - np.dot(c, np.roll(r, 1))) / 2
+
+
+def test_clip_area_keeps_the_part_inside_a_box():
+    from napari_slidescope.pipeline.regions import clip_area, inside_region
+
+    triangle = np.array([[0.0, 0.0], [0.0, 100.0], [100.0, 0.0]])
+    part = clip_area(triangle, (0, 0, 50, 50))  # the lower-left square of the triangle
+    assert _ring_area(part) == pytest.approx(50 * 50)
+    part = clip_area(triangle, (0, 50, 50, 100))  # a square the hypotenuse halves
+    assert _ring_area(part) == pytest.approx(50 * 50 / 2)
+    assert clip_area(triangle, (60, 60, 90, 90)) is None  # beyond the hypotenuse
+    assert clip_area((0, 0, 10, 10), (5, 5, 20, 20)) == (5, 5, 10, 10)
+    assert clip_area((0, 0, 10, 10), (10, 0, 20, 10)) is None
+    # a concave ring (a U): clipped to its lower half, the gap stays outside
+    u = np.array(
+        [[0, 0], [30, 0], [30, 10], [10, 10], [10, 20], [30, 20], [30, 30], [0, 30]], float
+    )
+    part = clip_area(u, (15, 0, 30, 30))
+    rows, cols = np.array([20.0, 20.0, 20.0, 5.0]), np.array([5.0, 15.0, 25.0, 15.0])
+    np.testing.assert_array_equal(inside_region(rows, cols, part), [True, False, True, False])
+    np.testing.assert_array_equal(
+        inside_region(rows, cols, (0, 0, 10, 20)), [False, False, False, True]
+    )

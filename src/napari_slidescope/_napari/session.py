@@ -159,6 +159,20 @@ def tissue_area_um2(tissue: Any, areas: list[Any]) -> float | None:
     return float((mask & inside).sum()) * float(tissue.mpp) ** 2
 
 
+def _core_area(run: Any, core: Box) -> Any:
+    """Return what a finished tile of `run` analysed: its core, inside the run's polygon if any.
+
+    A tile wholly outside the polygon gives an empty box, so each finished tile keeps
+    one entry in the canvas's regions.
+    """
+    from napari_slidescope.pipeline.regions import clip_area
+
+    if run.polygon is None:
+        return core
+    clipped = clip_area(run.polygon, core)
+    return clipped if clipped is not None else (core[0], core[1], core[0], core[1])
+
+
 @dataclass(eq=False)
 class _Run:
     image: Any
@@ -178,6 +192,7 @@ class _Run:
     outcome: Outcome | None = None
     progress: Progress | None = None
     cores: list[Box] = field(default_factory=list)
+    polygon: np.ndarray | None = None  # the run's polygon region (level-0 (row, col) ring)
     tissue: Any = None
     segmenting_since: float | None = None
 
@@ -296,6 +311,7 @@ class SlideAnalysis:
                 pyramid=True if region is None else None, polygon=ring,
             )  # fmt: skip
             run.region_index = len(run.canvas.regions) - 1
+            run.polygon = ring
             spec.grid = (run.canvas.origin, run.canvas.downsample, run.canvas.shape)
             if isinstance(run.canvas, _layers.PyramidCanvas):
                 spec.pyramid = run.canvas.pyramid
@@ -468,7 +484,9 @@ class SlideAnalysis:
         if run.task == "nuclei" and not complete and run.canvas is not None:
             if run.region_index is not None and run.region_index < len(run.canvas.regions):
                 # the density's tissue area is that of the finished tiles only
-                run.canvas.regions[run.region_index : run.region_index + 1] = run.cores
+                run.canvas.regions[run.region_index : run.region_index + 1] = [
+                    _core_area(run, core) for core in run.cores
+                ]
             self._partial[run.image] = (done, total)
         run.pbar.close()
         summary = self.summary(run.image)
@@ -499,7 +517,9 @@ class SlideAnalysis:
             self._paint(run, None)
         y0, x0, y1, x1 = (int(v) for v in item.core0)
         if run.region_index is not None:
-            canvas.regions.insert(run.region_index + len(run.cores), (y0, x0, y1, x1))
+            canvas.regions.insert(
+                run.region_index + len(run.cores), _core_area(run, (y0, x0, y1, x1))
+            )
         run.cores.append((y0, x0, y1, x1))
         out.tiles_done = len(run.cores)
         if out.tiles_total and out.tiles_done >= out.tiles_total:

@@ -182,3 +182,67 @@ def inside_region(rows: np.ndarray, cols: np.ndarray, region: Any) -> np.ndarray
         return inside_polygon(rows, cols, ring)
     y0, x0, y1, x1 = (float(v) for v in ring)
     return (rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)
+
+
+def clip_area(area: Any, box: Any) -> Any:
+    """Return the part of an analysed `area` inside a level-0 `box`, or None if empty.
+
+    Parameters
+    ----------
+    area : (int, int, int, int) or (M, 2) ndarray of float
+        A half-open box ``(y0, x0, y1, x1)`` or a polygon's ``(row, col)`` ring.
+    box : (int, int, int, int)
+        The box to clip to (e.g. a tile that finished).
+
+    Returns
+    -------
+    clipped : box, (K, 2) ndarray of float, or None
+        A box for a box; for a ring, the ring clipped to the box (Sutherland-Hodgman: a
+        concave ring may come back with zero-width bridges along the box's edges, which
+        :func:`inside_region` counts as outside).
+    """
+    y0, x0, y1, x1 = (float(v) for v in box)
+    ring = np.asarray(area, float)
+    if ring.ndim != 2:
+        a0, b0, a1, b1 = ring
+        out = (max(a0, y0), max(b0, x0), min(a1, y1), min(b1, x1))
+        return tuple(int(v) for v in out) if out[0] < out[2] and out[1] < out[3] else None
+    pts = [tuple(p) for p in ring]
+    for axis, bound, keep_above in ((0, y0, True), (0, y1, False), (1, x0, True), (1, x1, False)):
+        if not pts:
+            return None
+
+        def inside(
+            p: tuple[float, float], a: int = axis, v: float = bound, up: bool = keep_above
+        ) -> bool:
+            return p[a] >= v if up else p[a] <= v
+
+        out_pts: list[tuple[float, float]] = []
+        for i, cur in enumerate(pts):
+            prev = pts[i - 1]
+            if inside(cur):
+                if not inside(prev):
+                    out_pts.append(_cross(prev, cur, axis, bound))
+                out_pts.append(cur)
+            elif inside(prev):
+                out_pts.append(_cross(prev, cur, axis, bound))
+        pts = out_pts
+    if len(pts) < 3:
+        return None
+    clipped = np.asarray(pts, float)
+    twice_area = np.dot(clipped[:, 0], np.roll(clipped[:, 1], 1)) - np.dot(
+        clipped[:, 1], np.roll(clipped[:, 0], 1)
+    )
+    return clipped if abs(twice_area) > 0 else None
+
+
+def _cross(
+    p: tuple[float, float], q: tuple[float, float], axis: int, v: float
+) -> tuple[float, float]:
+    """Where segment p-q crosses the line ``coordinate[axis] == v``."""
+    t = (v - p[axis]) / (q[axis] - p[axis])
+    other = 1 - axis
+    point = [0.0, 0.0]
+    point[axis] = v
+    point[other] = p[other] + t * (q[other] - p[other])
+    return (point[0], point[1])

@@ -65,6 +65,7 @@ def test_help_documents_every_option_with_default():
         assert option in text
     assert "--nuclei-mpp UM" in text and "µm per pixel" in text
     assert "--tile-size-um UM" in text and "(default: 512)" in text
+    assert "installed, else the built-in method), builtin" in text and "(default: auto)" in text
 
 
 def test_damaged_slide_fails_alone_exit_1(client, slides, tmp_path):
@@ -89,9 +90,10 @@ def test_damaged_slide_fails_alone_exit_1(client, slides, tmp_path):
 
 def test_sigkill_mid_run_then_resume_gives_the_same_tables(client, slides, tmp_path):
     ref = tmp_path / "ref"
-    analyze_slides(slides / "a.svs", ref, tile_size_um=TILE_UM, client=client)
+    analyze_slides(slides / "a.svs", ref, tile_size_um=TILE_UM, client=client, segmenter="builtin")
     out = tmp_path / "out"
     args = ["batch", slides / "a.svs", "-o", out, "--tile-size-um", TILE_UM, "--no-progress"]
+    args += ["--segmenter", "builtin"]
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -125,6 +127,7 @@ def test_sigkill_mid_run_then_resume_gives_the_same_tables(client, slides, tmp_p
         out,
         tile_size_um=TILE_UM,
         client=client,
+        segmenter="builtin",
         resume=True,
         progress=lambda s: first.append(s.tiles_done) if not first else None,
     )

@@ -27,7 +27,7 @@ def reference(slides):
     return {
         name: segment_nuclei(
             slides / name,
-            segmenter="builtin",  # the batch's default
+            segmenter="builtin",  # as the batch runs below
             tissue=True,
             tile_size_um=TILE_UM,
             labels=False,
@@ -40,7 +40,7 @@ def reference(slides):
 @pytest.fixture(scope="module")
 def batch_out(client, slides, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
-    rows = analyze_slides(slides, out, tile_size_um=TILE_UM, client=client)
+    rows = analyze_slides(slides, out, tile_size_um=TILE_UM, client=client, segmenter="builtin")
     return out, rows
 
 
@@ -167,7 +167,12 @@ def test_worker_killed_mid_run_gives_identical_output(client, slides, batch_out,
             killed.append(pid)
 
     rows = analyze_slides(
-        slides / "a.svs", tmp_path, tile_size_um=TILE_UM, client=client, progress=kill_one
+        slides / "a.svs",
+        tmp_path,
+        tile_size_um=TILE_UM,
+        client=client,
+        segmenter="builtin",
+        progress=kill_one,
     )
     assert killed, "no worker was killed"
     assert rows[0]["status"] == "done", rows
@@ -178,7 +183,7 @@ def test_worker_killed_mid_run_gives_identical_output(client, slides, batch_out,
 
 
 def test_resume_keeps_finished_slides(client, slides, tmp_path):
-    analyze_slides(slides / "b.svs", tmp_path, tasks=["tissue"], client=client)
+    analyze_slides(slides / "b.svs", tmp_path, tasks=["tissue"], client=client, segmenter="builtin")
     first = (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns
     seen = []
     rows = analyze_slides(
@@ -186,6 +191,7 @@ def test_resume_keeps_finished_slides(client, slides, tmp_path):
         tmp_path,
         tasks=["tissue"],
         client=client,
+        segmenter="builtin",
         resume=True,
         progress=lambda s: seen.append(s.finished),
     )
@@ -193,10 +199,18 @@ def test_resume_keeps_finished_slides(client, slides, tmp_path):
     assert (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns == first
     # other parameters: redone even when resuming, never mixed with the old results
     analyze_slides(
-        slides / "b.svs", tmp_path, tasks=["tissue"], client=client, resume=True, tile_size_um=256
+        slides / "b.svs",
+        tmp_path,
+        tasks=["tissue"],
+        client=client,
+        segmenter="builtin",
+        resume=True,
+        tile_size_um=256,
     )
     assert (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns != first
-    rows = analyze_slides(slides / "b.svs", tmp_path, client=client, tile_size_um=TILE_UM)
+    rows = analyze_slides(
+        slides / "b.svs", tmp_path, client=client, segmenter="builtin", tile_size_um=TILE_UM
+    )
     assert rows[0]["status"] == "done" and rows[0]["nuclei"] > 0
     assert (tmp_path / "b.svs" / "nuclei.parquet").is_file()
 
@@ -208,9 +222,11 @@ def test_changed_slide_is_redone(client, slides, tmp_path):
     path.parent.mkdir()
     write_sample_slide(path, shape=(512, 768), mpp=0.5, seed=3, tile=128)
     out = tmp_path / "out"
-    first = analyze_slides(path, out, tasks=["tissue"], client=client)[0]
+    first = analyze_slides(path, out, tasks=["tissue"], client=client, segmenter="builtin")[0]
     write_sample_slide(path, shape=(512, 768), mpp=0.5, seed=4, tile=128)
-    again = analyze_slides(path, out, tasks=["tissue"], client=client, resume=True)[0]
+    again = analyze_slides(
+        path, out, tasks=["tissue"], client=client, segmenter="builtin", resume=True
+    )[0]
     m = json.loads((out / "c.svs" / "manifest.json").read_text())
     assert m["slide_stamp"]["size"] == path.stat().st_size
     assert again["status"] == "done" and again["tissue_area_mm2"] != first["tissue_area_mm2"]
@@ -218,7 +234,12 @@ def test_changed_slide_is_redone(client, slides, tmp_path):
 
 def test_several_tiles_per_task_same_nuclei(client, slides, reference, tmp_path):
     rows = analyze_slides(
-        slides / "b.svs", tmp_path, tile_size_um=TILE_UM, client=client, tiles_per_task=3
+        slides / "b.svs",
+        tmp_path,
+        tile_size_um=TILE_UM,
+        client=client,
+        segmenter="builtin",
+        tiles_per_task=3,
     )
     table = pq.read_table(tmp_path / "b.svs" / "nuclei.parquet")
     assert rows[0]["nuclei"] == reference["b.svs"].count

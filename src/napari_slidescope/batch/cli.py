@@ -95,10 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--segmenter",
-        default="builtin",
+        default="auto",
         metavar="NAME",
-        help="nuclei segmenter: builtin, instanseg, stardist, cellpose when installed "
-        "(default: builtin)",
+        help="nuclei segmenter: auto (per slide, the learned model for its stain when "
+        "installed, else the built-in method), builtin, instanseg, stardist, cellpose "
+        "(default: auto)",
     )
     where = b.add_mutually_exclusive_group()
     where.add_argument(

@@ -108,7 +108,7 @@ def analyze_slides(
     out: str | os.PathLike[str],
     *,
     tasks: Sequence[str] = TASKS,
-    segmenter: str = "builtin",
+    segmenter: str = "auto",
     nuclei_mpp: float | None = None,
     tile_size_um: float = 512.0,
     client: Any = None,
@@ -130,7 +130,9 @@ def analyze_slides(
     tasks : sequence of {"tissue", "nuclei"}
         What to compute; nuclei are segmented only in tiles with tissue.
     segmenter : str
-        A registered segmenter (see ``available_segmenters()``).
+        A registered segmenter (see ``available_segmenters()``); default ``"auto"``:
+        per slide, the learned model for its stain when installed, else the built-in
+        method (as :func:`~napari_slidescope.segment_nuclei`).
     nuclei_mpp : float, optional
         Working resolution of the segmentation, µm/px; default the segmenter's, never
         finer than the slide (as :func:`~napari_slidescope.segment_nuclei`).

@@ -58,7 +58,7 @@ class BatchParams:
     """
 
     tasks: tuple[str, ...] = TASKS
-    segmenter: str = "builtin"
+    segmenter: str = "auto"
     nuclei_mpp: float | None = None
     tile_size_um: float = 512.0
 

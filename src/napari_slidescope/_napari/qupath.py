@@ -63,8 +63,17 @@ def get_parquet_reader(path: str) -> Callable[[str | list[str]], list[LayerData]
     return read_parquet_layers
 
 
-def read_parquet_layers(path: str | list[str]) -> list[LayerData]:
-    """Read a ``nuclei.parquet`` (WKB outlines in level-0 ``(x, y)``) as aligned detections."""
+def read_parquet_layers(
+    path: str | list[str],
+    *,
+    align: dict[str, Any] | None = None,
+    shape0: tuple[int, int] | None = None,
+) -> list[LayerData]:
+    """Read a ``nuclei.parquet`` (WKB outlines in level-0 ``(x, y)``) as aligned detections.
+
+    ``align`` (``scale``, ``translate``, ``units``) and ``shape0`` place the layer; default
+    the current viewer's slide.
+    """
     import pyarrow.parquet as pq
     import shapely
 
@@ -100,9 +109,10 @@ def read_parquet_layers(path: str | list[str]) -> list[LayerData]:
             objects.append(
                 QuPathObject("detection", polys, class_name="Nucleus", measurements=meas)
             )
-    image = _slide_layer()
-    align = aligned(image) if image is not None else {}
-    shape0 = image_shape0(image) if image is not None else None
+    if align is None:
+        image = _slide_layer()
+        align = aligned(image) if image is not None else {}
+        shape0 = image_shape0(image) if image is not None else None
     stem = Path(path).parent.name if Path(path).stem == "nuclei" else Path(path).stem
     return [detections_layer(objects, f"{stem} nuclei", align, shape0)] if objects else []
 
@@ -129,8 +139,10 @@ def _stem(path: str) -> str:
     return name
 
 
-def read_geojson_layers(path: str | list[str]) -> list[LayerData]:
-    """Read QuPath GeoJSON objects as layers aligned with the current slide.
+def read_geojson_layers(
+    path: str | list[str], *, align: dict[str, Any] | None = None
+) -> list[LayerData]:
+    """Read QuPath GeoJSON objects as layers aligned with the current slide (or ``align``).
 
     Raises
     ------
@@ -144,8 +156,9 @@ def read_geojson_layers(path: str | list[str]) -> list[LayerData]:
     if isinstance(path, list):
         path = path[0]
     objects = read_objects(path)
-    image = _slide_layer()
-    align = aligned(image) if image is not None else {}
+    image = _slide_layer() if align is None else None
+    if align is None:
+        align = aligned(image) if image is not None else {}
     shape0 = image_shape0(image) if image is not None else None
     stem = _stem(path)
     out: list[LayerData] = []

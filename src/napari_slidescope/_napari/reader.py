@@ -33,6 +33,8 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
 
     A ``.geojson`` / ``.geojson.gz`` that looks like GeoJSON (QuPath objects) gets
     :func:`~napari_slidescope._napari.qupath.read_geojson_layers`; other JSON gets None.
+    A folder ``slidescope batch`` wrote for a slide (with its ``manifest.json``) gets
+    :func:`~napari_slidescope._napari.batch_results.read_batch_folder`.
 
     Sniffs cheaply (the TIFF header and IFDs, never pixels) and never raises. Ordinary
     small single-image TIFFs are left to napari's builtin reader. A file behind a
@@ -45,6 +47,10 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
             return None
         path = path[0]
     try:
+        if os.path.isdir(path):  # a `slidescope batch` result folder, OUT/<slide>/
+            from napari_slidescope._napari.batch_results import get_batch_folder_reader
+
+            return get_batch_folder_reader(os.fspath(path))
         if os.fspath(path).lower().endswith((".geojson", ".geojson.gz")):
             from napari_slidescope._napari.qupath import get_geojson_reader
 

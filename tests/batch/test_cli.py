@@ -137,3 +137,95 @@ def test_sigkill_mid_run_then_resume_gives_the_same_tables(client, slides, tmp_p
     want = pq.read_table(ref / "a.svs" / "nuclei.parquet").sort_by("id")
     assert got.equals(want)
     assert got.schema.metadata[b"slidescope"] == want.schema.metadata[b"slidescope"]
+
+
+def _corrupt_tile(path, truth):
+    """Zero the start of one level-0 JPEG tile with tissue, past the file's first MiB.
+
+    Returns a function that puts the bytes back. The file keeps its size and
+    modification time and its first MiB (what the batch's stamp looks at), as a
+    transient read error would: only the tile fails to decode.
+    """
+    import numpy as np
+    import tifffile
+
+    mtime = path.stat().st_mtime_ns
+    with tifffile.TiffFile(path) as tif:
+        page = tif.pages[0]
+        offsets, counts = page.dataoffsets, page.databytecounts
+        per_row = -(-page.imagewidth // page.tilewidth)
+        th = page.tilelength
+    d = truth.downsample
+    candidates = [
+        k
+        for k, off in enumerate(offsets)
+        if off > 2**20
+        and truth.tissue_mask[
+            (k // per_row) * th // d : (k // per_row + 1) * th // d,
+            (k % per_row) * th // d : (k % per_row + 1) * th // d,
+        ].mean()
+        > 0.9
+    ]
+    k = candidates[len(candidates) // 2]
+    with open(path, "r+b") as fh:
+        fh.seek(offsets[k])
+        original = fh.read(counts[k])
+        fh.seek(offsets[k])
+        fh.write(bytes(16))
+    os.utime(path, ns=(mtime, mtime))
+
+    def repair():
+        with open(path, "r+b") as fh:
+            fh.seek(offsets[k])
+            fh.write(original)
+        os.utime(path, ns=(mtime, mtime))
+
+    assert np.any(truth.tissue_mask)
+    return repair
+
+
+def test_slide_failing_part_way_then_resumed_after_repair(client, slides, tmp_path):
+    from napari_slidescope.sample_data import write_sample_slide
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    os.link(slides / "b.svs", folder / "good.svs")
+    path = folder / "c.svs"
+    # 2.3 MB: half its level-0 tiles lie past the first MiB
+    truth = write_sample_slide(path, shape=(3072, 3072), mpp=0.5, seed=7, tile=128)
+    repair = _corrupt_tile(path, truth)
+    out = tmp_path / "out"
+    res = cli(
+        "batch", folder, "-o", out, "--tile-size-um", 2 * TILE_UM, "--segmenter", "builtin",
+        "--no-progress", "--scheduler", client.scheduler.address,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    rows = summary(out)
+    assert rows["good.svs"]["status"] == "done" and int(rows["good.svs"]["nuclei"]) > 0
+    bad = rows["c.svs"]
+    assert bad["status"] == "failed"
+    assert str(path) in bad["error"] and "cannot decode pixels" in bad["error"], bad["error"]
+    manifest = json.loads((out / "c.svs" / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["error"] == bad["error"]
+    done = [i for i, t in manifest["tiles"].items() if t["status"] == "done"]
+    assert 0 < len(done) < len(manifest["tiles"])  # it failed part-way
+    assert len(list((out / "c.svs" / "parts").glob("tile-*.parquet"))) == len(done)
+
+    repair()
+    first = []
+    rows = analyze_slides(
+        path,
+        out,
+        tile_size_um=2 * TILE_UM,
+        client=client,
+        segmenter="builtin",
+        resume=True,
+        progress=lambda s: first.append(s.tiles_done) if not first else None,
+    )
+    assert rows[0]["status"] == "done"
+    assert first == [len(done)]  # the finished tiles were kept, only the rest redone
+    ref = tmp_path / "ref"
+    analyze_slides(path, ref, tile_size_um=2 * TILE_UM, client=client, segmenter="builtin")
+    got = pq.read_table(out / "c.svs" / "nuclei.parquet").sort_by("id")
+    want = pq.read_table(ref / "c.svs" / "nuclei.parquet").sort_by("id")
+    assert got.num_rows > 0 and got.equals(want)

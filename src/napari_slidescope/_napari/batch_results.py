@@ -63,13 +63,15 @@ def read_batch_folder(path: str | list[str]) -> list[LayerData]:
     name = str(m.get("slide", folder.name))
     info = m.get("slide_info") or {}
     image = _slide_layer()
+    shape0: tuple[int, int] | None
     shown = None if image is None else (getattr(image, "metadata", None) or {}).get("path")
     if image is not None and shown is not None and Path(shown).name == name:
         align, shape0 = aligned(image), image_shape0(image)
     else:  # the slide is not shown: its pixels at the manifest's µm per pixel
         mpp = info.get("mpp")
         align = {"scale": tuple(float(v) for v in mpp), "units": ("µm", "µm")} if mpp else {}
-        shape0 = tuple(int(v) for v in info["shape0"]) if info.get("shape0") else None
+        s0 = info.get("shape0")
+        shape0 = (int(s0[0]), int(s0[1])) if s0 else None
     out: list[LayerData] = []
     if (folder / "tissue.geojson").is_file():
         for data, kwargs, kind in read_geojson_layers(str(folder / "tissue.geojson"), align=align):

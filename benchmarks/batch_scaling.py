@@ -243,67 +243,8 @@ RUNNERS = {
 }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", type=int, default=2048, help="side of slide S, px (default 2048)")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
-    ap.add_argument(
-        "--timed", choices=("S", "L"), default="L", help="slide the runners are timed on (L)"
-    )
-    args = ap.parse_args()
-    import logging
-
-    logging.getLogger("distributed").setLevel(logging.WARNING)
-
-    from napari_slidescope.batch.engine import WORKER_UNSET_ENV
-    from napari_slidescope.sample_data import write_sample_slide
-
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        sys.exit("batch_scaling: needs 2 CPUs to pin 2 workers to")
-    tmp = Path(tempfile.mkdtemp(prefix="batch-bench-"))
-    small, large = tmp / "S.svs", tmp / "L.svs"
-    write_sample_slide(small, shape=(args.size, args.size), mpp=MPP, seed=11, tile=256)
-    write_sample_slide(large, shape=(2 * args.size, 2 * args.size), mpp=MPP, seed=11, tile=256)
-    load0 = os.getloadavg()
-    t_start = time.time()
-    loads = [load0[0]]
-
-    tiny = tmp / "tiny.svs"
-    write_sample_slide(tiny, shape=(512, 512), mpp=MPP, seed=11, tile=256)
-    timed = large if args.timed == "L" else small
-    sizes = task_bytes(small)
-    c1, cl1 = cluster(1, tiny, cpus[:1])
-    c2, cl2 = cluster(2, tiny, cpus[:2])
-    res: dict[str, list] = {k: [] for k in RUNNERS}
-    run = {
-        "inproc": lambda rep: run_inprocess(timed, cpus[0]),
-        "batch1": lambda rep: run_batch(cl1, timed, tmp / f"o1-{rep}"),
-        "batch1x4": lambda rep: run_batch(cl1, timed, tmp / f"o1x4-{rep}", per_task=4),
-        "batch2": lambda rep: run_batch(cl2, timed, tmp / f"o2-{rep}"),
-    }
-    try:
-        for rep in range(args.reps):
-            order = list(RUNNERS)
-            order = order[rep % len(order) :] + order[: rep % len(order)]  # rotate
-            for k in order:
-                res[k].append(run[k](rep))
-            loads.append(os.getloadavg()[0])
-            print(
-                f"rep {rep} (load {loads[-1]:.1f}): "
-                + ", ".join(f"{k} {v[-1]['wall']:.1f} s" for k, v in res.items()),
-                file=sys.stderr,
-                flush=True,
-            )
-    finally:
-        for c in (cl1, cl2, c1, c2):
-            c.close()
-    print("memory runs", file=sys.stderr, flush=True)
-    mem_s = memory(small, tmp / "m-s")
-    mem_l = memory(large, tmp / "m-l")
-    load1 = os.getloadavg()
-    loads.append(load1[0])
-
+def report_timing(args, res, loads, load0, load1, t_start, unset_env) -> None:
+    """Print the run's conditions, the timed runners' table and the speed-up and overhead."""
     row = res["batch1"][0]["row"]
     side = args.size * (2 if args.timed == "L" else 1)
     count = res["inproc"][0]["count"]
@@ -317,8 +258,6 @@ def main() -> None:
         w = [r["wall"] for r in res[k]]
         return f"{min(w):.1f}-{max(w):.1f}"
 
-    print("## Batch engine scaling\n")
-    print("Command: `python benchmarks/batch_scaling.py " + " ".join(sys.argv[1:]) + "`  ")
     print(
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))}, "
         f"{(time.time() - t_start) / 60:.1f} min; {psutil.cpu_count()} cores; load average "
@@ -337,7 +276,7 @@ def main() -> None:
         "cluster's worker are pinned to one CPU each (`os.sched_setaffinity`), the 2-worker "
         "cluster's workers to one CPU each; the scheduler and client are not pinned, their "
         "CPU time is the last column. Workers start without dask's "
-        + ", ".join(f"`{k}`" for k in WORKER_UNSET_ENV)
+        + ", ".join(f"`{k}`" for k in unset_env)
         + " (glibc's malloc defaults; `benchmarks/batch_malloc.py`).\n"
     )
     print(
@@ -364,13 +303,99 @@ def main() -> None:
             f"**{wall_over:+.0%}**, worker CPU {cpu_over:+.0%} (target <= +10%)"
         )
     print()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", type=int, default=2048, help="side of slide S, px (default 2048)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    ap.add_argument(
+        "--timed", choices=("S", "L"), default="L", help="slide the runners are timed on (L)"
+    )
+    ap.add_argument(
+        "--xl",
+        action="store_true",
+        help="also measure memory on slide XL (4x the side of S: 16x the area)",
+    )
+    ap.add_argument(
+        "--memory-only", action="store_true", help="skip the timed runs (memory and task sizes)"
+    )
+    args = ap.parse_args()
+    import logging
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+
+    from napari_slidescope.batch.engine import WORKER_UNSET_ENV
+    from napari_slidescope.sample_data import write_sample_slide
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        sys.exit("batch_scaling: needs 2 CPUs to pin 2 workers to")
+    tmp = Path(tempfile.mkdtemp(prefix="batch-bench-"))
+    small, large = tmp / "S.svs", tmp / "L.svs"
+    write_sample_slide(small, shape=(args.size, args.size), mpp=MPP, seed=11, tile=256)
+    write_sample_slide(large, shape=(2 * args.size, 2 * args.size), mpp=MPP, seed=11, tile=256)
+    xl = tmp / "XL.svs"
+    if args.xl:
+        write_sample_slide(xl, shape=(4 * args.size, 4 * args.size), mpp=MPP, seed=11, tile=256)
+    load0 = os.getloadavg()
+    t_start = time.time()
+    loads = [load0[0]]
+
+    tiny = tmp / "tiny.svs"
+    write_sample_slide(tiny, shape=(512, 512), mpp=MPP, seed=11, tile=256)
+    timed = large if args.timed == "L" else small
+    sizes = task_bytes(small)
+    c1, cl1 = cluster(1, tiny, cpus[:1])
+    c2, cl2 = cluster(2, tiny, cpus[:2])
+    res: dict[str, list] = {k: [] for k in RUNNERS}
+    run = {
+        "inproc": lambda rep: run_inprocess(timed, cpus[0]),
+        "batch1": lambda rep: run_batch(cl1, timed, tmp / f"o1-{rep}"),
+        "batch1x4": lambda rep: run_batch(cl1, timed, tmp / f"o1x4-{rep}", per_task=4),
+        "batch2": lambda rep: run_batch(cl2, timed, tmp / f"o2-{rep}"),
+    }
+    try:
+        for rep in range(0 if args.memory_only else args.reps):
+            order = list(RUNNERS)
+            order = order[rep % len(order) :] + order[: rep % len(order)]  # rotate
+            for k in order:
+                res[k].append(run[k](rep))
+            loads.append(os.getloadavg()[0])
+            print(
+                f"rep {rep} (load {loads[-1]:.1f}): "
+                + ", ".join(f"{k} {v[-1]['wall']:.1f} s" for k, v in res.items()),
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        for c in (cl1, cl2, c1, c2):
+            c.close()
+    print("memory runs", file=sys.stderr, flush=True)
+    mem_s = memory(small, tmp / "m-s")
+    mem_l = memory(large, tmp / "m-l")
+    mem_xl = memory(xl, tmp / "m-xl") if args.xl else None
+    load1 = os.getloadavg()
+    loads.append(load1[0])
+
+    print("## Batch engine scaling\n")
+    print("Command: `python benchmarks/batch_scaling.py " + " ".join(sys.argv[1:]) + "`  ")
+    if not args.memory_only:
+        report_timing(args, res, loads, load0, load1, t_start, WORKER_UNSET_ENV)
+    else:
+        print(
+            f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))}, "
+            f"{(time.time() - t_start) / 60:.1f} min; load average (1 min) {load0[0]:.1f} at "
+            f"start, {load1[0]:.1f} at end. Memory runs only (no timed runs).\n"
+        )
     print(
         "| slide | area | worker RSS before MiB | worker RSS at 1/4, 1/2, 3/4, end of the run MiB "
         "| worker peak RSS MiB | client+scheduler RSS start / max / end MiB "
         "| scheduler tasks max |"
     )
     print("|---|---|---|---|---|---|---|")
-    for name, m, area in (("S", mem_s, 1), ("L", mem_l, 4)):
+    mems = [("S", mem_s, 1), ("L", mem_l, 4)] + ([("XL", mem_xl, 16)] if mem_xl else [])
+    for name, m, area in mems:
         print(
             f"| {name} | {area}x | {m['worker_base']:.0f} | "
             + ", ".join(f"{x:.0f}" for x in m["worker_path"])
@@ -382,6 +407,12 @@ def main() -> None:
         f"\n- worker peak RSS, L over S: **{mem_l['worker_peak'] / mem_s['worker_peak']:.2f}x** "
         f"(L: {mem_l['tiles']['nuclei']} nuclei; target <= 1.10x)"
     )
+    if mem_xl:
+        print(
+            f"- worker peak RSS, XL (16x the area) over S: "
+            f"**{mem_xl['worker_peak'] / mem_s['worker_peak']:.2f}x** "
+            f"(XL: {mem_xl['tiles']['nuclei']} nuclei)"
+        )
     print()
     print("What a task carries (pickled, protocol 5):\n")
     kib = {k: v / 1024 for k, v in sizes.items()}

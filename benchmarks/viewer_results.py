@@ -113,6 +113,7 @@ def main() -> None:
     from qtpy.QtWidgets import QApplication
 
     from napari_slidescope._napari import layers as _layers
+    from napari_slidescope._napari.viewport import camera_of
     from napari_slidescope.sample_data import cache_dir, write_sample_slide
     from napari_slidescope.slide.cache import tile_cache
 
@@ -148,7 +149,8 @@ def main() -> None:
         state._set_view_slice = wrapper
 
     timed_slice(image, "image")
-    viewer.camera.zoom = 2.0  # screen px per µm: one per level-0 px, level 0 of both layers
+    camera = camera_of(viewer)
+    camera.zoom = 2.0  # screen px per µm: one per level-0 px, level 0 of both layers
     frame()
     screen_um = max(native.width(), native.height()) * 0.5
     q = screen_um / 4
@@ -159,12 +161,12 @@ def main() -> None:
         y = float(rng.uniform(screen_um, side_um - screen_um - 8 * q))
         x = float(rng.uniform(screen_um, side_um - screen_um - 8 * q))
         path = pan_path(y, x, q)
-        viewer.camera.center = path[0]
+        camera.center = path[0]
         frame()
         steps = []
         for c in path[1:]:
             t0 = time.perf_counter()
-            viewer.camera.center = c
+            camera.center = c
             frame()
             steps.append((time.perf_counter() - t0) * 1000)
         return steps

@@ -21,8 +21,7 @@ def test_console_helpers_one_line_each(make_napari_viewer, sample_slide, qtbot):
     path, _ = sample_slide
     image = add_slide(viewer, path)
     assert viewer.layers.selection.active is image
-    scene = getattr(viewer, "scene", None)
-    camera = scene.camera if scene is not None and hasattr(scene, "camera") else viewer.camera
+    camera = viewport.camera_of(viewer)
     camera.center, camera.zoom = (256.0, 384.0), 2.0
     qtbot.wait(30)
     box = visible_region(viewer)

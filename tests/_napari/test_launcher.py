@@ -4,6 +4,7 @@ import napari
 import pytest
 
 from napari_slidescope._napari import launcher
+from napari_slidescope._napari.viewport import camera_of
 
 pytestmark = pytest.mark.gui
 
@@ -61,7 +62,7 @@ def test_launcher_shows_the_scale_bar_and_fits_after_docking(no_event_loop, samp
     [viewer] = no_event_loop
     assert viewer.scale_bar.visible
     assert tuple(str(u) for u in viewer.layers[0].units) in (("µm", "µm"), ("micrometer",) * 2)
-    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
+    camera = camera_of(viewer)
     zoom = camera.zoom
     viewer.reset_view()
     assert camera.zoom == pytest.approx(zoom)  # already fitted to the final canvas

@@ -6,14 +6,9 @@ import tifffile
 from qtpy.QtCore import QPoint, QPointF, Qt
 
 from napari_slidescope._napari.overview import OverviewWidget
-from napari_slidescope._napari.viewport import visible_region
+from napari_slidescope._napari.viewport import camera_of, visible_region
 
 pytestmark = pytest.mark.gui
-
-
-def _camera(viewer):
-    scene = getattr(viewer, "scene", None)
-    return scene.camera if scene is not None and hasattr(scene, "camera") else viewer.camera
 
 
 def _overview(make_napari_viewer, path, qtbot):
@@ -48,7 +43,7 @@ def _multichannel_slide(path):
 
 
 def _check_click_and_follow(viewer, layer, widget, qtbot):
-    camera = _camera(viewer)
+    camera = camera_of(viewer)
     target = widget._target_rect()
     h0, w0 = widget._shape0
     sy, sx = (float(v) for v in layer.scale[-2:])
@@ -90,7 +85,7 @@ def test_overview_moves_camera_and_follows_it_rgb(make_napari_viewer, sample_sli
     np.testing.assert_array_equal(widget.thumbnail, np.asarray(image.data[-1])[..., :3])
     _check_click_and_follow(viewer, image, widget, qtbot)
     # off the thumbnail (the letterbox), a click does nothing
-    camera = _camera(viewer)
+    camera = camera_of(viewer)
     before = tuple(camera.center)
     assert widget.world_at(QPointF(-5.0, -5.0)) is None
     assert tuple(camera.center) == before

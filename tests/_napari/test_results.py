@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from napari_slidescope._napari import layers as _layers
+from napari_slidescope._napari.viewport import camera_of
 
 pytestmark = pytest.mark.gui
 
@@ -38,8 +39,9 @@ def test_whole_slide_nuclei_are_exact_at_full_zoom(
     assert ref.count > 20 and ref.downsample == canvas.downsample
     # zoom onto a level-0 window: the displayed tile is level 0 and equals the reference
     y0, x0 = 400, 600
-    viewer.camera.center = ((y0 + 64) * image.scale[0], (x0 + 64) * image.scale[1])
-    viewer.camera.zoom = 8.0
+    camera = camera_of(viewer)
+    camera.center = ((y0 + 64) * image.scale[0], (x0 + 64) * image.scale[1])
+    camera.zoom = 8.0
     qtbot.wait(50)
     layer.refresh()
     assert layer.data_level == 0
@@ -69,7 +71,8 @@ def test_whole_slide_nuclei_are_exact_at_full_zoom(
     assert canvas.pyramid.read_chunk == chunk and layer.data[0].chunks == (chunk, chunk)
     box, image_box = layer.corner_pixels.copy(), image.corner_pixels.copy()
     assert (box[0, -2:] % chunk == 0).all()
-    viewer.camera.center = (viewer.camera.center[0] + 3.0, viewer.camera.center[1] + 3.0)
+    camera = camera_of(viewer)
+    camera.center = (camera.center[0] + 3.0, camera.center[1] + 3.0)
     qtbot.wait(50)
     np.testing.assert_array_equal(layer.corner_pixels, box)
     np.testing.assert_array_equal(image.corner_pixels, image_box)

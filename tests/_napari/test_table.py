@@ -46,7 +46,7 @@ def test_model_sorts_and_filters_with_numpy(qtbot):
 def test_table_dock_follows_a_run_and_selection_moves_the_camera(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._napari.widget import _camera
+    from napari_slidescope._napari.viewport import camera_of
 
     viewer = make_napari_viewer(show=True)
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
@@ -72,17 +72,17 @@ def test_table_dock_follows_a_run_and_selection_moves_the_camera(
     world = np.asarray(image.translate) + np.asarray(image.scale) * (
         np.array([rec["centroid_row"], rec["centroid_col"]]) - 0.5
     )
-    np.testing.assert_allclose(_camera(viewer).center[-2:], world, atol=1e-6)
+    np.testing.assert_allclose(camera_of(viewer).center[-2:], world, atol=1e-6)
     ring = viewer.layers[f"{image.name} selected nucleus"]
     np.testing.assert_allclose(ring.data[0], world)
     assert layer.selected_label == int(rec["id"])
 
     # clicking a nucleus in the viewer selects its row, without moving the view
     other = dock.model.nucleus_id(0)
-    centre = tuple(_camera(viewer).center)
+    centre = tuple(camera_of(viewer).center)
     assert dock.select_nucleus(other)
     assert dock.model.nucleus_id(dock.view.selectionModel().selectedRows()[0].row()) == other
-    assert tuple(_camera(viewer).center) == centre
+    assert tuple(camera_of(viewer).center) == centre
 
     # the range filter, and the histogram of what is shown
     areas = layer.features["area_um2"].to_numpy()

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from napari_slidescope._napari.viewport import box_to_world, visible_box, visible_region
+from napari_slidescope._napari.viewport import box_to_world, camera_of, visible_box, visible_region
 
 pytestmark = pytest.mark.gui
 
@@ -43,11 +43,6 @@ def _canvas_corners_world(viewer):
     return np.array(tl), np.array(br)
 
 
-def _camera(viewer):
-    scene = getattr(viewer, "scene", None)
-    return scene.camera if scene is not None and hasattr(scene, "camera") else viewer.camera
-
-
 def test_region_matches_canvas_extent_in_a_real_viewer(make_napari_viewer, sample_slide, qtbot):
     viewer = make_napari_viewer(show=True)
     path, _ = sample_slide
@@ -57,8 +52,8 @@ def test_region_matches_canvas_extent_in_a_real_viewer(make_napari_viewer, sampl
     )
     sy, sx = layer.scale
     for center, zoom in [((300.0, 500.0), 2.0), ((512.3, 767.9), 0.7), ((20.0, 40.0), 3.3)]:
-        _camera(viewer).center = center
-        _camera(viewer).zoom = zoom
+        camera_of(viewer).center = center
+        camera_of(viewer).zoom = zoom
         qtbot.wait(30)
         box = visible_region(viewer, layer)
         tl, br = _canvas_corners_world(viewer)
@@ -82,7 +77,7 @@ def test_offscreen_slide_raises(make_napari_viewer, sample_slide, qtbot):
     viewer = make_napari_viewer(show=True)
     path, _ = sample_slide
     [layer] = viewer.open(str(path), plugin="napari-slidescope")
-    _camera(viewer).center = (1e6, 1e6)
+    camera_of(viewer).center = (1e6, 1e6)
     qtbot.wait(20)
     with pytest.raises(ValueError, match="none of the slide"):
         visible_region(viewer, layer)

@@ -12,14 +12,9 @@ import psutil
 import pytest
 
 from napari_slidescope._napari.layers import canvas_of
-from napari_slidescope._napari.viewport import box_to_world, visible_region
+from napari_slidescope._napari.viewport import box_to_world, camera_of, visible_region
 
 pytestmark = pytest.mark.gui
-
-
-def _camera(viewer):
-    scene = getattr(viewer, "scene", None)
-    return scene.camera if scene is not None and hasattr(scene, "camera") else viewer.camera
 
 
 def _docked(make_napari_viewer, path, qtbot):
@@ -105,8 +100,8 @@ def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, s
     path, truth = sample_slide
     viewer, image, widget = _docked(make_napari_viewer, path, qtbot)
     cy, cx = truth.nuclei[0][:2] * 0.5  # a nucleus, in µm
-    _camera(viewer).center = (cy, cx)
-    _camera(viewer).zoom = 2.0
+    camera_of(viewer).center = (cy, cx)
+    camera_of(viewer).zoom = 2.0
     qtbot.wait(30)
     region = visible_region(viewer, image)
     widget.segmenter.value = "builtin"  # "auto" runs InstanSeg where it is installed
@@ -139,8 +134,8 @@ def test_instanseg_from_the_widget_on_the_visible_region(make_napari_viewer, sam
         pytest.skip(f"InstanSeg not installed here: {reason}")
     path, truth = sample_slide
     viewer, image, widget = _docked(make_napari_viewer, path, qtbot)
-    _camera(viewer).center = tuple(truth.nuclei[0][:2] * 0.5)  # a nucleus, in µm
-    _camera(viewer).zoom = 2.0
+    camera_of(viewer).center = tuple(truth.nuclei[0][:2] * 0.5)  # a nucleus, in µm
+    camera_of(viewer).zoom = 2.0
     qtbot.wait(30)
     widget.segmenter.value = "instanseg"
     assert "auto: 0.5 µm/px" in widget.nuclei_mpp.tooltip  # the model's training resolution

@@ -183,30 +183,21 @@ def test_worker_killed_mid_run_gives_identical_output(client, slides, batch_out,
 
 
 def test_resume_keeps_finished_slides(client, slides, tmp_path):
-    analyze_slides(slides / "b.svs", tmp_path, tasks=["tissue"], client=client, segmenter="builtin")
+    tissue_only = dict(tasks=["tissue"], client=client, segmenter="builtin")
+    analyze_slides(slides / "b.svs", tmp_path, **tissue_only)
     first = (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns
     seen = []
     rows = analyze_slides(
         slides / "b.svs",
         tmp_path,
-        tasks=["tissue"],
-        client=client,
-        segmenter="builtin",
         resume=True,
         progress=lambda s: seen.append(s.finished),
+        **tissue_only,
     )
     assert rows[0]["status"] == "done" and seen[0]["slide"] == "b.svs"
     assert (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns == first
     # other parameters: redone even when resuming, never mixed with the old results
-    analyze_slides(
-        slides / "b.svs",
-        tmp_path,
-        tasks=["tissue"],
-        client=client,
-        segmenter="builtin",
-        resume=True,
-        tile_size_um=256,
-    )
+    analyze_slides(slides / "b.svs", tmp_path, resume=True, tile_size_um=256, **tissue_only)
     assert (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns != first
     rows = analyze_slides(
         slides / "b.svs", tmp_path, client=client, segmenter="builtin", tile_size_um=TILE_UM
@@ -245,3 +236,28 @@ def test_several_tiles_per_task_same_nuclei(client, slides, reference, tmp_path)
     assert rows[0]["nuclei"] == reference["b.svs"].count
     for col in COLUMNS:
         np.testing.assert_array_equal(table.column(col).to_numpy(), reference["b.svs"].table[col])
+
+
+def _worker_cache():
+    from napari_slidescope.batch import tasks
+    from napari_slidescope.slide.cache import tile_cache
+
+    return len(tasks._slides), tile_cache().maxbytes, tile_cache().nbytes
+
+
+def test_workers_keep_a_small_tile_cache_and_the_client_its_own(batch_out, client, monkeypatch):
+    from napari_slidescope.batch import tasks
+    from napari_slidescope.slide.cache import default_cache_bytes, tile_cache
+
+    assert tasks.WORKER_CACHE_BYTES < default_cache_bytes()
+    # every worker that opened a slide read it through a cache of WORKER_CACHE_BYTES
+    opened = [c for c in client.run(_worker_cache).values() if c[0]]
+    assert opened
+    for _, maxbytes, nbytes in opened:
+        assert maxbytes == tasks.WORKER_CACHE_BYTES and 0 <= nbytes <= maxbytes
+    # in the user's own process (threads of Client(processes=False), a viewer's console)
+    # the tasks leave the process's cache as it is
+    monkeypatch.setattr(tasks, "_cache_bounded", False)
+    before = tile_cache().maxbytes
+    tasks._bound_tile_cache()
+    assert tile_cache().maxbytes == before

@@ -372,29 +372,14 @@ def test_every_set_up_option_reaches_the_run():
 
     img, _ = discs()
     seg = ThresholdSegmenter()
-    steps = list(
-        iter_segment_nuclei(
-            img,
-            mpp=MPP,
-            segmenter=seg,
-            tile_size_um=30,
-            target_mpp=0.75,
-            tissue=False,
-            region=(0, 0, 150, 170),
-            workers=1,
-        )
-    )
+    options = dict(
+        mpp=MPP, segmenter=seg, tile_size_um=30, target_mpp=0.75, tissue=False,
+        region=(0, 0, 150, 170),
+    )  # fmt: skip
+    steps = list(iter_segment_nuclei(img, workers=1, **options))
     plan = steps[0].plan
     assert plan.region == (0, 0, 150, 170) and plan.mpp == 0.75
     assert plan.tile_size == 40  # 30 µm at 0.75 µm/px
-    run = prepare_nuclei(
-        img,
-        mpp=MPP,
-        segmenter=seg,
-        tile_size_um=30,
-        target_mpp=0.75,
-        tissue=False,
-        region=(0, 0, 150, 170),
-    )
+    run = prepare_nuclei(img, **options)
     assert run.plan == plan and run.segmenter.name == "threshold"
     run.close()

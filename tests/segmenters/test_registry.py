@@ -127,22 +127,26 @@ def test_model_segmenter_base_checks_packages_then_the_model_files(tmp_path):
     class Local(ModelSegmenter):
         name = "local"
         packages = ("numpy",)
+        install_hint = "copy {model}.bin there"
 
         @classmethod
-        def model_path(cls, model):
-            path = tmp_path / f"{model}.bin"
-            return path if path.is_file() else None
+        def model_files(cls, model):
+            return tmp_path / "models", f"{model}.bin"
 
         def __init__(self, model="m", *, target_mpp=0.5, min_overlap_um=8.0):
             super().__init__(model, target_mpp=target_mpp, min_overlap_um=min_overlap_um)
 
-    assert Local.missing_reason("m") == "model 'm' not found"
+    expected = f"model file {tmp_path / 'models' / 'm.bin'} not found; copy m.bin there"
+    assert Local.missing_reason("m") == expected  # the folder does not exist
+    (tmp_path / "models").mkdir()
+    assert Local.missing_reason("m") == expected  # the folder holds no such file
     with pytest.raises(SegmenterUnavailableError, match="segmenter 'local' is not available"):
         Local()
-    (tmp_path / "m.bin").write_bytes(b"")
+    (tmp_path / "models" / "m.bin").write_bytes(b"")
     seg = Local(min_overlap_um=3.0)
     assert Local.missing_reason("m") is None
-    assert seg.model_file == tmp_path / "m.bin" and seg.min_overlap_um == 3.0
+    assert Local.missing_reason("other") is not None
+    assert seg.model_file == tmp_path / "models" / "m.bin" and seg.min_overlap_um == 3.0
 
     class NeedsMore(Local):
         packages = ("numpy", "no_such_package_here")

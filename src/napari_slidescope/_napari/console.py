@@ -134,17 +134,12 @@ def add_nuclei(
 
     Parameters
     ----------
-    viewer : napari.Viewer
-    layer : napari.layers.Image, optional
-        The slide layer; default the selected one.
+    viewer, layer, region, wait
+        As for :func:`add_tissue`.
     scope : {"visible", "slide"}
         The visible region, or the whole slide (tiles with tissue only).
-    region : box, optional
-        A level-0 box instead of `scope`.
     mode : {"add", "replace"}
         Add to the nuclei already found (no duplicates) or replace them.
-    wait : bool
-        Return when the run has finished (events keep being processed).
     tissue_options : dict, optional
         Keyword arguments of ``detect_tissue``.
     **options

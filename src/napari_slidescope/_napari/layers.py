@@ -79,16 +79,14 @@ class Patch:
     total: int
 
 
-@dataclass
-class ResultCanvas:
-    """Nuclei found so far for one image layer: a raster, its grid and its table.
+@dataclass(eq=False)
+class _Canvas:
+    """What both canvases keep: their grid over the slide and the nuclei found so far.
 
     Attributes
     ----------
-    data : (M, N) ndarray of int32
-        Nucleus ids on the grid.
     origin, downsample : (float, float)
-        The grid: level-0 corner of ``data[0, 0]`` and level-0 pixels per pixel.
+        The grid: level-0 corner of its pixel ``[0, 0]`` and level-0 pixels per pixel.
     mpp : (float, float)
         µm per level-0 pixel of the image.
     regions : list of box or (K, 2) ndarray
@@ -100,17 +98,49 @@ class ResultCanvas:
         Largest id used so far.
     """
 
-    data: np.ndarray
     origin: Pair
     downsample: Pair
     mpp: Pair
-    regions: list[Area] = field(default_factory=list)
-    tables: list[dict[str, np.ndarray]] = field(default_factory=list)
-    next_id: int = 0
+    regions: list[Area] = field(default_factory=list, kw_only=True)
+    tables: list[dict[str, np.ndarray]] = field(default_factory=list, kw_only=True)
+    next_id: int = field(default=0, kw_only=True)
     #: Weak reference to the layer last uploaded whole (a strong one would keep a deleted
     #: layer alive: ``_CANVASES`` maps layer -> canvas, and a weak key whose value refers
     #: back to it is never released).
-    drawn: weakref.ref | None = field(default=None, repr=False, compare=False)
+    drawn: weakref.ref | None = field(default=None, repr=False, compare=False, kw_only=True)
+
+    def table(self) -> dict[str, np.ndarray]:
+        """All table rows so far (one per nucleus on the canvas)."""
+        from napari_slidescope.analysis.measure import concat_tables, empty_table
+
+        return concat_tables(self.tables) if self.tables else empty_table()
+
+    def _result(self, table: dict[str, np.ndarray], region: Box, **fields: Any) -> Any:
+        """Return a ``NucleiResult`` on this grid with `table` (its rows are the count)."""
+        from napari_slidescope.pipeline.nuclei import NucleiResult
+
+        return NucleiResult(
+            mpp=(self.mpp[0] * self.downsample[0], self.mpp[1] * self.downsample[1]),
+            downsample=self.downsample,
+            count=int(table["id"].size),
+            table=table,
+            region=region,
+            **fields,
+        )
+
+
+@dataclass(eq=False)
+class ResultCanvas(_Canvas):
+    """Nuclei found so far for one image layer: a raster on a grid, and its table.
+
+    Attributes
+    ----------
+    data : (M, N) ndarray of int32
+        Nucleus ids on the grid.
+    Other attributes as :class:`_Canvas`.
+    """
+
+    data: np.ndarray
 
     @classmethod
     def for_region(
@@ -123,7 +153,7 @@ class ResultCanvas:
         k = float(math.ceil(k - 1e-9))
         ds = (dy * k, dx * k)
         shape = (math.ceil((y1 - y0) / ds[0] - 1e-9), math.ceil((x1 - x0) / ds[1] - 1e-9))
-        return cls(np.zeros(shape, np.int32), (float(y0), float(x0)), ds, mpp)
+        return cls((float(y0), float(x0)), ds, mpp, np.zeros(shape, np.int32))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -150,41 +180,28 @@ class ResultCanvas:
         data = np.zeros((r1 - r0, c1 - c0), np.int32)
         data[-r0 : -r0 + self.data.shape[0], -c0 : -c0 + self.data.shape[1]] = self.data
         return ResultCanvas(
-            data, (oy + r0 * dy, ox + c0 * dx), self.downsample, self.mpp,
-            list(self.regions), list(self.tables), self.next_id,
+            (oy + r0 * dy, ox + c0 * dx), self.downsample, self.mpp, data,
+            regions=list(self.regions), tables=list(self.tables), next_id=self.next_id,
         )  # fmt: skip
-
-    def table(self) -> dict[str, np.ndarray]:
-        """All table rows so far (one per nucleus on the canvas)."""
-        from napari_slidescope.analysis.measure import concat_tables, empty_table
-
-        return concat_tables(self.tables) if self.tables else empty_table()
 
     def to_result(self) -> Any:
         """Return the canvas as a ``NucleiResult`` (for export) of what the layer shows.
 
         Nuclei the user erased from the layer (painting 0 over them) leave the table too.
         """
-        from napari_slidescope.pipeline.nuclei import NucleiResult
-
         table = self.table()
         shown = np.isin(table["id"], np.unique(self.data))
         if not shown.all():
             table = {k: np.asarray(v)[shown] for k, v in table.items()}
         (oy, ox), (y0, x0, y1, x1) = self.origin, self.box0
-        return NucleiResult(
-            labels=self.data,
-            mpp=(self.mpp[0] * self.downsample[0], self.mpp[1] * self.downsample[1]),
-            origin=(int(round(oy)), int(round(ox))),
-            downsample=self.downsample,
-            count=int(table["id"].size),
-            table=table,
-            region=(int(y0), int(x0), int(math.ceil(y1)), int(math.ceil(x1))),
+        region = (int(y0), int(x0), int(math.ceil(y1)), int(math.ceil(x1)))
+        return self._result(
+            table, region, labels=self.data, origin=(int(round(oy)), int(round(ox)))
         )
 
 
 @dataclass(eq=False)
-class PyramidCanvas:
+class PyramidCanvas(_Canvas):
     """Nuclei of a whole slide on disk: a :class:`LabelPyramid` over the slide, and a table.
 
     Used when a run covers more than :data:`MAX_CANVAS_PIXELS` on the working grid (a
@@ -192,17 +209,10 @@ class PyramidCanvas:
     so it is exact at full zoom and memory stays within the pyramid's chunk cache
     whatever the slide's area. The worker thread pastes each tile into the pyramid
     (:func:`tile_patch`); the main thread only keeps the table and refreshes the view.
-    Attributes as :class:`ResultCanvas`; ``origin`` is the slide's corner.
+    Attributes as :class:`_Canvas`, and ``pyramid``; ``origin`` is the slide's corner.
     """
 
     pyramid: Any
-    origin: Pair
-    downsample: Pair
-    mpp: Pair
-    regions: list[Area] = field(default_factory=list)
-    tables: list[dict[str, np.ndarray]] = field(default_factory=list)
-    next_id: int = 0
-    drawn: weakref.ref | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def for_slide(
@@ -225,7 +235,7 @@ class PyramidCanvas:
             math.ceil(shape0[1] / downsample[1] - 1e-9),
         )
         pyramid = LabelPyramid(shape, read_chunk=read_chunk)
-        return cls(pyramid, (0.0, 0.0), tuple(downsample), mpp)  # type: ignore[arg-type]
+        return cls((0.0, 0.0), tuple(downsample), mpp, pyramid)  # type: ignore[arg-type]
 
     @property
     def data(self) -> list[Any]:
@@ -241,29 +251,15 @@ class PyramidCanvas:
         """Return self: the pyramid spans the whole slide already."""
         return self
 
-    def table(self) -> dict[str, np.ndarray]:
-        """All table rows so far (one per nucleus painted)."""
-        return ResultCanvas.table(self)  # type: ignore[arg-type]
-
     def to_result(self) -> Any:
         """Return the nuclei as a ``NucleiResult`` with outlines (no dense labels)."""
-        from napari_slidescope.pipeline.nuclei import NucleiResult
-
         table = self.table()
         outlines = pyramid_outlines(self.pyramid, table, self.origin, self.downsample)
         present = np.isin(table["id"], outlines[1])  # nuclei deleted from the layer go
         table = {k: np.asarray(v)[present] for k, v in table.items()}
         h, w = self.shape
-        return NucleiResult(
-            labels=None,
-            mpp=(self.mpp[0] * self.downsample[0], self.mpp[1] * self.downsample[1]),
-            origin=(0, 0),
-            downsample=self.downsample,
-            count=int(table["id"].size),
-            table=table,
-            region=(0, 0, math.ceil(h * self.downsample[0]), math.ceil(w * self.downsample[1])),
-            outlines=outlines,
-        )
+        region = (0, 0, math.ceil(h * self.downsample[0]), math.ceil(w * self.downsample[1]))
+        return self._result(table, region, labels=None, origin=(0, 0), outlines=outlines)
 
 
 def pyramid_outlines(

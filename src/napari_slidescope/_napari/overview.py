@@ -26,7 +26,7 @@ from qtpy.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QPen,
 from qtpy.QtWidgets import QSizePolicy, QWidget
 
 from napari_slidescope._napari.jobs import active_slide_layer, is_slide_layer
-from napari_slidescope._napari.viewport import image_shape0, visible_region
+from napari_slidescope._napari.viewport import camera_of, image_shape0, visible_region
 from napari_slidescope._types import Box
 
 __all__ = ["OverviewWidget", "thumbnail_rgb"]
@@ -35,11 +35,6 @@ __all__ = ["OverviewWidget", "thumbnail_rgb"]
 _DISPLAY_EVENTS = ("colormap", "contrast_limits", "visible")
 #: Quiet time (ms) after the last such event before the thumbnail is rebuilt.
 REBUILD_DELAY_MS = 150
-
-
-def _camera(viewer: Any) -> Any:
-    scene = getattr(viewer, "scene", None)  # napari >= 0.9 keeps the camera on the scene
-    return scene.camera if scene is not None and hasattr(scene, "camera") else viewer.camera
 
 
 def _smallest(layer: Any) -> np.ndarray:
@@ -135,7 +130,7 @@ class OverviewWidget(QWidget):
         self._rebuild_timer.setSingleShot(True)
         self._rebuild_timer.setInterval(REBUILD_DELAY_MS)
         self._rebuild_timer.timeout.connect(self._on_rebuild_timer)
-        camera = _camera(napari_viewer)
+        camera = camera_of(napari_viewer)
         self._connect(camera.events.center, self._on_camera)
         self._connect(camera.events.zoom, self._on_camera)
         canvas = getattr(napari_viewer, "canvas", None)
@@ -210,7 +205,7 @@ class OverviewWidget(QWidget):
         world = self.world_at(point)
         if world is None:
             return False
-        camera = _camera(self.viewer)
+        camera = camera_of(self.viewer)
         center = list(camera.center)
         center[-2:] = world
         camera.center = tuple(center)

@@ -391,9 +391,9 @@ class NucleiTableWidget(QWidget):
 
     def centre_on(self, rec: dict[str, float]) -> None:
         """Centre the view on a nucleus (a table record in level-0 pixels)."""
-        from napari_slidescope._napari.widget import _camera
+        from napari_slidescope._napari.viewport import camera_of
 
-        _camera(self._viewer).center = self._world(rec)
+        camera_of(self._viewer).center = self._world(rec)
 
     def _world(self, rec: dict[str, float]) -> tuple[float, float]:
         """World (y, x) of a nucleus centroid (level-0 pixel ``i`` spans ``[i, i + 1)``)."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from napari_slidescope._types import Box
 
-__all__ = ["box_to_world", "image_shape0", "visible_box", "visible_region"]
+__all__ = ["box_to_world", "camera_of", "image_shape0", "visible_box", "visible_region"]
 
 
 def visible_box(
@@ -118,6 +118,12 @@ def _canvas_size(viewer: Any) -> tuple[int, int]:
     return (int(size[0]), int(size[1]))
 
 
+def camera_of(viewer: Any) -> Any:
+    """Return the viewer's camera (``viewer.scene.camera`` from napari 0.9, else ``.camera``)."""
+    scene = getattr(viewer, "scene", None)
+    return scene.camera if scene is not None and hasattr(scene, "camera") else viewer.camera
+
+
 def visible_region(viewer: Any, layer: Any) -> Box:
     """Level-0 box of `layer` that `viewer`'s canvas shows now.
 
@@ -152,8 +158,7 @@ def visible_region(viewer: Any, layer: Any) -> Box:
             "transform; only its scale and translate are used",
             stacklevel=2,
         )
-    scene = getattr(viewer, "scene", None)  # napari >= 0.9 keeps the camera on the scene
-    camera = scene.camera if scene is not None and hasattr(scene, "camera") else viewer.camera
+    camera = camera_of(viewer)
     shape0 = image_shape0(layer)
     box = visible_box(
         tuple(camera.center)[-2:],

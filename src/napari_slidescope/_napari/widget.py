@@ -46,6 +46,7 @@ from qtpy.QtWidgets import QComboBox, QLabel, QSizePolicy
 from napari_slidescope._napari import jobs, session
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.shapes import tissue_export
+from napari_slidescope._napari.viewport import camera_of
 from napari_slidescope._warnings import SlidescopeWarning
 
 __all__ = [
@@ -379,7 +380,7 @@ class SlideAnalysisWidget(Container):
         layers_events = self._viewer.layers.events
         layers_events.inserted.connect(self._on_layers_changed)
         layers_events.removed.connect(self._on_layers_changed)
-        camera = _camera(self._viewer)
+        camera = camera_of(self._viewer)
         camera.events.center.connect(self._update_run_button)
         camera.events.zoom.connect(self._update_run_button)
         self._bind_keys()
@@ -769,12 +770,6 @@ def _models_text(kind: str | None, name: str) -> str:
         f"auto runs {chosen} on this {kind} slide: {learned} is not installed (see the "
         f"README, Segmenters); installed: {installed}"
     )
-
-
-def _camera(viewer: Any) -> Any:
-    """Return the camera (``viewer.scene.camera`` from napari 0.9, else ``viewer.camera``)."""
-    scene = getattr(viewer, "scene", None)
-    return scene.camera if scene is not None and hasattr(scene, "camera") else viewer.camera
 
 
 def _run_shortcut(viewer: Any) -> None:

@@ -289,10 +289,8 @@ def panoptic_quality(
 
     Parameters
     ----------
-    true, pred : (M, N) ndarray of int
-        Label images (0 = background).
-    iou_threshold : float, optional
-        Matching threshold, see :func:`match_instances`.
+    true, pred, iou_threshold
+        As for :func:`f1_at_iou`.
 
     Returns
     -------

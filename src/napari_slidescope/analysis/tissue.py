@@ -149,8 +149,8 @@ def artifact_mask(rgb: np.ndarray) -> np.ndarray:
 
     Parameters
     ----------
-    rgb : (M, N, 3) ndarray
-        RGB image (uint8, or float in 0..1).
+    rgb
+        As for :func:`brightfield_feature`.
 
     Returns
     -------

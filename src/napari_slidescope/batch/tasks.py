@@ -8,6 +8,7 @@ thousands of tiles is opened and prepared once per worker, not once per tile.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import struct
 import threading
@@ -23,6 +24,7 @@ from napari_slidescope.batch.params import BatchParams
 __all__ = [
     "MAX_OPEN_SLIDES",
     "MAX_PREPARED",
+    "WORKER_CACHE_BYTES",
     "SlideInfo",
     "TileOut",
     "ModelOut",
@@ -39,10 +41,37 @@ __all__ = [
 MAX_OPEN_SLIDES = 4
 #: Prepared nuclei runs (plan + prepared segmenter) a worker process keeps.
 MAX_PREPARED = 4
+#: Bound of the decoded-tile cache in a worker process: 64 MiB, not the viewer's 256 MiB.
+#: A batch reads each tile once (its halo's neighbours soon after), so a larger cache only
+#: holds tiles that are never read again: with 256 MiB a worker's memory grew tile after
+#: tile over a whole slide (``benchmarks/batch_scaling.py --xl``), with 64 MiB it levels
+#: off at the same speed. ``$SLIDESCOPE_CACHE_BYTES`` on the workers overrides it.
+WORKER_CACHE_BYTES = 64 * 2**20
 
 _lock = threading.Lock()
 _slides: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
 _prepared: OrderedDict[tuple[str, int, int, str], Any] = OrderedDict()
+_cache_bounded = False
+
+
+def _bound_tile_cache() -> None:
+    """Lower this worker process's decoded-tile cache to :data:`WORKER_CACHE_BYTES`, once.
+
+    Only in a process that another one started (a dask Nanny's worker), and only when
+    ``$SLIDESCOPE_CACHE_BYTES`` is unset: a worker thread inside the user's own process
+    (``Client(processes=False)``, a viewer's console) leaves that process's cache alone.
+    """
+    global _cache_bounded
+    if _cache_bounded:
+        return
+    _cache_bounded = True
+    from napari_slidescope.slide.cache import CACHE_BYTES_ENV, tile_cache
+
+    if CACHE_BYTES_ENV in os.environ or multiprocessing.parent_process() is None:
+        return
+    cache = tile_cache()
+    if cache.maxbytes > WORKER_CACHE_BYTES:
+        cache.resize(WORKER_CACHE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -138,6 +167,7 @@ def _open(path: str, stamp: tuple[int, int]) -> Any:
         )
     key = (path, int(stamp[0]), int(stamp[1]))
     with _lock:
+        _bound_tile_cache()
         slide = _slides.get(key)
         if slide is not None:
             _slides.move_to_end(key)

@@ -138,11 +138,12 @@ def missing_packages(*packages: str) -> str | None:
 class ModelSegmenter(SegmenterBase):
     """Base of the adapters over a model installed on this machine (Cellpose, StarDist...).
 
-    A subclass names the packages it needs (``packages``), says where a model's files are
-    (:meth:`model_path`) and what to do when they are not (:meth:`model_missing`), and
-    loads the model in its own ``__init__`` after calling this one, which checks both and
-    raises otherwise. :meth:`missing_reason` is what the adapter module's
-    ``missing_reason()`` returns to the registry.
+    A subclass names the packages it needs (``packages``), says where a model's file is
+    looked for (:meth:`model_files`: a folder and a glob pattern; the first match, sorted,
+    is the model) and how to get it (``install_hint``), and loads the model in its own
+    ``__init__`` after calling this one, which checks both and raises otherwise.
+    :meth:`missing_reason` is what the adapter module's ``missing_reason()`` returns to the
+    registry.
 
     Parameters
     ----------
@@ -160,6 +161,8 @@ class ModelSegmenter(SegmenterBase):
     """
 
     packages: ClassVar[tuple[str, ...]] = ()
+    #: How to get a model's files, said when they are missing (``{model}``: its name).
+    install_hint: ClassVar[str] = ""
 
     def __init__(self, model: str, *, target_mpp: float, min_overlap_um: float) -> None:
         reason = missing_packages(*self.packages)
@@ -168,18 +171,31 @@ class ModelSegmenter(SegmenterBase):
             reason = reason or self.model_missing(model)
             raise SegmenterUnavailableError(f"segmenter {self.name!r} is not available: {reason}")
         super().__init__(target_mpp=target_mpp, min_overlap_um=min_overlap_um)
-        #: The model's file or folder found by :meth:`model_path`.
+        #: The model's file found by :meth:`model_path`.
         self.model_file: Path = found
 
     @classmethod
+    def model_files(cls, model: str) -> tuple[Path, str] | None:
+        """Return the folder and the glob pattern (within it) of the model's file."""
+        return None
+
+    @classmethod
     def model_path(cls, model: str) -> Path | None:
-        """Return the model's file or folder on this machine, or None."""
-        raise NotImplementedError
+        """Return the model's file on this machine (first match of :meth:`model_files`), or None."""
+        where = cls.model_files(model)
+        if where is None or not where[0].is_dir():
+            return None
+        found = sorted(p for p in where[0].glob(where[1]) if p.is_file())
+        return found[0] if found else None
 
     @classmethod
     def model_missing(cls, model: str) -> str:
-        """Say what to do when the model's files are not found."""
-        return f"model {model!r} not found"
+        """Say where the model's file was looked for, and how to get it."""
+        where = cls.model_files(model)
+        if where is None:
+            return f"model {model!r} not found"
+        hint = cls.install_hint.format(model=model)
+        return f"model file {where[0] / where[1]} not found" + (f"; {hint}" if hint else "")
 
     @classmethod
     def missing_reason(cls, model: str) -> str | None:

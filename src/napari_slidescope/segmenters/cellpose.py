@@ -30,18 +30,12 @@ class CellposeSegmenter(ModelSegmenter):
     name = "cellpose"
     input = "brightfield"
     packages = ("cellpose", "torch")
+    install_hint = "download it once while online"
 
     @classmethod
-    def model_path(cls, model: str) -> Path | None:
-        """Return the first file named ``model*`` in :func:`cellpose_model_dir`, or None."""
-        root = cellpose_model_dir()
-        found = sorted(p for p in root.glob(f"{model}*") if p.is_file()) if root.is_dir() else []
-        return found[0] if found else None
-
-    @classmethod
-    def model_missing(cls, model: str) -> str:
-        """Say where the file was looked for."""
-        return f"model file {cellpose_model_dir()}/{model}* not found (download it once online)"
+    def model_files(cls, model: str) -> tuple[Path, str]:
+        """Return :func:`cellpose_model_dir` and ``model*`` (the first such file is the model)."""
+        return cellpose_model_dir(), f"{model}*"
 
     def __init__(
         self,

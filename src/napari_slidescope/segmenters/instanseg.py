@@ -341,17 +341,12 @@ class InstanSegSegmenter(ModelSegmenter):
 
     packages = ("torch",)
 
-    @classmethod
-    def model_path(cls, model: str) -> Path | None:
-        """Return the model's installed weights file, or None."""
-        weights = model_folder(model) / _WEIGHTS
-        return weights if weights.is_file() else None
+    install_hint = f"install it once with `{INSTALL_COMMAND}`"
 
     @classmethod
-    def model_missing(cls, model: str) -> str:
-        """Say where the weights were looked for and how to install them."""
-        weights = model_folder(model) / _WEIGHTS
-        return f"model file {weights} not found; install it once with `{INSTALL_COMMAND}`"
+    def model_files(cls, model: str) -> tuple[Path, str]:
+        """Return the model's folder and its installed weights file's name."""
+        return model_folder(model), _WEIGHTS
 
     def __init__(
         self,

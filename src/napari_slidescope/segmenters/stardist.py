@@ -34,21 +34,12 @@ class StarDistSegmenter(ModelSegmenter):
     name = "stardist"
     input = "brightfield"
     packages = ("stardist", "tensorflow")
+    install_hint = "run StarDist2D.from_pretrained({model!r}) once while online"
 
     @classmethod
-    def model_path(cls, model: str) -> Path | None:
-        """Return the folder holding the model's ``config.json`` (Keras cache), or None."""
-        root = stardist_model_dir(model)
-        found = sorted(root.rglob("config.json")) if root.is_dir() else []
-        return found[0].parent if found else None
-
-    @classmethod
-    def model_missing(cls, model: str) -> str:
-        """Say where the files were looked for, and how to get them."""
-        return (
-            f"model file {stardist_model_dir(model)}/**/config.json not found "
-            f"(run StarDist2D.from_pretrained({model!r}) once while online)"
-        )
+    def model_files(cls, model: str) -> tuple[Path, str]:
+        """Return the Keras cache and the model's ``config.json`` in it (its folder: the model)."""
+        return stardist_model_dir(model), "**/config.json"
 
     def __init__(
         self,
@@ -62,7 +53,7 @@ class StarDistSegmenter(ModelSegmenter):
         super().__init__(model, target_mpp=target_mpp, min_overlap_um=min_overlap_um)
         from stardist.models import StarDist2D  # noqa: PLC0415
 
-        folder = self.model_file
+        folder = self.model_file.parent
         self._model = StarDist2D(None, name=folder.name, basedir=str(folder.parent))
         th = self._model.thresholds
         self.prob_thresh = prob_thresh if prob_thresh is not None else th.prob

@@ -261,31 +261,17 @@ class SlideAnalysisWidget(Container):
         _wrap(self.models)
         # 0 reads "auto": the segmenter's resolution, never finer than the slide's own
         # (unrounded) pixel size, as segmenters.working_mpp decides for every entry point
-        self.nuclei_mpp = FloatSpinBox(
-            label="Resolution (µm/px)", value=d.nuclei_mpp, min=0.0, max=8.0, step=0.05
-        )
+        self.nuclei_mpp = _spin("Resolution (µm/px)", d.nuclei_mpp, (0.0, 8.0), 0.05)
         self.nuclei_mpp.native.setSpecialValueText("auto")
         self.channel = ComboBox(label="Nuclear channel", choices=self._channel_choices)
-        self.tile_size_um = FloatSpinBox(
-            label="Tile size (µm)", value=d.tile_size_um, min=32.0, max=8192.0, step=64.0
-        )
-        self.min_area_um2 = FloatSpinBox(
-            label="Nucleus area min (µm²)", value=d.min_area_um2, min=0.0, max=1e6, step=5.0
-        )
-        self.max_area_um2 = FloatSpinBox(
-            label="Nucleus area max (µm²)", value=d.max_area_um2, min=0.0, max=1e6, step=10.0
-        )
+        self.tile_size_um = _spin("Tile size (µm)", d.tile_size_um, (32.0, 8192.0), 64.0)
+        self.min_area_um2 = _spin("Nucleus area min (µm²)", d.min_area_um2, (0.0, 1e6), 5.0)
+        self.max_area_um2 = _spin("Nucleus area max (µm²)", d.max_area_um2, (0.0, 1e6), 10.0)
         self.workers = SpinBox(label="Workers (0: all)", value=d.workers, min=0, max=256)
         # tissue parameters
-        self.tissue_mpp = FloatSpinBox(
-            label="Resolution (µm/px)", value=d.tissue_mpp, min=0.5, max=128.0, step=1.0
-        )
-        self.min_tissue_um2 = FloatSpinBox(
-            label="Smallest piece (µm²)", value=d.min_tissue_um2, min=0.0, max=1e12, step=100.0
-        )
-        self.max_hole_um2 = FloatSpinBox(
-            label="Fill holes below (µm²)", value=d.max_hole_um2, min=0.0, max=1e12, step=100.0
-        )
+        self.tissue_mpp = _spin("Resolution (µm/px)", d.tissue_mpp, (0.5, 128.0), 1.0)
+        self.min_tissue_um2 = _spin("Smallest piece (µm²)", d.min_tissue_um2, (0.0, 1e12), 100.0)
+        self.max_hole_um2 = _spin("Fill holes below (µm²)", d.max_hole_um2, (0.0, 1e12), 100.0)
         self.tissue_mode = ComboBox(
             label="Stain", choices=["auto", "brightfield", "fluorescence"], value=d.tissue_mode
         )
@@ -770,6 +756,11 @@ def _models_text(kind: str | None, name: str) -> str:
         f"auto runs {chosen} on this {kind} slide: {learned} is not installed (see the "
         f"README, Segmenters); installed: {installed}"
     )
+
+
+def _spin(label: str, value: float, limits: tuple[float, float], step: float) -> FloatSpinBox:
+    """Return a spin box for one physical parameter (`label` names its unit)."""
+    return FloatSpinBox(label=label, value=value, min=limits[0], max=limits[1], step=step)
 
 
 def _run_shortcut(viewer: Any) -> None:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 TILE_UM = 128.0
@@ -40,11 +41,18 @@ def child(path: str) -> None:
     t0 = time.perf_counter()
     info = slide_task(path, stamp, params)
     rss = []
+    traced0 = None
     for k, i in enumerate(info.tiles):
         nuclei_task(path, stamp, params, info, [i])
         if k % 20 == 0:
             rss.append(proc.memory_info().rss / 2**20)
+        if k == 19 and os.environ.get("TRACE"):
+            tracemalloc.start()
+            traced0 = (proc.memory_info().rss, tracemalloc.get_traced_memory()[0])
     rss.append(proc.memory_info().rss / 2**20)
+    if traced0 is not None:  # Python objects allocated since tile 20 and still held
+        traced = tracemalloc.get_traced_memory()[0] - traced0[1]
+        traced_rss = proc.memory_info().rss - traced0[0]
     with open("/proc/self/status") as f:
         peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
     out = {
@@ -54,6 +62,9 @@ def child(path: str) -> None:
         "seconds": time.perf_counter() - t0,
         "cache_max": tile_cache().maxbytes / 2**20,
     }
+    if traced0 is not None:
+        out["traced_kib"] = traced / 1024
+        out["rss_growth_mib"] = traced_rss / 2**20
     print(json.dumps(out))
 
 
@@ -61,6 +72,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=8192, help="slide side, px (default 8192)")
     ap.add_argument("--cache", nargs="+", default=["256MiB", "64MiB", "32MiB"], help="cache bounds")
+    ap.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="also trace Python allocations from tile 20 to the end (slower)",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -75,6 +91,8 @@ def main() -> None:
     rows = []
     for bound in args.cache:
         env = {**os.environ, "SLIDESCOPE_CACHE_BYTES": bound, "PYTHONWARNINGS": "ignore"}
+        if args.tracemalloc:
+            env["TRACE"] = "1"
         cmd = [sys.executable, __file__, "--child", str(slide)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         rows.append((bound, json.loads(proc.stdout.strip().splitlines()[-1])))
@@ -87,11 +105,18 @@ def main() -> None:
         f"{args.size} x {args.size} px at 0.25 µm/px, {rows[0][1]['tiles']} tiles with "
         f"tissue of {TILE_UM:g} µm, builtin segmenter, one process per cache bound.\n"
     )
-    print("| tile cache bound | RSS every 20 tiles, MiB | end RSS MiB | peak RSS MiB | seconds |")
-    print("|---|---|---|---|---|")
+    traced = args.tracemalloc
+    head = "| tile cache bound | RSS every 20 tiles, MiB | end RSS MiB | peak RSS MiB | seconds |"
+    if traced:
+        head += " RSS growth from tile 20, MiB | of it Python objects (tracemalloc), KiB |"
+    print(head)
+    print("|---|---|---|---|---|" + ("---|---|" if traced else ""))
     for bound, r in rows:
         path = ", ".join(f"{x:.0f}" for x in r["rss"][:-1])
-        print(f"| {bound} | {path} | {r['rss'][-1]:.0f} | {r['peak']:.0f} | {r['seconds']:.1f} |")
+        line = f"| {bound} | {path} | {r['rss'][-1]:.0f} | {r['peak']:.0f} | {r['seconds']:.1f} |"
+        if traced:
+            line += f" {r['rss_growth_mib']:.0f} | {r['traced_kib']:.0f} |"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -54,3 +54,17 @@ def small_slide(tmp_path_factory):
     path = tmp_path_factory.mktemp("small") / "small.svs"
     write_sample_slide(path, shape=(1024, 1536), mpp=0.5, seed=2, tile=128)
     return path
+
+
+@pytest.fixture
+def dock_slide(make_napari_viewer, qtbot):
+    """Open a slide in a shown viewer and dock a plugin widget: ``(viewer, layers, widget)``."""
+
+    def dock(path, widget="Slide analysis"):
+        viewer = make_napari_viewer(show=True)
+        layers = viewer.open(str(path), plugin="napari-slidescope")
+        _, docked = viewer.window.add_plugin_dock_widget("napari-slidescope", widget)
+        qtbot.wait(10)
+        return viewer, layers, docked
+
+    return dock

@@ -17,25 +17,15 @@ from napari_slidescope._napari.viewport import box_to_world, camera_of, visible_
 pytestmark = pytest.mark.gui
 
 
-def _docked(make_napari_viewer, path, qtbot):
-    viewer = make_napari_viewer(show=True)
-    [image] = viewer.open(str(path), plugin="napari-slidescope")
-    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
-    qtbot.wait(10)
-    return viewer, image, widget
-
-
 def _wait_ready(qtbot, widget, timeout=20_000):
     qtbot.waitUntil(lambda: not widget.controller.busy, timeout=timeout)
 
 
-def test_widget_describes_the_slide_and_uses_function_defaults(
-    make_napari_viewer, sample_slide, qtbot
-):
+def test_widget_describes_the_slide_and_uses_function_defaults(dock_slide, sample_slide, qtbot):
     from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
     from napari_slidescope.pipeline.tissue import DEFAULT_TARGET_MPP
 
-    viewer, image, widget = _docked(make_napari_viewer, sample_slide[0], qtbot)
+    viewer, [image], widget = dock_slide(sample_slide[0])
     assert widget.image.value is image
     assert (
         "svs" in widget.info.value
@@ -55,7 +45,7 @@ def test_widget_describes_the_slide_and_uses_function_defaults(
 
 
 def test_choosing_a_segmenter_shows_its_working_resolution(
-    make_napari_viewer, sample_slide, qtbot, monkeypatch
+    dock_slide, sample_slide, qtbot, monkeypatch
 ):
     from napari_slidescope.segmenters import registry
 
@@ -63,7 +53,7 @@ def test_choosing_a_segmenter_shows_its_working_resolution(
         registry._REGISTRY, "coarse-model", registry.SegmenterEntry("", "brightfield", 1.0)
     )
     monkeypatch.setattr(registry, "missing_reason", lambda name: None)
-    viewer, image, widget = _docked(make_napari_viewer, sample_slide[0], qtbot)
+    viewer, [image], widget = dock_slide(sample_slide[0])
     widget.restore_defaults.clicked.emit()  # not what an earlier test left in the settings
     assert widget.segmenter.value == "auto"
     assert "coarse-model" in [c for c in widget.segmenter.choices]
@@ -96,9 +86,9 @@ def test_widget_runs_on_a_multichannel_slide(make_napari_viewer, shared_file, qt
     assert {"DAPI_mean", "FITC_mean", "Cy3_mean"} <= set(nuclei.features.columns)
 
 
-def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, sample_slide, qtbot):
+def test_nuclei_on_visible_region_fill_exactly_that_region(dock_slide, sample_slide, qtbot):
     path, truth = sample_slide
-    viewer, image, widget = _docked(make_napari_viewer, path, qtbot)
+    viewer, [image], widget = dock_slide(path)
     cy, cx = truth.nuclei[0][:2] * 0.5  # a nucleus, in µm
     camera_of(viewer).center = (cy, cx)
     camera_of(viewer).zoom = 2.0
@@ -126,14 +116,14 @@ def test_nuclei_on_visible_region_fill_exactly_that_region(make_napari_viewer, s
     assert widget.status.value.startswith("Done") and not widget.cancel_button.enabled
 
 
-def test_instanseg_from_the_widget_on_the_visible_region(make_napari_viewer, sample_slide, qtbot):
+def test_instanseg_from_the_widget_on_the_visible_region(dock_slide, sample_slide, qtbot):
     from napari_slidescope.segmenters import missing_reason
 
     reason = missing_reason("instanseg")
     if reason is not None:
         pytest.skip(f"InstanSeg not installed here: {reason}")
     path, truth = sample_slide
-    viewer, image, widget = _docked(make_napari_viewer, path, qtbot)
+    viewer, [image], widget = dock_slide(path)
     camera_of(viewer).center = tuple(truth.nuclei[0][:2] * 0.5)  # a nucleus, in µm
     camera_of(viewer).zoom = 2.0
     qtbot.wait(30)
@@ -150,9 +140,9 @@ def test_instanseg_from_the_widget_on_the_visible_region(make_napari_viewer, sam
 
 
 def test_add_mode_skips_nuclei_already_found_and_replace_starts_afresh(
-    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.controller
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     a, b = (0, 0, 512, 768), (256, 384, 768, 1152)  # overlapping regions
@@ -179,9 +169,9 @@ def test_add_mode_skips_nuclei_already_found_and_replace_starts_afresh(
 
 
 def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
-    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.controller
     slow = {"segmenter": threshold_segmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
     worker = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
@@ -205,10 +195,8 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
     assert not layer.multiscale and layer.data.shape == (256, 256)
 
 
-def test_a_new_run_cancels_the_one_in_flight(
-    make_napari_viewer, small_slide, qtbot, threshold_segmenter
-):
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+def test_a_new_run_cancels_the_one_in_flight(dock_slide, small_slide, qtbot, threshold_segmenter):
+    viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.controller
     slow = {"segmenter": threshold_segmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
     first = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
@@ -220,7 +208,7 @@ def test_a_new_run_cancels_the_one_in_flight(
 
 
 def test_error_in_worker_notifies_and_leaves_widget_ready(
-    make_napari_viewer, small_slide, qtbot, monkeypatch
+    dock_slide, small_slide, qtbot, monkeypatch
 ):
     from napari.utils.notifications import notification_manager
 
@@ -230,7 +218,7 @@ def test_error_in_worker_notifies_and_leaves_widget_ready(
         raise OSError("disk on fire")
         yield  # pragma: no cover
 
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     monkeypatch.setattr(nuclei, "iter_segment_nuclei", boom)
     seen = []
     notification_manager.notification_ready.connect(seen.append)
@@ -251,9 +239,9 @@ def test_error_in_worker_notifies_and_leaves_widget_ready(
 
 
 def test_export_buttons_write_geojson_and_csv(
-    make_napari_viewer, small_slide, qtbot, tmp_path, threshold_segmenter
+    dock_slide, small_slide, qtbot, tmp_path, threshold_segmenter
 ):
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     widget.controller.run(image, "nuclei", scope="slide", nuclei_options=seg)
     _wait_ready(qtbot, widget)
@@ -271,7 +259,7 @@ def test_export_buttons_write_geojson_and_csv(
 
 
 def test_tile_work_runs_off_the_main_thread_while_the_event_loop_turns(
-    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     """What keeps the GUI responsive: no segmenter stage runs on the main thread, and Qt
     keeps serving timer events while tiles are worked on. (The latency figures themselves
@@ -294,7 +282,7 @@ def test_tile_work_runs_off_the_main_thread_while_the_event_loop_turns(
             time.sleep(0.03)  # each tile takes a while, as a real one does
             return super().postprocess(raw, mpp=mpp)
 
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     options = {"segmenter": Recording(), "target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
 
     def whole_slide_run():
@@ -327,7 +315,7 @@ AFTER_BOUND_MB = 40
 
 
 def test_memory_is_bounded_and_returns_after_runs(
-    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     from qtpy.QtCore import QTimer
 
@@ -338,7 +326,7 @@ def test_memory_is_bounded_and_returns_after_runs(
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         return proc.memory_info().rss
 
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.controller
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "tile_size_um": 128.0}
 
@@ -379,12 +367,12 @@ def test_memory_is_bounded_and_returns_after_runs(
 
 
 def test_the_widget_says_which_model_runs_and_which_are_installed(
-    make_napari_viewer, small_slide, qtbot, monkeypatch
+    dock_slide, small_slide, qtbot, monkeypatch
 ):
     from napari_slidescope.segmenters import registry
 
     real = registry.missing_reason
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     # as on a machine without the InstanSeg models
     monkeypatch.setattr(
         registry,

@@ -16,14 +16,6 @@ from napari_slidescope._napari.widget import (
 pytestmark = pytest.mark.gui
 
 
-def _docked(make_napari_viewer, path, qtbot):
-    viewer = make_napari_viewer(show=True)
-    [image] = viewer.open(str(path), plugin="napari-slidescope")
-    dock, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
-    qtbot.wait(10)
-    return viewer, image, widget
-
-
 class _Gated:
     """Wraps a segmenter: after `free` tiles, each batch waits for `gate` (10 s at most).
 
@@ -59,9 +51,9 @@ def _slow_run(widget, image, threshold_segmenter, delay=0.15, gate=None, free=6)
 
 
 def test_progress_shows_stage_tiles_and_time_left(
-    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     seen = []
     widget.controller.progress.connect(lambda p: seen.append((p.stage, p.done, p.total)))
     gate = threading.Event()
@@ -90,9 +82,9 @@ def test_progress_shows_stage_tiles_and_time_left(
 
 
 def test_partial_summary_equals_a_run_over_the_finished_tiles(
-    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.controller
     gate = threading.Event()
     worker = _slow_run(widget, image, threshold_segmenter, gate=gate)
@@ -128,9 +120,9 @@ def test_partial_summary_equals_a_run_over_the_finished_tiles(
 
 
 def test_replace_run_clears_the_previous_summary(
-    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     widget.controller.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_options=seg)
     qtbot.waitUntil(lambda: not widget.controller.busy, timeout=20_000)
@@ -169,8 +161,8 @@ def test_dock_width_stays_bounded_with_a_long_slide_name(make_napari_viewer, qtb
     assert viewer.window._qt_viewer.canvas.native.width() >= 500  # was ~250 px
 
 
-def test_parameters_show_for_the_chosen_task_only(make_napari_viewer, small_slide, qtbot):
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+def test_parameters_show_for_the_chosen_task_only(dock_slide, small_slide, qtbot):
+    viewer, [image], widget = dock_slide(small_slide)
     widget.task.value = "tissue"
     assert widget.tissue_params.visible and not widget.nuclei_params.visible
     assert not widget.advanced.visible
@@ -220,11 +212,11 @@ def test_defaults_come_from_the_documented_constants():
 
 
 def test_shortcuts_start_and_cancel_a_run(
-    make_napari_viewer, small_slide, qtbot, threshold_segmenter, monkeypatch
+    dock_slide, small_slide, qtbot, threshold_segmenter, monkeypatch
 ):
     from qtpy.QtCore import Qt
 
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+    viewer, [image], widget = dock_slide(small_slide)
     widget.task.value = "nuclei"
     widget.scope.value = "slide"  # the shortcut runs on the current view whatever is chosen
     gate = threading.Event()  # the run stays in flight until the test lets it go
@@ -249,8 +241,8 @@ def test_shortcuts_start_and_cancel_a_run(
     assert "Ctrl+Shift+X" in widget.cancel_button.tooltip
 
 
-def test_label_and_macro_previews_open_as_layers(make_napari_viewer, small_slide, qtbot):
-    viewer, image, widget = _docked(make_napari_viewer, small_slide, qtbot)
+def test_label_and_macro_previews_open_as_layers(dock_slide, small_slide, qtbot):
+    viewer, [image], widget = dock_slide(small_slide)
     rng = np.random.default_rng(0)
     images = {
         "label": rng.integers(0, 255, (600, 580, 3), np.uint8),

@@ -47,9 +47,9 @@ def read_batch_folder(path: str | list[str]) -> list[LayerData]:
         If the folder has no readable manifest (naming the folder).
     """
     from napari_slidescope._napari.qupath import (
-        _slide_layer,
         read_geojson_layers,
         read_parquet_layers,
+        shown_slide_layer,
     )
     from napari_slidescope._napari.shapes import aligned
     from napari_slidescope._napari.viewport import image_shape0
@@ -62,7 +62,7 @@ def read_batch_folder(path: str | list[str]) -> list[LayerData]:
         raise ValueError(f"{folder}: not a slidescope batch result (no readable manifest.json)")
     name = str(m.get("slide", folder.name))
     info = m.get("slide_info") or {}
-    image = _slide_layer()
+    image = shown_slide_layer()
     shape0: tuple[int, int] | None
     shown = None if image is None else (getattr(image, "metadata", None) or {}).get("path")
     if image is not None and shown is not None and Path(shown).name == name:
@@ -74,7 +74,8 @@ def read_batch_folder(path: str | list[str]) -> list[LayerData]:
         shape0 = (int(s0[0]), int(s0[1])) if s0 else None
     out: list[LayerData] = []
     if (folder / "tissue.geojson").is_file():
-        for data, kwargs, kind in read_geojson_layers(str(folder / "tissue.geojson"), align=align):
+        tissue = read_geojson_layers(str(folder / "tissue.geojson"), align=align, shape0=shape0)
+        for data, kwargs, kind in tissue:
             out.append((data, {**kwargs, "name": f"{name} tissue"}, kind))
     if (folder / "nuclei.parquet").is_file():
         out += read_parquet_layers(str(folder / "nuclei.parquet"), align=align, shape0=shape0)

@@ -77,8 +77,6 @@ def read_parquet_layers(
     import pyarrow.parquet as pq
     import shapely
 
-    from napari_slidescope._napari.shapes import aligned
-    from napari_slidescope._napari.viewport import image_shape0
     from napari_slidescope.analysis.qupath import QuPathObject
 
     if isinstance(path, list):
@@ -109,15 +107,25 @@ def read_parquet_layers(
             objects.append(
                 QuPathObject("detection", polys, class_name="Nucleus", measurements=meas)
             )
-    if align is None:
-        image = _slide_layer()
-        align = aligned(image) if image is not None else {}
-        shape0 = image_shape0(image) if image is not None else None
+    align, shape0 = _placement(align, shape0)
     stem = Path(path).parent.name if Path(path).stem == "nuclei" else Path(path).stem
     return [detections_layer(objects, f"{stem} nuclei", align, shape0)] if objects else []
 
 
-def _slide_layer() -> Any:
+def _placement(
+    align: dict[str, Any] | None, shape0: tuple[int, int] | None
+) -> tuple[dict[str, Any], tuple[int, int] | None]:
+    """``align`` and ``shape0`` when given, else those of the current viewer's slide (or none)."""
+    if align is not None:
+        return align, shape0
+    from napari_slidescope._napari.shapes import aligned
+    from napari_slidescope._napari.viewport import image_shape0
+
+    image = shown_slide_layer()
+    return ({}, None) if image is None else (aligned(image), image_shape0(image))
+
+
+def shown_slide_layer() -> Any:
     """Return the slide of the current viewer (None without a viewer or a slide)."""
     try:
         import napari
@@ -140,26 +148,27 @@ def _stem(path: str) -> str:
 
 
 def read_geojson_layers(
-    path: str | list[str], *, align: dict[str, Any] | None = None
+    path: str | list[str],
+    *,
+    align: dict[str, Any] | None = None,
+    shape0: tuple[int, int] | None = None,
 ) -> list[LayerData]:
-    """Read QuPath GeoJSON objects as layers aligned with the current slide (or ``align``).
+    """Read QuPath GeoJSON objects as layers aligned with the current slide.
+
+    ``align`` (``scale``, ``translate``, ``units``) and ``shape0`` place the layers instead,
+    as for :func:`read_parquet_layers`.
 
     Raises
     ------
     ValueError
         If the file is not GeoJSON (naming the file).
     """
-    from napari_slidescope._napari.shapes import aligned
-    from napari_slidescope._napari.viewport import image_shape0
     from napari_slidescope.analysis.qupath import read_objects
 
     if isinstance(path, list):
         path = path[0]
     objects = read_objects(path)
-    image = _slide_layer() if align is None else None
-    if align is None:
-        align = aligned(image) if image is not None else {}
-    shape0 = image_shape0(image) if image is not None else None
+    align, shape0 = _placement(align, shape0)
     stem = _stem(path)
     out: list[LayerData] = []
     ann = [o for o in objects if o.object_type not in ("detection", "cell", "tile")]
@@ -295,7 +304,7 @@ def write_geojson_layers(path: str, layer_data: list[Any]) -> list[str]:
     from napari_slidescope._io import atomic_write
     from napari_slidescope.analysis.geojson import write_features
 
-    image = _slide_layer()
+    image = shown_slide_layer()
     feats_out: list[dict[str, Any]] = []
     for data, meta, kind in layer_data:
         scale = np.asarray(meta.get("scale", (1.0, 1.0)), float)[-2:]

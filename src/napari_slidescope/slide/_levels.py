@@ -489,6 +489,34 @@ def wrap_level(
         if series_level is not None
         else _tiff.zarr_chunks(z, index)
     )
+    arr, reader = wrap_native(
+        source, out_axes, budget, path=path, level=level, on_error=on_error, owner=owner
+    )
+    return arr, out_axes, reader
+
+
+def wrap_native(
+    source: _tiff.NativeChunks,
+    axes: str,
+    budget: int,
+    *,
+    path: str,
+    level: int,
+    on_error: OnError,
+    owner: int,
+) -> tuple[LevelArray, LevelReader]:
+    """Wrap any native-chunk reader (TIFF, DICOM, OME-Zarr, OpenSlide) as a :class:`LevelArray`.
+
+    Parameters
+    ----------
+    source : NativeChunks
+        Reads the level's native chunks; its shape is in `axes` order.
+    axes : {"YXS", "CYX", "YX"}
+        Axes of `source`.
+    budget : int
+        Dask chunk budget in bytes (see :func:`choose_chunks`).
+    """
+    out_axes = axes
     reader = LevelReader(source, path=path, level=level, on_error=on_error, owner=owner)
     spatial = (out_axes.index("Y"), out_axes.index("X"))
     chunks = choose_chunks(
@@ -507,4 +535,4 @@ def wrap_level(
         arr.dask, arr.name, arr.chunks, meta=np.empty((0,) * reader.ndim, reader.dtype)
     )
     out._reader = reader
-    return out, out_axes, reader
+    return out, reader

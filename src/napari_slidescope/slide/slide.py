@@ -16,7 +16,7 @@ import numpy as np
 
 from napari_slidescope._units import as_pair
 from napari_slidescope._warnings import SlidescopeWarning
-from napari_slidescope.slide import _check, _levels, _tiff, level_choice
+from napari_slidescope.slide import _check, _levels, _source, _tiff, level_choice
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
 from napari_slidescope.slide.errors import SlideError
@@ -144,8 +144,12 @@ class Slide(_BaseSlide):
     mpp : (float, float) or None
         Micrometres per pixel (y, x) at level 0, or None when the file has no calibration.
     format : str
-        ``"svs"``, ``"ndpi"``, ``"ome"``, ``"qptiff"``, ``"scn"``, ``"bif"``, ``"philips"``
-        or ``"generic"``.
+        ``"svs"``, ``"ndpi"``, ``"ome"``, ``"qptiff"``, ``"scn"``, ``"bif"``, ``"philips"``,
+        ``"generic"``, ``"dicom"``, ``"ome-zarr"`` or, through OpenSlide, OpenSlide's
+        vendor name (``"mirax"``, ``"hamamatsu"``, ``"aperio"``...).
+    backend : str
+        What reads the pixels: ``"tifffile"``, ``"dicom"`` (wsidicom), ``"ome-zarr"``
+        (zarr) or ``"openslide"``.
     magnification : float or None
         Objective magnification the slide was scanned at.
     channel_names : list of str
@@ -162,12 +166,25 @@ class Slide(_BaseSlide):
         *,
         chunk_bytes: int | str | None = None,
         on_error: OnError = "raise",
+        backend: str | None = None,
     ) -> None:
         self.path = Path(path)
         if on_error not in ("raise", "blank"):
             raise ValueError(f"on_error must be 'raise' or 'blank', got {on_error!r}")
         budget = default_chunk_bytes() if chunk_bytes is None else parse_bytes(chunk_bytes)
         self._owner = _levels.new_owner()
+        self._tif: Any = None
+        self._source: _source.SlideSource | None = None
+        kind = _source.choose_backend(self.path, backend)
+        self.backend = kind
+        if kind != "tifffile":
+            self._source = _source.open_source(kind, self.path)
+            try:
+                self._open_source(self._source, budget, on_error)
+            except BaseException:
+                self.close()
+                raise
+            return
         self._tif, layout, notes = _tiff.open_tiff(self.path, on_error=on_error)
         try:
             self._open(budget, on_error, layout, notes)
@@ -234,6 +251,7 @@ class Slide(_BaseSlide):
         self.associated: Mapping[str, np.ndarray] = _Associated(loaders)
         self.metadata: dict[str, Any] = {
             "format": self.format,
+            "backend": self.backend,
             "path": path,
             "shape": self.shape0,
             "level_shapes": self.level_shapes,
@@ -256,11 +274,62 @@ class Slide(_BaseSlide):
                 stacklevel=4,
             )
 
+    def _open_source(self, src: _source.SlideSource, budget: int, on_error: OnError) -> None:
+        """Set the slide up from a non-TIFF backend's levels and metadata."""
+        path = str(self.path)
+        info = src.info
+        self.format = info.format
+        self.mpp = info.mpp
+        self.magnification = info.magnification
+        self.fluorescence = info.fluorescence
+        self.calibration_source = info.calibration_source
+        self.axes = src.axes
+        self.levels, self._readers = [], []
+        for i, native in enumerate(src.levels):
+            arr, reader = _levels.wrap_native(
+                native, src.axes, budget, path=path, level=i, on_error=on_error, owner=self._owner
+            )
+            self.levels.append(arr)
+            self._readers.append(reader)
+        nch = self.levels[0].shape[0] if self.axes == "CYX" else 0
+        self.channel_names = list(info.channel_names) if nch else []
+        if nch and len(self.channel_names) != nch:
+            self.channel_names = [f"channel {c}" for c in range(nch)]
+        self.channel_colors = info.channel_colors if len(info.channel_colors) == nch else []
+        self.associated = _Associated(dict(src.associated))
+        self.metadata = {
+            "format": self.format,
+            "backend": self.backend,
+            "path": path,
+            "shape": self.shape0,
+            "level_shapes": self.level_shapes,
+            "downsamples": self.downsamples,
+            "mpp": self.mpp,
+            "calibration_source": self.calibration_source,
+            "magnification": self.magnification,
+            "fluorescence": self.fluorescence,
+            "channel_names": self.channel_names,
+            "properties": {k: _check.cap_text(v) for k, v in info.properties.items()},
+            "associated": sorted(src.associated),
+            "axes": self.axes,
+            "dtype": str(self.levels[0].dtype),
+        }
+        self.problems = list(src.notes)
+        if src.notes:
+            warnings.warn(
+                f"{path}: opened with parts left out: {'; '.join(src.notes)}",
+                SlidescopeWarning,
+                stacklevel=4,
+            )
+
     def close(self) -> None:
         """Release the file handle (the dask levels can no longer be computed)."""
         tif = getattr(self, "_tif", None)
         if tif is not None:
             tif.close()
+        src = getattr(self, "_source", None)
+        if src is not None:
+            src.close()
         owner = getattr(self, "_owner", None)
         if owner is not None:
             tile_cache().discard(owner)
@@ -347,14 +416,17 @@ def open_slide(
     *,
     chunk_bytes: int | str | None = None,
     on_error: OnError = "raise",
+    backend: str | None = None,
 ) -> Slide:
-    """Open a whole-slide TIFF lazily.
+    """Open a whole-slide image lazily.
 
     Parameters
     ----------
     path : str or PathLike
         An Aperio SVS, Hamamatsu NDPI, OME-TIFF, QPTIFF, Leica SCN, Ventana BIF or
-        generic (pyramidal) TIFF file.
+        generic (pyramidal) TIFF file; a folder of DICOM WSI instances (or one instance
+        file); an OME-Zarr image (``.zarr`` folder, NGFF 0.4 or 0.5); or a file only
+        OpenSlide reads (MIRAX ``.mrxs``, Hamamatsu ``.vms`` / ``.vmu``...).
     chunk_bytes : int or str, optional
         Dask chunk budget in bytes (``4194304`` or ``"4 MiB"``). Default: the
         ``SLIDESCOPE_CHUNK_BYTES`` environment variable, else 4 MiB.
@@ -363,6 +435,10 @@ def open_slide(
         :class:`SlideError` naming the file, level and tile (the default, so analysis never
         runs on invented pixels), or ``"blank"``: return zeros for that native tile only
         and warn once per level (what the napari reader uses, so panning keeps working).
+    backend : {"tifffile", "dicom", "ome-zarr", "openslide"}, optional
+        Read through this backend instead of the one the path implies (e.g.
+        ``"openslide"`` for an SVS file). DICOM needs the ``[dicom]`` extra, OpenSlide
+        the ``[openslide]`` extra.
 
     Returns
     -------
@@ -388,7 +464,7 @@ def open_slide(
     ...     slide.levels[0].shape, slide.mpp
     ((32914, 46000, 3), (0.499, 0.499))
     """
-    return Slide(path, chunk_bytes=chunk_bytes, on_error=on_error)
+    return Slide(path, chunk_bytes=chunk_bytes, on_error=on_error, backend=backend)
 
 
 def _check_series(

@@ -1,0 +1,157 @@
+"""Slides that are not TIFF files: what a backend hands to :class:`~.slide.Slide`, and dispatch.
+
+A backend (DICOM WSI through wsidicom, OME-Zarr through zarr, OpenSlide-only formats
+through OpenSlide) opens a slide and returns a :class:`SlideSource`: one native-chunk
+reader per pyramid level (the same protocol the TIFF adapter implements, so levels get the
+same dask chunk budget, decoded-tile cache and parallel reads as every other slide), the
+metadata in a :class:`~.formats.FormatInfo`, loaders of the associated images and a
+``close``. :func:`choose_backend` decides, from a cheap look at the path, which backend
+opens it; the TIFF family stays with the tifffile path in :mod:`.slide`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.slide.errors import SlideError
+from napari_slidescope.slide.formats import FormatInfo
+
+#: Backends :func:`open_slide` accepts by name (``backend=``); None chooses from the path.
+BACKENDS = ("tifffile", "dicom", "ome-zarr", "openslide")
+
+#: Extensions only OpenSlide reads (MIRAX, Hamamatsu VMS/VMU, Sakura, Zeiss...).
+OPENSLIDE_EXTENSIONS = (".mrxs", ".vms", ".vmu", ".svslide")
+
+#: Files in a folder looked at for the DICOM preamble before the folder is called "not DICOM".
+_DICOM_SNIFF_FILES = 64
+
+
+@dataclass
+class SlideSource:
+    """An opened non-TIFF slide, as a backend hands it to :class:`~.slide.Slide`.
+
+    Attributes
+    ----------
+    info : FormatInfo
+        Format name, calibration (and where it came from), channels, properties.
+    levels : list of NativeChunks
+        Native-chunk readers, level 0 first; each one's shape is in `axes` order.
+    axes : {"YXS", "CYX", "YX"}
+    associated : dict of str to callable
+        Label, overview (macro), thumbnail...: each decoded when first asked for.
+    close : callable
+        Releases what the backend holds open.
+    notes : list of str
+        What was left out or ignored (the Slide warns once with them).
+    """
+
+    info: FormatInfo
+    levels: list[Any]
+    axes: str
+    associated: dict[str, Callable[[], np.ndarray]] = field(default_factory=dict)
+    close: Callable[[], None] = lambda: None
+    notes: list[str] = field(default_factory=list)
+
+
+def warn_uncalibrated(path: str, info: FormatInfo) -> None:
+    """Warn as the TIFF path does when a slide carries no pixel size."""
+    if info.mpp is None:
+        warnings.warn(
+            f"{path}: the file carries no pixel size; scale stays 1 and units are pixels",
+            SlidescopeWarning,
+            stacklevel=4,
+        )
+
+
+def _is_dicom_file(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(132)
+    except OSError:
+        return False
+    return head[128:132] == b"DICM"
+
+
+def _is_zarr_group(path: Path) -> bool:
+    return any((path / name).is_file() for name in (".zgroup", ".zattrs", "zarr.json"))
+
+
+def choose_backend(path: str | os.PathLike[str], backend: str | None = None) -> str:
+    """Return the backend that opens `path`: one of :data:`BACKENDS`.
+
+    Looks at the path only (its kind, extension, a folder's marker files, a file's first
+    132 bytes), never at pixels.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A file or folder.
+    backend : str, optional
+        Force a backend (e.g. ``"openslide"`` for a TIFF slide OpenSlide also reads).
+
+    Raises
+    ------
+    SlideError
+        If `path` is a folder that holds neither an OME-Zarr image nor DICOM instances.
+    ValueError
+        If `backend` is not one of :data:`BACKENDS`.
+    """
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
+        return backend
+    p = Path(path)
+    if p.is_dir():
+        if _is_zarr_group(p):
+            return "ome-zarr"
+        files = sorted(f for f in p.iterdir() if f.is_file())
+        dcm = [f for f in files if f.suffix.lower() == ".dcm"]
+        if any(_is_dicom_file(f) for f in (dcm or files)[:_DICOM_SNIFF_FILES]):
+            return "dicom"
+        raise SlideError(
+            p,
+            "is a folder with no DICOM instance of a slide (no file with the DICM "
+            "preamble) and no OME-Zarr image (no .zattrs / zarr.json)",
+        )
+    lower = p.name.lower()
+    if lower.endswith((".zarr", ".ome.zarr")):
+        return "ome-zarr"
+    if lower.endswith(OPENSLIDE_EXTENSIONS):
+        return "openslide"
+    if lower.endswith(".dcm") or (p.is_file() and _is_dicom_file(p)):
+        return "dicom"
+    return "tifffile"
+
+
+def missing_extra(path: str | os.PathLike[str], what: str, extra: str) -> SlideError:
+    """The error for a slide whose backend's optional packages are not installed."""
+    return SlideError(
+        path,
+        f"is {what}; reading it needs the optional packages of the [{extra}] extra: "
+        f"pip install 'napari-slidescope[{extra}]'",
+    )
+
+
+def open_source(kind: str, path: str | os.PathLike[str]) -> SlideSource:
+    """Open `path` with the non-TIFF backend `kind` (see :func:`choose_backend`)."""
+    if kind == "dicom":
+        from napari_slidescope.slide import _dicom
+
+        return _dicom.open_dicom(path)
+    if kind == "ome-zarr":
+        from napari_slidescope.slide import _ngff
+
+        return _ngff.open_ngff(path)
+    if kind == "openslide":
+        from napari_slidescope.slide import _openslide
+
+        return _openslide.open_openslide(path)
+    raise ValueError(f"no backend {kind!r}")

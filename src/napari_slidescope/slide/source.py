@@ -158,7 +158,7 @@ class Source:
     @property
     def display(self) -> str:
         """The local path, or the URL without credentials: what messages show."""
-        return redact(self.target) if self.is_remote else self.target
+        return redact(self.target) if self.is_remote else str(Path(self.target))
 
     @property
     def name(self) -> str:

@@ -76,6 +76,9 @@ class Layout:
     truncated: str | None = None
     #: The first IFD's ImageDescription (None when absent or larger than the limit).
     description: bytes | None = None
+    #: ``(offset, bytes)`` of every tag value stored outside its IFD entry (what a remote
+    #: file prefetches in one burst before tifffile reads them one by one).
+    values: list[tuple[int, int]] = field(default_factory=list)
 
 
 def preflight(path: str) -> int:
@@ -117,6 +120,22 @@ def preflight(path: str) -> int:
     if head not in TIFF_MAGIC:
         raise SlideError(path, f"is not a TIFF file (starts with {head!r}, expected a TIFF header)")
     return int(st.st_size)
+
+
+def preflight_file(name: str, fh: Any, size: int) -> int:
+    """:func:`preflight` for an open file object of `size` bytes (a remote file)."""
+    if size == 0:
+        raise SlideError(name, "is empty (0 bytes)")
+    fh.seek(0)
+    head = bytes(fh.read(4))
+    if head not in TIFF_MAGIC:
+        raise SlideError(name, f"is not a TIFF file (starts with {head!r}, expected a TIFF header)")
+    return size
+
+
+def walk_file(name: str, fh: Any, size: int) -> Layout:
+    """:func:`walk` over an open file object (a remote file); `name` is used in messages."""
+    return _Walker(name, fh, size).run()
 
 
 def walk(path: str, size: int) -> Layout:
@@ -270,6 +289,8 @@ class _Walker:
                     f"({_size(total)} at byte {_n(value)}) runs past {{end}}"
                 )
                 continue
+            if total > self.inline:
+                self.layout.values.append((int(value), int(total)))
             if code == 270 and top and self.layout.description is None and total:
                 if total > self.inline:
                     self.layout.description = self._read(value, total)

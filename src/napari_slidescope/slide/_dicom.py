@@ -12,7 +12,6 @@ OVERVIEW image ``associated["macro"]`` (what OpenSlide and the TIFF formats call
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from napari_slidescope.slide import _tiff
 from napari_slidescope.slide._source import SlideSource, missing_extra, warn_uncalibrated
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo
+from napari_slidescope.slide.source import Source
 
 
 def _import_wsidicom() -> Any:
@@ -31,29 +31,32 @@ def _import_wsidicom() -> Any:
     return wsidicom
 
 
-def open_dicom(path: str | os.PathLike[str], *, file_options: Any = None) -> SlideSource:
-    """Open a DICOM WSI folder, file or series as a :class:`SlideSource`.
+def open_dicom(source: Source) -> SlideSource:
+    """Open a DICOM WSI folder, file or series (local or an fsspec URL) as a :class:`SlideSource`.
 
     Raises
     ------
     SlideError
-        Naming the path: wsidicom missing (the ``[dicom]`` extra), no WSI instance in
-        the folder, instances that do not make a slide.
+        Naming the path (a URL without credentials): wsidicom missing (the ``[dicom]``
+        extra), no WSI instance in the folder, instances that do not make a slide.
     """
-    name = os.fspath(path)
+    name = source.display
     try:
         wsidicom = _import_wsidicom()
     except ImportError:
         raise missing_extra(name, "DICOM WSI", "dicom") from None
+    options = dict(source.storage_options) if source.is_remote else None
     try:
-        wsi = wsidicom.WsiDicom.open(path, file_options)
+        wsi = wsidicom.WsiDicom.open(source.target, options)
     except wsidicom.errors.WsiDicomNotFoundError as exc:
         raise SlideError(
-            name, f"holds no DICOM instance of a slide (VL Whole Slide Microscopy) ({exc})"
+            name,
+            "holds no DICOM instance of a slide (VL Whole Slide Microscopy) "
+            f"({source.scrub(str(exc))})",
         ) from exc
     except Exception as exc:
         raise SlideError(
-            name, f"cannot be opened as DICOM WSI ({_tiff.describe_exception(exc)})"
+            name, f"cannot be opened as DICOM WSI ({source.scrub(_tiff.describe_exception(exc))})"
         ) from exc
     try:
         return _source(name, wsi)
@@ -63,7 +66,7 @@ def open_dicom(path: str | os.PathLike[str], *, file_options: Any = None) -> Sli
     except Exception as exc:
         wsi.close()
         raise SlideError(
-            name, f"cannot be read as DICOM WSI ({_tiff.describe_exception(exc)})"
+            name, f"cannot be read as DICOM WSI ({source.scrub(_tiff.describe_exception(exc))})"
         ) from exc
 
 
@@ -153,7 +156,13 @@ class _DicomChunks:
                 self._wsi.read_tile(self._index, tile, crop_to_image_boundary=False)
             )
 
-    def read(self, indices: Sequence[tuple[int, ...]]) -> list[np.ndarray | BaseException]:
+    def fetch(self, indices: Sequence[tuple[int, ...]]) -> None:
+        """Nothing to prefetch: :meth:`read` brings each chunk (on the reader's threads)."""
+        return None
+
+    def read(
+        self, indices: Sequence[tuple[int, ...]], raw: Any = None
+    ) -> list[np.ndarray | BaseException]:
         out: list[np.ndarray | BaseException] = []
         for idx in indices:
             ty, tx = idx[0], idx[1]

@@ -21,6 +21,7 @@ request per native chunk. Here instead:
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 import threading
@@ -43,6 +44,10 @@ AxisRanges = tuple[tuple[int, int], ...]
 
 #: Native chunks decoded per raw read (bounds the compressed bytes held at once).
 _BATCH = 64
+
+#: Most native chunks whose compressed bytes one remote read fetches at once (larger reads
+#: fetch batch by batch, each batch's chunks at once).
+_BURST = 1024
 
 _POOL_PREFIX = "slidescope-decode"
 _pool: ThreadPoolExecutor | None = None
@@ -149,6 +154,9 @@ class LevelReader:
                 missing.append(idx)
             else:
                 cached.append((idx, chunk))
+        # a remote file: every missing tile's bytes in one concurrent burst, then decoding
+        raw = self._source.fetch(missing) if 1 < len(missing) <= _BURST else None
+        fill = self._fill if raw is None else functools.partial(self._fill, raw=raw)
         workers = decode_workers() if parallel else 1
         if workers > 1 and len(missing) > 1 and not _in_pool():
             # Work sharing: the caller and up to workers - 1 pool threads take small batches
@@ -157,26 +165,32 @@ class LevelReader:
             job = _Job([missing[i : i + size] for i in range(0, len(missing), size)])
             pool = _get_pool()
             for _ in range(min(workers, len(job)) - 1):
-                pool.submit(job.run, self._fill, out, box)
+                pool.submit(job.run, fill, out, box)
             for idx, chunk in cached:  # while the pool decodes
                 self._paste(out, box, idx, chunk)
-            job.run(self._fill, out, box)
+            job.run(fill, out, box)
             bad = job.wait()
         else:
             for idx, chunk in cached:
                 self._paste(out, box, idx, chunk)
-            bad = self._fill(out, box, missing) if missing else []
+            bad = fill(out, box, missing) if missing else []
         if bad:
             self._warn_blank(bad)
         return out
 
-    def _fill(self, out: np.ndarray, box: AxisRanges, indices: list[tuple[int, ...]]) -> list[str]:
+    def _fill(
+        self,
+        out: np.ndarray,
+        box: AxisRanges,
+        indices: list[tuple[int, ...]],
+        raw: dict[tuple[int, ...], bytes] | None = None,
+    ) -> list[str]:
         """Decode `indices` into `out`; return the names of native chunks shown blank."""
         cache = tile_cache()
         bad: list[str] = []
         for start in range(0, len(indices), _BATCH):
             batch = indices[start : start + _BATCH]
-            for idx, chunk in zip(batch, self._source.read(batch), strict=True):
+            for idx, chunk in zip(batch, self._source.read(batch, raw), strict=True):
                 if isinstance(chunk, BaseException):
                     where = _fmt(self._chunk_box(idx))
                     if self._on_error == "raise":
@@ -449,6 +463,7 @@ def wrap_level(
     level: int,
     on_error: OnError,
     owner: int,
+    fetch: Any = None,
 ) -> tuple[LevelArray, str, LevelReader]:
     """Wrap one zarr level as a :class:`LevelArray`; drop singleton axes other than C, Y, X, S.
 
@@ -462,6 +477,8 @@ def wrap_level(
         tifffile's axes of `z`.
     budget : int
         Dask chunk budget in bytes (see :func:`choose_chunks`).
+    fetch : callable, optional
+        A remote file's ``cat_ranges``: a read fetches all its missing tiles at once.
 
     Returns
     -------
@@ -485,7 +502,7 @@ def wrap_level(
         )
     index = tuple(slice(None) if ax in "CYXS" else 0 for ax in axes)
     source = (
-        _tiff.native_chunks(series_level, z, index)
+        _tiff.native_chunks(series_level, z, index, fetch=fetch)
         if series_level is not None
         else _tiff.zarr_chunks(z, index)
     )

@@ -26,6 +26,7 @@ from napari_slidescope.slide import _tiff
 from napari_slidescope.slide._source import SlideSource, warn_uncalibrated
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo
+from napari_slidescope.slide.source import Source
 
 #: Micrometres per NGFF (UDUNITS-2) length unit.
 _UNIT_UM = {
@@ -110,35 +111,43 @@ def _hex_rgb(value: Any) -> tuple[float, float, float] | None:
     return ((v >> 16 & 255) / 255, (v >> 8 & 255) / 255, (v & 255) / 255)
 
 
-def _open_group(path: str) -> Any:
+def _open_group(source: Source) -> Any:
     import zarr
 
+    path = source.display
+    options = {"storage_options": dict(source.storage_options)} if source.is_remote else {}
     try:
-        return zarr.open_group(store=path, mode="r")
+        return zarr.open_group(store=source.target, mode="r", **options)
     except Exception as exc:
-        if os.path.isfile(os.path.join(path, "zarr.json")) and int(
-            zarr.__version__.split(".")[0]
-        ) < 3:
-            raise _bad(
-                path, f"it is a zarr format 3 store (NGFF 0.5): reading it needs zarr >= 3, "
-                f"this is zarr {zarr.__version__}"
-            ) from exc
-        if not os.path.exists(path):
+        local = not source.is_remote
+        if local and not os.path.exists(source.target):
             raise SlideError(path, "does not exist") from exc
-        raise _bad(path, f"no zarr group ({_tiff.describe_exception(exc)})") from exc
+        if (
+            local
+            and os.path.isfile(os.path.join(source.target, "zarr.json"))
+            and int(zarr.__version__.split(".")[0]) < 3
+        ):
+            raise _bad(
+                path,
+                "it is a zarr format 3 store (NGFF 0.5): reading it needs zarr >= 3, "
+                f"this is zarr {zarr.__version__}",
+            ) from exc
+        problem = source.scrub(_tiff.describe_exception(exc))
+        raise _bad(path, f"no zarr group ({problem})") from exc
 
 
-def open_ngff(path: str | os.PathLike[str]) -> SlideSource:
-    """Open an OME-Zarr image (its first multiscale) as a :class:`SlideSource`.
+def open_ngff(source: Source) -> SlideSource:
+    """Open an OME-Zarr image (its first multiscale; local or an fsspec URL).
 
     Raises
     ------
     SlideError
-        Naming the path and what is wrong: no group, no or broken ``multiscales``
-        metadata, a dataset that is missing or not an array, levels of different rank.
+        Naming the path (a URL without credentials) and what is wrong: no group, no or
+        broken ``multiscales`` metadata, a dataset that is missing or not an array,
+        levels of different rank.
     """
-    path = os.fspath(path)
-    group = _open_group(path)
+    path = source.display
+    group = _open_group(source)
     try:
         attrs = dict(group.attrs)
     except Exception as exc:
@@ -256,7 +265,13 @@ class _NgffChunks:
         self.chunks = tuple(min(c, n) for c, n in zip(self.chunks, self.shape, strict=True))
         self.dtype = np.dtype(z.dtype)
 
-    def read(self, indices: Sequence[tuple[int, ...]]) -> list[np.ndarray | BaseException]:
+    def fetch(self, indices: Sequence[tuple[int, ...]]) -> None:
+        """Nothing to prefetch: :meth:`read` brings each chunk (on the reader's threads)."""
+        return None
+
+    def read(
+        self, indices: Sequence[tuple[int, ...]], raw: Any = None
+    ) -> list[np.ndarray | BaseException]:
         out: list[np.ndarray | BaseException] = []
         for idx in indices:
             box = {

@@ -137,7 +137,13 @@ class _OpenSlideChunks:
         (ch, cw, _), (h, w, _) = self.chunks, self.shape
         return idx[0] * ch, idx[1] * cw, min((idx[0] + 1) * ch, h), min((idx[1] + 1) * cw, w)
 
-    def read(self, indices: Sequence[tuple[int, ...]]) -> list[np.ndarray | BaseException]:
+    def fetch(self, indices: Sequence[tuple[int, ...]]) -> None:
+        """Nothing to prefetch: :meth:`read` brings each chunk (on the reader's threads)."""
+        return None
+
+    def read(
+        self, indices: Sequence[tuple[int, ...]], raw: Any = None
+    ) -> list[np.ndarray | BaseException]:
         if not indices:
             return []
         rows = sorted({i[0] for i in indices})

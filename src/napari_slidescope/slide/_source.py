@@ -23,6 +23,7 @@ import numpy as np
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import FormatInfo
+from napari_slidescope.slide.source import Source
 
 #: Backends :func:`open_slide` accepts by name (``backend=``); None chooses from the path.
 BACKENDS = ("tifffile", "dicom", "ome-zarr", "openslide")
@@ -84,23 +85,25 @@ def _is_zarr_group(path: Path) -> bool:
     return any((path / name).is_file() for name in (".zgroup", ".zattrs", "zarr.json"))
 
 
-def choose_backend(path: str | os.PathLike[str], backend: str | None = None) -> str:
-    """Return the backend that opens `path`: one of :data:`BACKENDS`.
+def choose_backend(source: Source, backend: str | None = None) -> str:
+    """Return the backend that opens `source`: one of :data:`BACKENDS`.
 
     Looks at the path only (its kind, extension, a folder's marker files, a file's first
-    132 bytes), never at pixels.
+    132 bytes), never at pixels. A URL whose name ends in a TIFF-family extension is
+    decided without a request; other URLs cost one or two small requests (does a zarr
+    marker or a folder of ``.dcm`` objects lie there).
 
     Parameters
     ----------
-    path : str or PathLike
-        A file or folder.
+    source : Source
+        A resolved local path or URL (:func:`~napari_slidescope.slide.source.resolve`).
     backend : str, optional
         Force a backend (e.g. ``"openslide"`` for a TIFF slide OpenSlide also reads).
 
     Raises
     ------
     SlideError
-        If `path` is a folder that holds neither an OME-Zarr image nor DICOM instances.
+        If `source` is a folder that holds neither an OME-Zarr image nor DICOM instances.
     ValueError
         If `backend` is not one of :data:`BACKENDS`.
     """
@@ -108,7 +111,18 @@ def choose_backend(path: str | os.PathLike[str], backend: str | None = None) -> 
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
         return backend
-    p = Path(path)
+    lower = source.name.lower().rstrip("/")
+    if lower.endswith(".zarr"):
+        return "ome-zarr"
+    if lower.endswith(OPENSLIDE_EXTENSIONS):
+        return "openslide"
+    if lower.endswith(".dcm"):
+        return "dicom"
+    if lower.endswith(TIFF_EXTENSIONS):
+        return "tifffile"
+    if source.is_remote:
+        return _choose_remote(source)
+    p = Path(source.target)
     if p.is_dir():
         if _is_zarr_group(p):
             return "ome-zarr"
@@ -116,18 +130,37 @@ def choose_backend(path: str | os.PathLike[str], backend: str | None = None) -> 
         dcm = [f for f in files if f.suffix.lower() == ".dcm"]
         if any(_is_dicom_file(f) for f in (dcm or files)[:_DICOM_SNIFF_FILES]):
             return "dicom"
-        raise SlideError(
-            p,
-            "is a folder with no DICOM instance of a slide (no file with the DICM "
-            "preamble) and no OME-Zarr image (no .zattrs / zarr.json)",
-        )
-    lower = p.name.lower()
-    if lower.endswith((".zarr", ".ome.zarr")):
-        return "ome-zarr"
-    if lower.endswith(OPENSLIDE_EXTENSIONS):
-        return "openslide"
-    if lower.endswith(".dcm") or (p.is_file() and _is_dicom_file(p)):
+        raise SlideError(p, _NOT_A_SLIDE_FOLDER)
+    if p.is_file() and _is_dicom_file(p):
         return "dicom"
+    return "tifffile"
+
+
+_NOT_A_SLIDE_FOLDER = (
+    "is a directory with no DICOM instance of a slide (no file with the DICM preamble) "
+    "and no OME-Zarr image (no .zattrs / .zgroup / zarr.json)"
+)
+
+#: Names that are TIFF-family slides: never ask a server what they are.
+TIFF_EXTENSIONS = (".svs", ".ndpi", ".tif", ".tiff", ".qptiff", ".scn", ".bif", ".btf")
+
+
+def _choose_remote(source: Source) -> str:
+    """Sniff a URL without a TIFF-family name: an OME-Zarr group, a DICOM folder, else TIFF."""
+    fs, root = source.filesystem()
+    root = root.rstrip("/")
+    try:
+        if any(fs.exists(f"{root}/{m}") for m in ("zarr.json", ".zattrs", ".zgroup")):
+            return "ome-zarr"
+        if fs.isdir(root):
+            names = [str(n) for n in fs.ls(root, detail=False)]
+            if any(n.lower().endswith(".dcm") for n in names):
+                return "dicom"
+            raise SlideError(source.display, _NOT_A_SLIDE_FOLDER)
+    except SlideError:
+        raise
+    except Exception:  # the TIFF path reports what is wrong with the URL
+        return "tifffile"
     return "tifffile"
 
 
@@ -140,18 +173,22 @@ def missing_extra(path: str | os.PathLike[str], what: str, extra: str) -> SlideE
     )
 
 
-def open_source(kind: str, path: str | os.PathLike[str]) -> SlideSource:
-    """Open `path` with the non-TIFF backend `kind` (see :func:`choose_backend`)."""
+def open_source(kind: str, source: Source) -> SlideSource:
+    """Open `source` with the non-TIFF backend `kind` (see :func:`choose_backend`)."""
     if kind == "dicom":
         from napari_slidescope.slide import _dicom
 
-        return _dicom.open_dicom(path)
+        return _dicom.open_dicom(source)
     if kind == "ome-zarr":
         from napari_slidescope.slide import _ngff
 
-        return _ngff.open_ngff(path)
+        return _ngff.open_ngff(source)
     if kind == "openslide":
+        if source.is_remote:
+            raise SlideError(
+                source.display, "OpenSlide reads local files only: copy the slide to a disk"
+            )
         from napari_slidescope.slide import _openslide
 
-        return _openslide.open_openslide(path)
+        return _openslide.open_openslide(source.target)
     raise ValueError(f"no backend {kind!r}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -55,7 +55,7 @@ def describe_exception(exc: BaseException) -> str:
 
 
 def open_tiff(
-    path: str | os.PathLike[str], *, on_error: str = "raise"
+    path: str | os.PathLike[str], *, on_error: str = "raise", remote: Any = None
 ) -> tuple[tifffile.TiffFile, _check.Layout, list[str]]:
     """Open a TIFF file after checking its structure; every failure is a :class:`SlideError`.
 
@@ -74,10 +74,20 @@ def open_tiff(
         What the IFD walk found (file size, truncation).
     notes : list of str
         What the caller must warn about (what was left out or ignored).
+    remote : RemoteFile, optional
+        Parse this remote file instead (`path` is then its name without credentials); the
+        caller closes it. The tag values the IFDs point to (tile offset tables...) are
+        fetched at once, before tifffile reads them one after the other.
     """
     path = os.fspath(path)
-    size = _check.preflight(path)
-    layout = _check.walk(path, size)
+    if remote is None:
+        size = _check.preflight(path)
+        layout = _check.walk(path, size)
+    else:
+        size = _check.preflight_file(path, remote, remote.size)
+        layout = _check.walk_file(path, remote, size)
+        remote.prefetch(layout.values)
+        remote.seek(0)  # tifffile takes the position as the file's start
     notes: list[str] = []
     if layout.truncated is not None and on_error != "raise":
         notes.append(f"truncated: {layout.truncated}")
@@ -90,7 +100,9 @@ def open_tiff(
         notes.append("its XML metadata declares a DTD or entities and was ignored")
     damage = f"is truncated: {layout.truncated}" if layout.truncated else "is a damaged TIFF"
     try:
-        tif = tifffile.TiffFile(path, **flags)
+        tif = tifffile.TiffFile(path if remote is None else remote, **flags)
+    except SlideError:
+        raise
     except Exception as exc:  # tifffile raises many types on damaged files
         raise SlideError(path, f"{damage} ({describe_exception(exc)})") from exc
     try:
@@ -223,13 +235,26 @@ class NativeChunks(Protocol):
     dtype: np.dtype[Any]
     fast: bool
 
-    def read(self, indices: Sequence[tuple[int, ...]]) -> list[np.ndarray | BaseException]:
-        """Return each native chunk (clipped to the level) or the error decoding it raised."""
+    def read(
+        self, indices: Sequence[tuple[int, ...]], raw: Mapping[tuple[int, ...], bytes] | None = None
+    ) -> list[np.ndarray | BaseException]:
+        """Return each native chunk (clipped to the level) or the error decoding it raised.
+
+        `raw` holds the compressed bytes :meth:`fetch` already brought (remote files).
+        """
+        ...
+
+    def fetch(self, indices: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes] | None:
+        """Fetch the compressed bytes of many chunks at once (remote files), else None."""
         ...
 
 
 def native_chunks(
-    level: tifffile.TiffPageSeries, z: Any, index: tuple[int | slice, ...]
+    level: tifffile.TiffPageSeries,
+    z: Any,
+    index: tuple[int | slice, ...],
+    *,
+    fetch: Callable[[Sequence[int], Sequence[int]], list[bytes]] | None = None,
 ) -> NativeChunks:
     """Return the native-chunk reader of one level.
 
@@ -241,6 +266,10 @@ def native_chunks(
         The same level opened through the tifffile zarr store (gives shape and chunks).
     index : tuple of int or slice
         Selection of the shown axes in `z`: ``slice(None)`` keeps an axis, ``0`` drops it.
+    fetch : callable, optional
+        ``fetch(offsets, counts) -> list of bytes``: fetches many segments at once (a remote
+        file's :meth:`~napari_slidescope.slide.remote.RemoteFile.cat_ranges`). Its errors
+        are raised, never turned into blank tiles.
 
     Returns
     -------
@@ -249,7 +278,7 @@ def native_chunks(
         the zarr array for each chunk.
     """
     try:
-        fast = _PageChunks.create(level, z, index)
+        fast = _PageChunks.create(level, z, index, fetch=fetch)
     except Exception:  # any surprise in the layout: use the general path
         fast = None
     return fast if fast is not None else _ZarrChunks(z, index)
@@ -278,7 +307,12 @@ class _ZarrChunks:
         )
         self.dtype = np.dtype(z.dtype)
 
-    def read(self, indices: Sequence[tuple[int, ...]]) -> list[np.ndarray | BaseException]:
+    def fetch(self, indices: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes] | None:
+        return None
+
+    def read(
+        self, indices: Sequence[tuple[int, ...]], raw: Mapping[tuple[int, ...], bytes] | None = None
+    ) -> list[np.ndarray | BaseException]:
         out: list[np.ndarray | BaseException] = []
         errors = decode_error_types()
         for idx in indices:
@@ -311,8 +345,10 @@ class _PageChunks:
         dtype: np.dtype[Any],
         *,
         tiled: bool,
+        fetch: Callable[[Sequence[int], Sequence[int]], list[bytes]] | None = None,
     ) -> None:
         self.shape, self.chunks, self.dtype = shape, chunks, dtype
+        self._fetch = fetch
         self._pages = pages
         self._keyframe = pages[0].keyframe
         self._channels = len(shape) == 3 and len(pages) > 1
@@ -343,7 +379,12 @@ class _PageChunks:
 
     @classmethod
     def create(
-        cls, level: tifffile.TiffPageSeries, z: Any, index: tuple[int | slice, ...]
+        cls,
+        level: tifffile.TiffPageSeries,
+        z: Any,
+        index: tuple[int | slice, ...],
+        *,
+        fetch: Callable[[Sequence[int], Sequence[int]], list[bytes]] | None = None,
     ) -> _PageChunks | None:
         """Return the direct decoder for `level`, or None if its layout needs the zarr path."""
         if getattr(level, "transform", None) is not None:
@@ -383,21 +424,44 @@ class _PageChunks:
             len(p.dataoffsets) != nsegments or len(p.databytecounts) != nsegments for p in pages
         ):
             return None
-        return cls(pages, shape, chunks, np.dtype(z.dtype), tiled=tiled)
+        return cls(pages, shape, chunks, np.dtype(z.dtype), tiled=tiled, fetch=fetch)
 
-    def read(self, indices: Sequence[tuple[int, ...]]) -> list[np.ndarray | BaseException]:
+    def _segment(self, idx: tuple[int, ...]) -> tuple[int, int]:
+        """(page, segment number) of a native chunk."""
         ya, xa = self._spatial
+        page = idx[0] if self._channels else 0
+        return page, idx[ya] * self._tiles_across + idx[xa]
+
+    def fetch(self, indices: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes] | None:
+        if self._fetch is None:
+            return None
+        where = [self._segment(idx) for idx in indices]
+        datas = self._fetch(
+            [int(self._offsets[p][s]) for p, s in where],
+            [int(self._counts[p][s]) for p, s in where],
+        )
+        return dict(zip(indices, datas, strict=True))
+
+    def read(
+        self, indices: Sequence[tuple[int, ...]], raw: Mapping[tuple[int, ...], bytes] | None = None
+    ) -> list[np.ndarray | BaseException]:
+        if raw is None and self._fetch is not None:
+            raw = self.fetch(indices)  # a network failure raises: never a blank tile
         per_page: dict[int, list[tuple[int, int]]] = {}
         for n, idx in enumerate(indices):
-            page = idx[0] if self._channels else 0
-            per_page.setdefault(page, []).append((n, idx[ya] * self._tiles_across + idx[xa]))
+            page, seg = self._segment(idx)
+            per_page.setdefault(page, []).append((n, seg))
         out: list[np.ndarray | BaseException] = [None] * len(indices)  # type: ignore[list-item]
         errors = decode_error_types()
         for page, items in per_page.items():
             offsets, counts = self._offsets[page], self._counts[page]
             segs = [s for _, s in items]
+            if raw is not None:
+                got = [(raw.get(indices[n]), k) for k, (n, _) in enumerate(items)]
+                self._decode_all(got, items, indices, page, out, errors)
+                continue
             try:
-                raw = list(
+                segments = list(
                     self._fh.read_segments(
                         [offsets[s] for s in segs],
                         [counts[s] for s in segs],
@@ -411,16 +475,28 @@ class _PageChunks:
                 for n, _ in items:
                     out[n] = failed
                 continue
-            for data, k in raw:
-                n, seg = items[k]
-                try:
-                    self._check_bytes(data, offsets[seg], counts[seg])
-                    out[n] = self._decode_one(data, seg, indices[n], self._kwargs[page])
-                except errors as exc:
-                    out[n] = exc
-                except MemoryError as exc:
-                    out[n] = ChunkError(f"not enough memory to decode ({describe_exception(exc)})")
+            self._decode_all(segments, items, indices, page, out, errors)
         return out
+
+    def _decode_all(
+        self,
+        segments: Any,
+        items: list[tuple[int, int]],
+        indices: Sequence[tuple[int, ...]],
+        page: int,
+        out: list[np.ndarray | BaseException],
+        errors: tuple[type[BaseException], ...],
+    ) -> None:
+        offsets, counts = self._offsets[page], self._counts[page]
+        for data, k in segments:
+            n, seg = items[k]
+            try:
+                self._check_bytes(data, offsets[seg], counts[seg])
+                out[n] = self._decode_one(data, seg, indices[n], self._kwargs[page])
+            except errors as exc:
+                out[n] = exc
+            except MemoryError as exc:
+                out[n] = ChunkError(f"not enough memory to decode ({describe_exception(exc)})")
 
     def _check_bytes(self, data: bytes | None, offset: int, count: int) -> None:
         if count <= 0:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import dask.array as da
 import numpy as np
@@ -21,6 +21,10 @@ from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import FormatInfo, describe
+from napari_slidescope.slide.source import Source, UrlPath, resolve
+
+if TYPE_CHECKING:
+    from napari_slidescope.slide.remote import RemoteFile
 
 OnError = Literal["raise", "blank"]
 
@@ -135,8 +139,11 @@ class Slide(_BaseSlide):
 
     Attributes
     ----------
-    path : Path
-        The file.
+    path : Path or UrlPath
+        The file (a :class:`~napari_slidescope.slide.source.UrlPath` for a URL: its
+        ``str()`` is the URL without credentials).
+    source : Source
+        Where the bytes come from (:mod:`napari_slidescope.slide.source`).
     levels : list of dask.array.Array
         Pyramid levels, level 0 first, each backed by the tifffile zarr store.
     axes : str
@@ -162,30 +169,44 @@ class Slide(_BaseSlide):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Source,
         *,
         chunk_bytes: int | str | None = None,
         on_error: OnError = "raise",
         backend: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> None:
-        self.path = Path(path)
+        self.source = resolve(path, storage_options)
+        self.path: Path | UrlPath = self.source.path
         if on_error not in ("raise", "blank"):
             raise ValueError(f"on_error must be 'raise' or 'blank', got {on_error!r}")
         budget = default_chunk_bytes() if chunk_bytes is None else parse_bytes(chunk_bytes)
         self._owner = _levels.new_owner()
         self._tif: Any = None
+        self._remote: RemoteFile | None = None
         self._source: _source.SlideSource | None = None
-        kind = _source.choose_backend(self.path, backend)
+        kind = _source.choose_backend(self.source, backend)
         self.backend = kind
         if kind != "tifffile":
-            self._source = _source.open_source(kind, self.path)
+            self._source = _source.open_source(kind, self.source)
             try:
                 self._open_source(self._source, budget, on_error)
             except BaseException:
                 self.close()
                 raise
             return
-        self._tif, layout, notes = _tiff.open_tiff(self.path, on_error=on_error)
+        if self.source.is_remote:
+            from napari_slidescope.slide.remote import RemoteFile
+
+            self._remote = RemoteFile(self.source, timeout=timeout)
+        try:
+            self._tif, layout, notes = _tiff.open_tiff(
+                self.source.display, on_error=on_error, remote=self._remote
+            )
+        except BaseException:
+            self.close()
+            raise
         try:
             self._open(budget, on_error, layout, notes)
         except SlideError:
@@ -194,18 +215,22 @@ class Slide(_BaseSlide):
         except MemoryError as exc:
             self.close()
             raise SlideError(
-                self.path, "cannot be opened: its header asks for more memory than there is"
+                self.source.display,
+                "cannot be opened: its header asks for more memory than there is",
             ) from exc
         except Exception as exc:
             self.close()
             raise SlideError(
-                self.path, f"cannot be opened as a slide ({_tiff.describe_exception(exc)})"
+                self.source.display,
+                "cannot be opened as a slide "
+                f"({self.source.scrub(_tiff.describe_exception(exc))})",
             ) from exc
 
     def _open(
         self, budget: int, on_error: OnError, layout: _check.Layout, notes: list[str]
     ) -> None:
-        path = str(self.path)
+        path = self.source.display
+        fetch = None if self._remote is None else self._remote.cat_ranges
         all_series = list(self._tif.series)
         main = _check_series(path, all_series, layout, on_error, notes)
         axes = main.axes
@@ -229,7 +254,15 @@ class Slide(_BaseSlide):
         self._readers: list[_levels.LevelReader] = []
         for i, (z, lv) in enumerate(zip(zarrs, series_levels, strict=True)):
             arr, self.axes, reader = _levels.wrap_level(
-                lv, z, axes, budget, path=path, level=i, on_error=on_error, owner=self._owner
+                lv,
+                z,
+                axes,
+                budget,
+                path=path,
+                level=i,
+                on_error=on_error,
+                owner=self._owner,
+                fetch=fetch,
             )
             self.levels.append(arr)
             self._readers.append(reader)
@@ -276,7 +309,7 @@ class Slide(_BaseSlide):
 
     def _open_source(self, src: _source.SlideSource, budget: int, on_error: OnError) -> None:
         """Set the slide up from a non-TIFF backend's levels and metadata."""
-        path = str(self.path)
+        path = self.source.display
         info = src.info
         self.format = info.format
         self.mpp = info.mpp
@@ -330,6 +363,9 @@ class Slide(_BaseSlide):
         src = getattr(self, "_source", None)
         if src is not None:
             src.close()
+        remote = getattr(self, "_remote", None)
+        if remote is not None:
+            remote.close()
         owner = getattr(self, "_owner", None)
         if owner is not None:
             tile_cache().discard(owner)
@@ -412,21 +448,29 @@ class ArraySlide(_BaseSlide):
 
 
 def open_slide(
-    path: str | os.PathLike[str],
+    path_or_url: str | os.PathLike[str] | Source,
     *,
+    storage_options: Mapping[str, Any] | None = None,
     chunk_bytes: int | str | None = None,
     on_error: OnError = "raise",
     backend: str | None = None,
+    timeout: float | None = None,
 ) -> Slide:
-    """Open a whole-slide image lazily.
+    """Open a whole-slide image lazily, from a local path or any fsspec URL.
 
     Parameters
     ----------
-    path : str or PathLike
+    path_or_url : str or PathLike or Source
         An Aperio SVS, Hamamatsu NDPI, OME-TIFF, QPTIFF, Leica SCN, Ventana BIF or
         generic (pyramidal) TIFF file; a folder of DICOM WSI instances (or one instance
         file); an OME-Zarr image (``.zarr`` folder, NGFF 0.4 or 0.5); or a file only
-        OpenSlide reads (MIRAX ``.mrxs``, Hamamatsu ``.vms`` / ``.vmu``...).
+        OpenSlide reads (MIRAX ``.mrxs``, Hamamatsu ``.vms`` / ``.vmu``...). A local
+        path, or a URL (``https://``, ``s3://``, ``gs://``, ``az://``, any scheme fsspec
+        knows; needs the ``remote`` extra) for TIFF slides, OME-Zarr and DICOM folders.
+    storage_options : Mapping, optional
+        Passed to the fsspec filesystem of a URL (credentials, endpoint, ``anon``...);
+        never printed. Credentials may equally come from the environment and config
+        files the backend reads.
     chunk_bytes : int or str, optional
         Dask chunk budget in bytes (``4194304`` or ``"4 MiB"``). Default: the
         ``SLIDESCOPE_CHUNK_BYTES`` environment variable, else 4 MiB.
@@ -435,10 +479,15 @@ def open_slide(
         :class:`SlideError` naming the file, level and tile (the default, so analysis never
         runs on invented pixels), or ``"blank"``: return zeros for that native tile only
         and warn once per level (what the napari reader uses, so panning keeps working).
+        A network failure always raises, whatever `on_error` says.
     backend : {"tifffile", "dicom", "ome-zarr", "openslide"}, optional
         Read through this backend instead of the one the path implies (e.g.
         ``"openslide"`` for an SVS file). DICOM needs the ``[dicom]`` extra, OpenSlide
         the ``[openslide]`` extra.
+    timeout : float, optional
+        Seconds one network request may take (URLs only); default
+        ``$SLIDESCOPE_REMOTE_TIMEOUT``, else 30. Transient failures are retried
+        ``$SLIDESCOPE_REMOTE_RETRIES`` times (default 3) with exponential backoff.
 
     Returns
     -------
@@ -456,15 +505,26 @@ def open_slide(
     Raises
     ------
     SlideError
-        If the file is missing, unreadable, empty, not a TIFF, truncated or damaged.
+        If the file is missing, unreadable, empty, not a TIFF, truncated or damaged; for
+        a URL with an unknown scheme, and when a server or store refuses, is not found,
+        cuts a response short or does not answer within the timeout (naming the URL
+        without credentials and the problem).
 
     Examples
     --------
     >>> with open_slide("CMU-1.svs") as slide:  # doctest: +SKIP
     ...     slide.levels[0].shape, slide.mpp
     ((32914, 46000, 3), (0.499, 0.499))
+    >>> slide = open_slide("s3://bucket/CMU-1.svs", storage_options={"anon": True})  # doctest: +SKIP
     """
-    return Slide(path, chunk_bytes=chunk_bytes, on_error=on_error, backend=backend)
+    return Slide(
+        path_or_url,
+        chunk_bytes=chunk_bytes,
+        on_error=on_error,
+        storage_options=storage_options,
+        backend=backend,
+        timeout=timeout,
+    )
 
 
 def _check_series(

@@ -1,0 +1,497 @@
+"""Reading a slide's bytes over a network: few round trips, bounded time, clear errors.
+
+:class:`RemoteFile` is the seekable file object tifffile parses a remote TIFF through, and
+the fetcher the level readers take tile bytes from:
+
+* Opening costs one round trip for the size and the first :data:`HEAD_BYTES` (asked for
+  concurrently); header reads outside it fetch :data:`BLOCK_BYTES`-aligned blocks, kept in
+  a small cache; :meth:`RemoteFile.prefetch` fetches many header ranges (tile offset
+  tables) at once.
+* :meth:`RemoteFile.cat_ranges` fetches many byte ranges (a viewport's tiles) in one
+  concurrent burst, merging ranges that touch or nearly touch.
+* Every request runs under a timeout; transient failures (refused or dropped connection,
+  a body cut short, a stall past the timeout, HTTP 429 / 5xx) are retried with
+  exponential backoff, a bounded number of times: every request is a read, so idempotent.
+  Anything else (403, 404, ...) fails at once. Every failure is a :class:`SlideError`
+  naming the URL without credentials and the problem: no tile is ever made up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from napari_slidescope.slide.errors import SlideError
+from napari_slidescope.slide.source import Source
+
+__all__ = [
+    "BLOCK_BYTES",
+    "HEAD_BYTES",
+    "RETRIES_ENV",
+    "TIMEOUT_ENV",
+    "RemoteFile",
+    "default_retries",
+    "default_timeout",
+]
+
+#: Bytes asked for with the size when a remote slide is opened: the TIFF header, the first
+#: IFDs and, in most slides, their descriptions and small tag values.
+HEAD_BYTES = 1 * 2**20
+#: Bytes at the end of the object fetched with the first header read past the head.
+TAIL_BYTES = 256 * 2**10
+#: Header reads outside what is cached fetch aligned blocks of this size.
+BLOCK_BYTES = 256 * 2**10
+#: Bound of the header block cache of one open remote file.
+CACHE_BYTES = 64 * 2**20
+#: Ranges closer than this are fetched as one request (the gap is read and dropped).
+MERGE_GAP = 4 * 2**10
+#: A merged request is not grown past this many bytes.
+MERGE_MAX = 8 * 2**20
+#: Requests in flight at once for one file.
+CONCURRENCY = 32
+
+#: Environment variable: seconds one request may take before it counts as stalled.
+TIMEOUT_ENV = "SLIDESCOPE_REMOTE_TIMEOUT"
+#: Environment variable: retries of a transient failure.
+RETRIES_ENV = "SLIDESCOPE_REMOTE_RETRIES"
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRIES = 3
+#: First backoff delay in seconds (doubled at each retry).
+BACKOFF = 0.1
+
+
+def default_timeout() -> float:
+    """Seconds per request: ``$SLIDESCOPE_REMOTE_TIMEOUT`` or :data:`DEFAULT_TIMEOUT`."""
+    return _env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT)
+
+
+def default_retries() -> int:
+    """Retries of a transient failure: ``$SLIDESCOPE_REMOTE_RETRIES`` or the default 3."""
+    return int(_env_number(RETRIES_ENV, DEFAULT_RETRIES))
+
+
+def _env_number(name: str, default: float) -> float:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"${name}: expected a number, got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"${name}: expected a number >= 0, got {text!r}")
+    return value
+
+
+class _Failure(Exception):
+    """A classified failure: what to say, and whether trying again may help."""
+
+    def __init__(self, problem: str, transient: bool) -> None:
+        super().__init__(problem)
+        self.problem, self.transient = problem, transient
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and exc not in out and len(out) < 16:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return out
+
+
+def _status(exc: BaseException) -> int | None:
+    for attr in ("status", "status_code"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int) and 100 <= value < 600:
+            return value
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):  # botocore ClientError
+        meta = response.get("ResponseMetadata", {})
+        value = meta.get("HTTPStatusCode") if isinstance(meta, dict) else None
+        if isinstance(value, int):
+            return value
+    return None
+
+
+_STATUS_WORDS = {
+    400: "bad request",
+    401: "authentication required",
+    403: "access denied",
+    404: "not found",
+    410: "gone",
+    416: "range not satisfiable",
+    429: "too many requests",
+}
+
+
+def classify(exc: BaseException, timeout: float) -> _Failure:
+    """Say what a failure of a read means and whether it is worth retrying."""
+    chain = _chain(exc)
+    names = {type(e).__name__ for e in chain}
+    for e in chain:
+        if isinstance(e, _Failure):
+            return e
+    for e in chain:
+        status = _status(e)
+        if status is not None and status >= 400:
+            word = _STATUS_WORDS.get(status, "server error" if status >= 500 else "refused")
+            return _Failure(f"HTTP {status} ({word})", status == 429 or status >= 500)
+    if any(isinstance(e, asyncio.TimeoutError | TimeoutError) for e in chain) or names & {
+        "FSTimeoutError",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "ServerTimeoutError",
+    }:
+        return _Failure(f"no answer within the timeout ({timeout:g} s)", True)
+    if any(isinstance(e, ConnectionRefusedError) for e in chain) or names & {
+        "ClientConnectorError",
+        "EndpointConnectionError",
+        "ConnectionRefusedError",
+    }:
+        return _Failure("connection refused (is the server up and the address right?)", True)
+    if names & {
+        "ClientPayloadError",
+        "ServerDisconnectedError",
+        "IncompleteRead",
+        "ContentLengthError",
+        "TransferEncodingError",
+        "ResponseStreamingError",
+    } or any(isinstance(e, ConnectionResetError | BrokenPipeError) for e in chain):
+        return _Failure("the server closed the connection mid-response", True)
+    if any(isinstance(e, ConnectionError) for e in chain) or names & {"ClientOSError"}:
+        return _Failure(f"connection failed ({type(exc).__name__})", True)
+    for e in chain:
+        if isinstance(e, FileNotFoundError):
+            return _Failure("not found", False)
+        if isinstance(e, PermissionError):
+            return _Failure("access denied", False)
+    return _Failure(f"cannot be read ({type(exc).__name__}: {exc})", False)
+
+
+class RemoteFile:
+    """A read-only, seekable file over an fsspec URL (what tifffile parses), and a fetcher.
+
+    Parameters
+    ----------
+    source : Source
+        A remote source (see :func:`napari_slidescope.slide.source.resolve`).
+    timeout : float, optional
+        Seconds one request may take; default :func:`default_timeout`.
+    retries : int, optional
+        Retries of a transient failure; default :func:`default_retries`.
+
+    Raises
+    ------
+    SlideError
+        Naming the URL without credentials and the problem, when the object cannot be
+        found, read or reached.
+    """
+
+    mode = "rb"
+
+    def __init__(
+        self, source: Source, *, timeout: float | None = None, retries: int | None = None
+    ) -> None:
+        self.source = source
+        self.display = source.display
+        self.name = source.name
+        self.timeout = default_timeout() if timeout is None else float(timeout)
+        if not self.timeout > 0:
+            raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
+        self.retries = default_retries() if retries is None else int(retries)
+        self._fs, self._path = source.filesystem()
+        self._async = bool(getattr(self._fs, "async_impl", False))
+        self._pool: ThreadPoolExecutor | None = None
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._extents: list[tuple[int, bytes]] = []
+        self._lock = threading.RLock()
+        self._pos = 0
+        self.closed = False
+        self.requests = 0
+        info, head = self._run(
+            [
+                lambda: self._info(),
+                lambda: self._cat(0, HEAD_BYTES),
+            ]
+        )
+        if info.get("type") == "directory":
+            raise SlideError(self.display, "is a folder, not a slide file")
+        size = info.get("size")
+        if size is None:  # the server gave no length: ask for it
+            raise SlideError(self.display, "the server does not say the object's size")
+        self.size = int(size)
+        if len(head) < min(self.size, HEAD_BYTES):
+            raise SlideError(
+                self.display,
+                f"the server sent {len(head):,} of the first {min(self.size, HEAD_BYTES):,} "
+                "bytes: the connection was cut mid-response",
+            )
+        self.stamp = _stamp(info, self.size)
+        self._extents.append((0, bytes(head)))
+        # the first header read past the head also fetches the tail, where many writers
+        # put the last directories (macro, label) and their tag values
+        self._tail = [
+            b for b in range(max(HEAD_BYTES, self.size - TAIL_BYTES) // BLOCK_BYTES,
+                             -(-self.size // BLOCK_BYTES))
+            if b * BLOCK_BYTES >= HEAD_BYTES
+        ]
+
+    # -- concurrency ------------------------------------------------------------------------
+
+    def _run(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Run fetch thunks concurrently with retries; return their results in order."""
+        if self._async:
+            from fsspec.asyn import sync
+
+            return list(sync(self._fs.loop, self._gather, calls))
+        if len(calls) == 1:
+            return [self._retry_sync(calls[0])]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(min(CONCURRENCY, 8))
+        return list(self._pool.map(self._retry_sync, calls))
+
+    async def _gather(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(call: Callable[[], Any]) -> Any:
+            async with gate:
+                return await self._retry_async(call)
+
+        return list(await asyncio.gather(*(one(c) for c in calls)))
+
+    async def _retry_async(self, call: Callable[[], Any]) -> Any:
+        attempt = 0
+        while True:
+            try:
+                self.requests += 1
+                return await asyncio.wait_for(call(), self.timeout)
+            except Exception as exc:  # classified below
+                failure = classify(exc, self.timeout)
+                if not failure.transient or attempt >= self.retries:
+                    raise self._error(failure, attempt) from exc
+            await asyncio.sleep(BACKOFF * 2**attempt)
+            attempt += 1
+
+    def _retry_sync(self, call: Callable[[], Any]) -> Any:
+        attempt = 0
+        while True:
+            try:
+                self.requests += 1
+                return call()
+            except Exception as exc:  # classified below
+                failure = classify(exc, self.timeout)
+                if not failure.transient or attempt >= self.retries:
+                    raise self._error(failure, attempt) from exc
+            time.sleep(BACKOFF * 2**attempt)
+            attempt += 1
+
+    def _error(self, failure: _Failure, retried: int) -> SlideError:
+        tries = f" (after {retried + 1} attempts)" if retried else ""
+        return SlideError(self.display, self.source.scrub(failure.problem) + tries)
+
+    # -- requests (each returns an awaitable on async filesystems) --------------------------
+
+    def _info(self) -> Any:
+        if self._async:
+            return self._fs._info(self._path)
+        return self._fs.info(self._path)
+
+    def _cat(self, start: int, end: int) -> Any:
+        if self._async:
+
+            async def get() -> bytes:
+                data = await self._fs._cat_file(self._path, start=start, end=end)
+                return self._checked(data, start, end)
+
+            return get()
+        return self._checked(self._fs.cat_file(self._path, start=start, end=end), start, end)
+
+    def _checked(self, data: bytes, start: int, end: int) -> bytes:
+        size = getattr(self, "size", None)
+        want = end - start if size is None else max(0, min(end, size) - start)
+        if len(data) < want and (size is not None or start > 0):
+            raise _Failure(
+                f"the server sent {len(data):,} of the {want:,} bytes asked for at byte "
+                f"{start:,}: the connection was cut mid-response",
+                True,
+            )
+        if len(data) > end - start:  # a server that ignored the Range header
+            raise _Failure(
+                "the server ignores byte-range requests (it sent the whole object); "
+                "slides need a server that answers Range requests",
+                False,
+            )
+        return bytes(data)
+
+    # -- ranges -----------------------------------------------------------------------------
+
+    def cat_ranges(self, offsets: Sequence[int], counts: Sequence[int]) -> list[bytes]:
+        """Fetch many byte ranges at once (adjacent ones merged); one bytes per range.
+
+        Ranges are clipped to the object; a zero count gives ``b""``.
+
+        Raises
+        ------
+        SlideError
+            When a range cannot be fetched after the retries the failure allows.
+        """
+        wanted = sorted(
+            (int(o), int(o) + int(c), i) for i, (o, c) in enumerate(zip(offsets, counts)) if c > 0
+        )
+        out = [b""] * len(offsets)
+        groups: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+        for start, end, i in wanted:
+            end = min(end, self.size)
+            if start >= end:
+                continue
+            if groups and start - groups[-1][1] <= MERGE_GAP and end - groups[-1][0] <= MERGE_MAX:
+                g0, g1, members = groups[-1]
+                members.append((start, end, i))
+                groups[-1] = (g0, max(g1, end), members)
+            else:
+                groups.append((start, end, [(start, end, i)]))
+        if not groups:
+            return out
+        datas = self._run([lambda g0=g0, g1=g1: self._cat(g0, g1) for g0, g1, _ in groups])
+        for (g0, _, members), data in zip(groups, datas, strict=True):
+            view = memoryview(data)
+            for start, end, i in members:
+                out[i] = bytes(view[start - g0 : end - g0])
+        return out
+
+    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Bring the header blocks covering `ranges` (offset, count) into the cache at once."""
+        need: set[int] = set()
+        for offset, count in ranges:
+            if count <= 0 or self._cached(offset, offset + count) is not None:
+                continue
+            first, last = offset // BLOCK_BYTES, (min(offset + count, self.size) - 1) // BLOCK_BYTES
+            need.update(b for b in range(first, last + 1) if b not in self._blocks)
+        self._fetch_blocks(sorted(need))
+
+    def _fetch_blocks(self, blocks: list[int]) -> None:
+        if not blocks:
+            return
+        runs: list[list[int]] = []
+        for b in blocks:
+            if runs and b == runs[-1][-1] + 1 and len(runs[-1]) * BLOCK_BYTES < MERGE_MAX:
+                runs[-1].append(b)
+            else:
+                runs.append([b])
+        starts = [r[0] * BLOCK_BYTES for r in runs]
+        ends = [min((r[-1] + 1) * BLOCK_BYTES, self.size) for r in runs]
+        datas = self.cat_ranges(starts, [e - s for s, e in zip(starts, ends, strict=True)])
+        with self._lock:
+            for run, data in zip(runs, datas, strict=True):
+                for k, b in enumerate(run):
+                    self._blocks[b] = data[k * BLOCK_BYTES : (k + 1) * BLOCK_BYTES]
+                    self._blocks.move_to_end(b)
+            while len(self._blocks) * BLOCK_BYTES > CACHE_BYTES:
+                self._blocks.popitem(last=False)
+
+    def _cached(self, start: int, end: int) -> bytes | None:
+        for e0, data in self._extents:
+            if e0 <= start and end <= e0 + len(data):
+                return data[start - e0 : end - e0]
+        return None
+
+    def pread(self, offset: int, n: int) -> bytes:
+        """Return up to `n` bytes at `offset` (fewer at the end of the object)."""
+        end = min(offset + max(n, 0), self.size)
+        if offset >= end:
+            return b""
+        hit = self._cached(offset, end)
+        if hit is not None:
+            return hit
+        first, last = offset // BLOCK_BYTES, (end - 1) // BLOCK_BYTES
+        with self._lock:
+            missing = [b for b in range(first, last + 1) if b not in self._blocks]
+            if missing and self._tail:
+                missing = sorted(set(missing) | {b for b in self._tail if b not in self._blocks})
+                self._tail = []
+        self._fetch_blocks(missing)
+        with self._lock:
+            parts = []
+            for b in range(first, last + 1):
+                block = self._blocks.get(b)
+                if block is None:  # evicted meanwhile by a huge read: fetch again
+                    self._fetch_blocks([b])
+                    block = self._blocks[b]
+                self._blocks.move_to_end(b)
+                parts.append(block)
+        data = b"".join(parts)
+        return data[offset - first * BLOCK_BYTES : end - first * BLOCK_BYTES]
+
+    # -- the file protocol tifffile uses ------------------------------------------------------
+
+    def read(self, n: int = -1) -> bytes:
+        """Read `n` bytes (all to the end when negative) from the current position."""
+        with self._lock:
+            if n is None or n < 0:
+                n = self.size - self._pos
+            data = self.pread(self._pos, n)
+            self._pos += len(data)
+            return data
+
+    def readinto(self, buffer: Any) -> int:
+        """Read into a writable buffer; return the number of bytes read."""
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Move the position (``whence`` 0: start, 1: current, 2: end)."""
+        with self._lock:
+            base = {0: 0, 1: self._pos, 2: self.size}[whence]
+            self._pos = max(0, base + int(offset))
+            return self._pos
+
+    def tell(self) -> int:
+        """Return the current position."""
+        return self._pos
+
+    def seekable(self) -> bool:
+        """Always True."""
+        return True
+
+    def readable(self) -> bool:
+        """Always True."""
+        return True
+
+    def close(self) -> None:
+        """Drop the cached blocks (the fsspec filesystem stays, shared by fsspec)."""
+        self.closed = True
+        with self._lock:
+            self._blocks.clear()
+            self._extents.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def __repr__(self) -> str:
+        return f"<RemoteFile {self.display} {getattr(self, 'size', '?')} bytes>"
+
+
+def _stamp(info: dict[str, Any], size: int) -> dict[str, Any]:
+    """What identifies the object's content, from what the store says about it."""
+    etag = info.get("ETag") or info.get("etag")
+    version = info.get("VersionId") or info.get("version_id") or info.get("generation")
+    modified = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
+    headers = info.get("headers") or {}
+    if isinstance(headers, dict):
+        low = {str(k).lower(): v for k, v in headers.items()}
+        etag = etag or low.get("etag")
+        modified = modified or low.get("last-modified")
+    return {
+        "size": size,
+        "etag": None if etag is None else str(etag),
+        "version_id": None if version is None else str(version),
+        "last_modified": None if modified is None else str(modified),
+    }

@@ -75,3 +75,35 @@ def small_ndpi(tmp_path_factory: pytest.TempPathFactory, ndpi_writer):
     level1 = level0.reshape(1024, 2, 1920, 2, 3).mean(axis=(1, 3)).astype("uint8")
     path = tmp_path_factory.mktemp("ndpi") / "small.ndpi"
     return ndpi_writer.write_ndpi(path, [level0, level1], band_width=1920)
+
+
+@pytest.fixture(scope="session")
+def slide_writers():
+    """The module ``tests/slide_writers.py``: OME-Zarr, Leica SCN and Ventana BIF writers."""
+    spec = importlib.util.spec_from_file_location(
+        "slidescope_slide_writers", Path(__file__).with_name("slide_writers.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: Shared slides converted to DICOM WSI by :func:`dicom_slides`.
+DICOM_SOURCES = ("CMU-1-Small-Region.svs", "test3-DAPI-2-387.ndpi")
+
+
+@pytest.fixture(scope="session")
+def dicom_slides(shared_file, tmp_path_factory):
+    """The shared SVS and NDPI converted to DICOM WSI folders by wsidicomizer.
+
+    wsidicomizer copies the JPEG tiles without re-encoding them (it needs the system's
+    libturbojpeg); skips when wsidicomizer is not installed.
+    """
+    wsidicomizer = pytest.importorskip("wsidicomizer")
+    out = {}
+    for name in DICOM_SOURCES:
+        folder = tmp_path_factory.mktemp("dicom") / name.replace(".", "_")
+        wsidicomizer.WsiDicomizer.convert(str(shared_file(name)), str(folder))
+        out[name] = folder
+    return out

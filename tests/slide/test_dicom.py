@@ -18,18 +18,6 @@ SOURCES = {
 }
 
 
-@pytest.fixture(scope="session")
-def dicom_slides(shared_file, tmp_path_factory):
-    """Each shared slide converted to a DICOM WSI folder (JPEG tiles copied, not re-encoded)."""
-    wsidicomizer = pytest.importorskip("wsidicomizer")
-    out = {}
-    for name in SOURCES:
-        folder = tmp_path_factory.mktemp("dicom") / name.replace(".", "_")
-        wsidicomizer.WsiDicomizer.convert(str(shared_file(name)), str(folder))
-        out[name] = folder
-    return out
-
-
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_levels_calibration_and_pixels_equal_the_source(dicom_slides, shared_file, name):
     shapes, mpp, associated = SOURCES[name]

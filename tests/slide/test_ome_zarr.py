@@ -13,80 +13,12 @@ ZARR3 = int(zarr.__version__.split(".")[0]) >= 3
 needs_zarr3 = pytest.mark.skipif(not ZARR3, reason=f"NGFF 0.5 needs zarr >= 3 ({zarr.__version__})")
 
 
-def _pyramid(level0, n):
-    levels = [level0]
-    for _ in range(n - 1):
-        a = levels[-1]
-        h, w = a.shape[-2] // 2 * 2, a.shape[-1] // 2 * 2
-        a = a[..., :h, :w]
-        levels.append(
-            a.reshape(*a.shape[:-2], h // 2, 2, w // 2, 2).mean(axis=(-3, -1)).astype(a.dtype)
-        )
-    return levels
-
-
-def write_ngff(
-    path,
-    level0,
-    *,
-    version="0.4",
-    nlevels=3,
-    axes="cyx",
-    mpp=(0.25, 0.25),
-    unit="micrometer",
-    chunks=128,
-    channels=None,
-):
-    """Write an OME-Zarr pyramid with plain zarr (format 2 for 0.4, format 3 for 0.5)."""
-    levels = _pyramid(level0, nlevels)
-    fmt = 2 if version == "0.4" else 3
-    kwargs = {"zarr_format": fmt} if ZARR3 else {}
-    root = zarr.open_group(str(path), mode="w", **kwargs)
-    datasets = []
-    for i, a in enumerate(levels):
-        ch = tuple(1 if ax in "tzc" else chunks for ax in axes)
-        if ZARR3:
-            arr = root.create_array(f"s{i}", shape=a.shape, chunks=ch, dtype=a.dtype)
-        else:
-            arr = root.create_dataset(f"s{i}", shape=a.shape, chunks=ch, dtype=a.dtype)
-        arr[...] = a
-        scale = [1.0 if ax in "tzc" else (mpp[0] if ax == "y" else mpp[1]) * 2**i for ax in axes]
-        datasets.append(
-            {"path": f"s{i}", "coordinateTransformations": [{"type": "scale", "scale": scale}]}
-        )
-    kinds = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
-    ax_meta = []
-    for ax in axes:
-        entry = {"name": ax, "type": kinds[ax]}
-        if ax in "yx" and unit is not None:
-            entry["unit"] = unit
-        ax_meta.append(entry)
-    ms = {"axes": ax_meta, "datasets": datasets, "name": "slide"}
-    if version == "0.4":
-        ms["version"] = "0.4"
-    meta = {"multiscales": [ms]}
-    if channels is not None:
-        meta["omero"] = {
-            "channels": [{"label": n, "color": c, "active": True} for n, c in channels]
-        }
-    if version == "0.4":
-        root.attrs.update(meta)
-    else:
-        root.attrs.update({"ome": {"version": "0.5", **meta}})
-    return levels
-
-
-def _rgb(shape, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 256, (3, *shape), dtype=np.uint8)
-
-
 @pytest.mark.parametrize("version", ["0.4", pytest.param("0.5", marks=needs_zarr3)])
-def test_rgb_slide_levels_calibration_pixels(tmp_path, version):
+def test_rgb_slide_levels_calibration_pixels(slide_writers, tmp_path, version):
     path = tmp_path / "slide.ome.zarr"
-    levels = write_ngff(
+    levels = slide_writers.write_ngff(
         path,
-        _rgb((700, 900)),
+        slide_writers.rgb_planes((700, 900)),
         version=version,
         mpp=(0.5, 0.25),
         channels=[("Red", "FF0000"), ("Green", "00FF00"), ("Blue", "0000FF")],
@@ -108,11 +40,11 @@ def test_rgb_slide_levels_calibration_pixels(tmp_path, version):
 
 
 @pytest.mark.parametrize("version", ["0.4", pytest.param("0.5", marks=needs_zarr3)])
-def test_multichannel_names_colours(tmp_path, version):
+def test_multichannel_names_colours(slide_writers, tmp_path, version):
     path = tmp_path / "fl.zarr"
     rng = np.random.default_rng(2)
     data = rng.integers(0, 4000, (1, 2, 1, 300, 260), dtype=np.uint16)
-    levels = write_ngff(
+    levels = slide_writers.write_ngff(
         path,
         data,
         version=version,
@@ -131,9 +63,9 @@ def test_multichannel_names_colours(tmp_path, version):
         np.testing.assert_array_equal(np.asarray(slide.levels[1]), levels[1][0, :, 0])
 
 
-def test_no_unit_is_uncalibrated(tmp_path):
+def test_no_unit_is_uncalibrated(slide_writers, tmp_path):
     path = tmp_path / "grey.zarr"
-    write_ngff(path, np.zeros((64, 64), np.uint8), axes="yx", nlevels=1, unit=None, chunks=32)
+    slide_writers.write_ngff(path, np.zeros((64, 64), np.uint8), axes="yx", nlevels=1, unit=None, chunks=32)
     with pytest.warns(SlidescopeWarning, match="no pixel size"):
         slide = open_slide(path)
     with slide:
@@ -155,9 +87,9 @@ def test_no_unit_is_uncalibrated(tmp_path):
         ),
     ],
 )
-def test_broken_multiscales_metadata(tmp_path, breakage, message):
+def test_broken_multiscales_metadata(slide_writers, tmp_path, breakage, message):
     path = tmp_path / "broken.zarr"
-    write_ngff(path, _rgb((64, 64)), nlevels=2, chunks=32)
+    slide_writers.write_ngff(path, slide_writers.rgb_planes((64, 64)), nlevels=2, chunks=32)
     attrs_file = path / ".zattrs"
     if attrs_file.exists():
         meta = json.loads(attrs_file.read_text())
@@ -170,7 +102,7 @@ def test_broken_multiscales_metadata(tmp_path, breakage, message):
     assert str(path) in str(info.value)
 
 
-def test_folder_without_image(tmp_path):
+def test_folder_without_image(slide_writers, tmp_path):
     (tmp_path / "notes.txt").write_text("nothing")
     with pytest.raises(SlideError, match="no DICOM instance") as info:
         open_slide(tmp_path)

@@ -17,6 +17,8 @@ from typing import Any
 #: Extensions that only whole-slide formats use: a file behind them is always ours.
 SLIDE_EXTENSIONS = (".svs", ".ndpi", ".qptiff", ".scn", ".bif")
 TIFF_EXTENSIONS = (".tif", ".tiff", ".ome.tif", ".ome.tiff")
+#: Slides that are not TIFF files: OpenSlide-only formats and single DICOM instances.
+OTHER_SLIDE_EXTENSIONS = (".mrxs", ".vms", ".vmu", ".svslide", ".dcm")
 
 #: Tiled TIFFs whose level 0 decodes to more than this are too large to load eagerly.
 EAGER_LIMIT_BYTES = 256 * 2**20
@@ -34,7 +36,9 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
     A ``.geojson`` / ``.geojson.gz`` that looks like GeoJSON (QuPath objects) gets
     :func:`~napari_slidescope._napari.qupath.read_geojson_layers`; other JSON gets None.
     A folder ``slidescope batch`` wrote for a slide (with its ``manifest.json``) gets
-    :func:`~napari_slidescope._napari.batch_results.read_batch_folder`.
+    :func:`~napari_slidescope._napari.batch_results.read_batch_folder`; a folder of DICOM
+    WSI instances or an OME-Zarr image gets :func:`read_slide`, as do the files only
+    OpenSlide reads (``.mrxs``, ``.vms``...) and DICOM instance files (``.dcm``).
 
     Sniffs cheaply (the TIFF header and IFDs, never pixels) and never raises. Ordinary
     small single-image TIFFs are left to napari's builtin reader. A file behind a
@@ -50,7 +54,10 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
         if os.path.isdir(path):  # a `slidescope batch` result folder, OUT/<slide>/
             from napari_slidescope._napari.batch_results import get_batch_folder_reader
 
-            return get_batch_folder_reader(os.fspath(path))
+            batch = get_batch_folder_reader(os.fspath(path))
+            if batch is not None:
+                return batch
+            return read_slide if _is_slide_folder(os.fspath(path)) else None
         if os.fspath(path).lower().endswith((".geojson", ".geojson.gz")):
             from napari_slidescope._napari.qupath import get_geojson_reader
 
@@ -64,10 +71,25 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
         return None
 
 
+def _is_slide_folder(path: str) -> bool:
+    """A folder of DICOM WSI instances, or an OME-Zarr image (a ``.zarr`` group)."""
+    from napari_slidescope.slide import SlideError
+    from napari_slidescope.slide._source import choose_backend
+    from napari_slidescope.slide.source import resolve
+
+    try:
+        return choose_backend(resolve(path)) in ("dicom", "ome-zarr")
+    except SlideError:
+        # a .zarr folder that is not readable is still ours: open_slide names the problem
+        return path.lower().rstrip("/").endswith(".zarr")
+
+
 def _wants(path: str) -> bool:
     from napari_slidescope.slide import SlideError, probe
 
     lower = path.lower()
+    if lower.endswith(OTHER_SLIDE_EXTENSIONS):
+        return not os.path.isdir(path)
     if lower.endswith(SLIDE_EXTENSIONS):
         # claimed even when damaged or not a regular file, so open_slide's error shows
         return not os.path.isdir(path)

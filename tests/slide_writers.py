@@ -5,8 +5,8 @@ Loaded by the ``slide_writers`` fixture of ``tests/conftest.py`` (tests are not 
 OME-Zarr: NGFF 0.4 in a zarr format 2 store, NGFF 0.5 (``attrs['ome']``) in a zarr
 format 3 store, written with plain zarr.
 
-Leica SCN and Ventana BIF: the layouts follow OpenSlide's format documentation (and its readers, which open the
-same fixtures here as an independent check):
+Leica SCN and Ventana BIF: the layouts follow OpenSlide's format documentation (and
+its readers, which open the same fixtures here as an independent check):
 
 * SCN: a BigTIFF whose first ImageDescription is the ``<scn>`` XML: a ``collection``
   (its size in nanometres) of ``image`` elements, each with ``pixels`` / ``dimension``
@@ -94,7 +94,6 @@ def write_ngff(
 def rgb_planes(shape, seed=0):
     rng = np.random.default_rng(seed)
     return rng.integers(0, 256, (3, *shape), dtype=np.uint8)
-
 
 
 SCN_NS = "http://www.leica-microsystems.com/scn/2010/10/01"
@@ -208,12 +207,15 @@ def write_bif(path, *, mpp=0.465, grid=(3, 4), tile=128, overlap=(0, 0)):
     sw = "ScanOutputManager 1.1.0.15854"
     common = {"photometric": "rgb", "compression": "zlib", "metadata": None, "software": sw}
     with tifffile.TiffWriter(path, bigtiff=True) as tw:
-        tw.write(label, description="Label Image", extratags=[(700, 1, len(iscan), iscan, True)], **common)
+        tw.write(
+            label,
+            description="Label Image",
+            extratags=[(700, 1, len(iscan), iscan, True)],
+            **common,
+        )
         tw.write(thumb, description="Thumbnail", **common)
         for i, a in enumerate(levels):
             desc = f"level={i} mag={20 / 2**i:g} quality=95"
             extra = [(700, 1, len(encode), encode, True)] if i == 0 else []
             tw.write(a, tile=(tile, tile), description=desc, extratags=extra, **common)
     return levels, label, thumb
-
-

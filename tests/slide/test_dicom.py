@@ -29,7 +29,9 @@ def test_levels_calibration_and_pixels_equal_the_source(dicom_slides, shared_fil
         assert slide.calibration_source == "DICOM PixelSpacing"
         assert associated <= set(slide.associated)
         for level, (got, want) in enumerate(zip(slide.levels, ref.levels, strict=True)):
-            np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"level {level}")
+            np.testing.assert_array_equal(
+                np.asarray(got), np.asarray(want), err_msg=f"level {level}"
+            )
         box = (1000, 700, 1500, 1400)
         np.testing.assert_array_equal(slide.read_region(box), ref.read_region(box))
 

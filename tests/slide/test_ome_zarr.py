@@ -65,7 +65,9 @@ def test_multichannel_names_colours(slide_writers, tmp_path, version):
 
 def test_no_unit_is_uncalibrated(slide_writers, tmp_path):
     path = tmp_path / "grey.zarr"
-    slide_writers.write_ngff(path, np.zeros((64, 64), np.uint8), axes="yx", nlevels=1, unit=None, chunks=32)
+    slide_writers.write_ngff(
+        path, np.zeros((64, 64), np.uint8), axes="yx", nlevels=1, unit=None, chunks=32
+    )
     with pytest.warns(SlidescopeWarning, match="no pixel size"):
         slide = open_slide(path)
     with slide:

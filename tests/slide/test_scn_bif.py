@@ -20,6 +20,7 @@ import pytest
 from napari_slidescope import SlidescopeWarning
 from napari_slidescope.slide import open_slide
 
+
 def test_scn_calibration_levels_pixels(slide_writers, tmp_path):
     path = tmp_path / "fixture.scn"
     levels, macro = slide_writers.write_scn(path, mpp=0.5)

@@ -152,9 +152,7 @@ class _DicomChunks:
             except Exception:  # JPEG lossless / 12-bit: wsidicom's decoders
                 pass
         with self._lock:
-            return np.asarray(
-                self._wsi.read_tile(self._index, tile, crop_to_image_boundary=False)
-            )
+            return np.asarray(self._wsi.read_tile(self._index, tile, crop_to_image_boundary=False))
 
     def fetch(self, indices: Sequence[tuple[int, ...]]) -> None:
         """Nothing to prefetch: :meth:`read` brings each chunk (on the reader's threads)."""

@@ -82,7 +82,7 @@ def _axes(path: str, multiscale: Mapping[str, Any], ndim: int) -> list[tuple[str
 
 
 def _scale(path: str, transforms: Any, ndim: int, where: str) -> list[float]:
-    """The product of the ``scale`` transformations in a list (ones when there are none)."""
+    """Multiply the ``scale`` transformations of a list (ones when there are none)."""
     out = [1.0] * ndim
     if transforms is None:
         return out
@@ -115,7 +115,9 @@ def _open_group(source: Source) -> Any:
     import zarr
 
     path = source.display
-    options = {"storage_options": dict(source.storage_options)} if source.is_remote else {}
+    options: dict[str, Any] = (
+        {"storage_options": dict(source.storage_options)} if source.is_remote else {}
+    )
     try:
         return zarr.open_group(store=source.target, mode="r", **options)
     except Exception as exc:
@@ -151,7 +153,9 @@ def open_ngff(source: Source) -> SlideSource:
     try:
         attrs = dict(group.attrs)
     except Exception as exc:
-        raise _bad(path, f"its attributes cannot be read ({_tiff.describe_exception(exc)})") from exc
+        raise _bad(
+            path, f"its attributes cannot be read ({_tiff.describe_exception(exc)})"
+        ) from exc
     meta, version = ngff_metadata(attrs)
     multiscales = meta.get("multiscales")
     if multiscales is None:

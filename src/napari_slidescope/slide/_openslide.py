@@ -13,7 +13,8 @@ slightly from the file's stored pixels; level 0 and whole-number levels do not.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -82,15 +83,16 @@ def _source(name: str, osr: Any) -> SlideSource:
         info.mpp, info.calibration_source = (my, mx), "OpenSlide mpp-x / mpp-y"
     info.magnification = _float(props.get("openslide.objective-power"))
     bg = _background(props.get("openslide.background-color"))
-    levels = [
-        _OpenSlideChunks(osr, i, props, bg) for i in range(int(osr.level_count))
-    ]
-    associated = {
-        key: (lambda key=key: _composite(np.asarray(osr.associated_images[key]), bg))
-        for key in osr.associated_images
+    levels = [_OpenSlideChunks(osr, i, props, bg) for i in range(int(osr.level_count))]
+    associated: dict[str, Callable[[], np.ndarray]] = {
+        str(key): partial(_associated, osr, key, bg) for key in osr.associated_images
     }
     warn_uncalibrated(name, info)
     return SlideSource(info=info, levels=levels, axes="YXS", associated=associated, close=osr.close)
+
+
+def _associated(osr: Any, key: str, bg: np.ndarray) -> np.ndarray:
+    return _composite(np.asarray(osr.associated_images[key]), bg)
 
 
 def _background(value: Any) -> np.ndarray:

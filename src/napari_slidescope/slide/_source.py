@@ -165,7 +165,7 @@ def _choose_remote(source: Source) -> str:
 
 
 def missing_extra(path: str | os.PathLike[str], what: str, extra: str) -> SlideError:
-    """The error for a slide whose backend's optional packages are not installed."""
+    """Return the error for a slide whose backend's optional packages are not installed."""
     return SlideError(
         path,
         f"is {what}; reading it needs the optional packages of the [{extra}] extra: "

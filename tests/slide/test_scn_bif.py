@@ -63,7 +63,8 @@ def test_bif_calibration_levels_pixels(slide_writers, tmp_path):
         assert slide.level_shapes == [a.shape[:2] for a in levels]
         for got, want in zip(slide.levels, levels, strict=True):
             np.testing.assert_array_equal(np.asarray(got), want)
-        np.testing.assert_array_equal(slide.associated["label"], label)
+        # OpenSlide's names: the "Label Image" is the overview with the label on it
+        np.testing.assert_array_equal(slide.associated["macro"], label)
         np.testing.assert_array_equal(slide.associated["thumbnail"], thumb)
 
 
@@ -74,6 +75,7 @@ def test_bif_matches_openslide(slide_writers, tmp_path):
     osr = openslide.OpenSlide(str(path))
     try:
         assert osr.properties["openslide.vendor"] == "ventana"
+        assert set(osr.associated_images) == {"macro", "thumbnail"}  # our names too
         assert float(osr.properties["openslide.mpp-x"]) == pytest.approx(0.465)
         for i, want in enumerate(levels):
             h, w = want.shape[:2]

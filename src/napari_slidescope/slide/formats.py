@@ -254,6 +254,34 @@ def _scn_info(tif: Any, series: Any, path: str) -> FormatInfo:
     return info
 
 
+#: Ventana BIF associated images by page description, named as OpenSlide names them
+#: (the "Label Image" is the whole-slide overview, label included). tifffile's own series
+#: names for them changed between versions (Label / Thumbnail, then Overview / Probability).
+_BIF_ASSOCIATED = {
+    "label image": "macro",
+    "label_image": "macro",
+    "thumbnail": "thumbnail",
+    "probability_image": "probability",
+}
+
+
+def associated_name(fmt: str, series: Any, number: int) -> str:
+    """Return the name an associated image series is known by (``label``, ``macro``...)."""
+    if fmt == "bif":
+        desc = str(getattr(first_page_of(series), "description", "") or "").strip().lower()
+        if desc in _BIF_ASSOCIATED:
+            return _BIF_ASSOCIATED[desc]
+    return (str(series.name or "") or f"series {number}").strip().lower()
+
+
+def first_page_of(series: Any) -> Any:
+    """Return a series' first page (None when it cannot be read)."""
+    try:
+        return _tiff.first_page(series)
+    except Exception:
+        return None
+
+
 def describe(tif: Any, series: Any, path: str) -> FormatInfo:
     """Collect format, calibration, magnification and channel metadata of a slide."""
     fmt = detect_format(tif)

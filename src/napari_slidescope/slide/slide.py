@@ -20,7 +20,7 @@ from napari_slidescope.slide import _check, _levels, _source, _tiff, level_choic
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
 from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.formats import FormatInfo, describe
+from napari_slidescope.slide.formats import FormatInfo, associated_name, describe
 from napari_slidescope.slide.source import Source, UrlPath, resolve
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ class Slide(_BaseSlide):
         for number, s in enumerate(all_series):
             if s is main:
                 continue
-            name = (str(s.name or "") or f"series {number}").strip().lower()
+            name = associated_name(info.format, s, number)
             problem = _associated_problem(s, layout.size)
             if problem is not None:
                 notes.append(f"the {name} image ({problem})")

@@ -68,8 +68,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if fault in ("403", "404"):
             self._status(int(fault))
             return
-        path = (owner.root / self.path.split("?", 1)[0].lstrip("/")).resolve()
-        if owner.root not in path.parents or not path.is_file():
+        rel = Path(self.path.split("?", 1)[0].lstrip("/"))
+        path = owner.root / rel  # symlinks in the served folder are followed
+        if ".." in rel.parts or not path.is_file():
             self._status(404)
             return
         data = path.read_bytes()

@@ -168,9 +168,9 @@ def classify(exc: BaseException, timeout: float) -> _Failure:
         return _Failure(f"connection failed ({type(exc).__name__})", True)
     for e in chain:
         if isinstance(e, FileNotFoundError):
-            return _Failure("not found", False)
+            return _Failure("not found (404)", False)
         if isinstance(e, PermissionError):
-            return _Failure("access denied", False)
+            return _Failure("access denied (403)", False)
     return _Failure(f"cannot be read ({type(exc).__name__}: {exc})", False)
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "TIMEOUT_ENV",
     "RemoteFile",
     "default_retries",
+    "stat_remote",
     "default_timeout",
 ]
 
@@ -196,7 +197,12 @@ class RemoteFile:
     mode = "rb"
 
     def __init__(
-        self, source: Source, *, timeout: float | None = None, retries: int | None = None
+        self,
+        source: Source,
+        *,
+        timeout: float | None = None,
+        retries: int | None = None,
+        head: bool = True,
     ) -> None:
         self.source = source
         self.display = source.display
@@ -214,26 +220,24 @@ class RemoteFile:
         self._pos = 0
         self.closed = False
         self.requests = 0
-        info, head = self._run(
-            [
-                lambda: self._info(),
-                lambda: self._cat(0, HEAD_BYTES),
-            ]
-        )
+        calls: list[Callable[[], Any]] = [lambda: self._info()]
+        if head:
+            calls.append(lambda: self._cat(0, HEAD_BYTES))
+        info, first = (*self._run(calls), b"")[:2]
         if info.get("type") == "directory":
             raise SlideError(self.display, "is a folder, not a slide file")
         size = info.get("size")
         if size is None:  # the server gave no length: ask for it
             raise SlideError(self.display, "the server does not say the object's size")
         self.size = int(size)
-        if len(head) < min(self.size, HEAD_BYTES):
+        if head and len(first) < min(self.size, HEAD_BYTES):
             raise SlideError(
                 self.display,
-                f"the server sent {len(head):,} of the first {min(self.size, HEAD_BYTES):,} "
+                f"the server sent {len(first):,} of the first {min(self.size, HEAD_BYTES):,} "
                 "bytes: the connection was cut mid-response",
             )
         self.stamp = _stamp(info, self.size)
-        self._extents.append((0, bytes(head)))
+        self._extents.append((0, bytes(first)))
         # the first header read past the head also fetches the tail, where many writers
         # put the last directories (macro, label) and their tag values
         self._tail = [
@@ -477,6 +481,24 @@ class RemoteFile:
 
     def __repr__(self) -> str:
         return f"<RemoteFile {self.display} {getattr(self, 'size', '?')} bytes>"
+
+
+def stat_remote(
+    source: Source, *, timeout: float | None = None, retries: int | None = None
+) -> dict[str, Any]:
+    """Ask the store about an object: ``size``, ``etag``, ``version_id``, ``last_modified``.
+
+    One request (with the timeout and retries of :class:`RemoteFile`); what the store
+    does not say is None.
+
+    Raises
+    ------
+    SlideError
+        As :class:`RemoteFile`.
+    """
+    remote = RemoteFile(source, timeout=timeout, retries=retries, head=False)
+    remote.close()
+    return remote.stamp
 
 
 def _stamp(info: dict[str, Any], size: int) -> dict[str, Any]:

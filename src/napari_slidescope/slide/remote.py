@@ -3,9 +3,10 @@
 :class:`RemoteFile` is the seekable file object tifffile parses a remote TIFF through, and
 the fetcher the level readers take tile bytes from:
 
-* Opening costs one round trip for the size and the first :data:`HEAD_BYTES` (asked for
-  concurrently); header reads outside it fetch :data:`BLOCK_BYTES`-aligned blocks, kept in
-  a small cache; :meth:`RemoteFile.prefetch` fetches many header ranges (tile offset
+* Opening costs one round trip for the size, the first :data:`HEAD_BYTES` and the last
+  :data:`TAIL_BYTES` (a suffix range; all three asked for concurrently), where most
+  writers put the directories and tag values; header reads outside them fetch
+  :data:`BLOCK_BYTES`-aligned blocks, kept in a small cache; :meth:`RemoteFile.prefetch` fetches many header ranges (tile offset
   tables) at once.
 * :meth:`RemoteFile.cat_ranges` fetches many byte ranges (a viewport's tiles) in one
   concurrent burst, merging ranges that touch or nearly touch.
@@ -47,7 +48,7 @@ HEAD_BYTES = 1 * 2**20
 #: Bytes at the end of the object fetched with the first header read past the head.
 TAIL_BYTES = 256 * 2**10
 #: Header reads outside what is cached fetch aligned blocks of this size.
-BLOCK_BYTES = 256 * 2**10
+BLOCK_BYTES = 512 * 2**10
 #: Bound of the header block cache of one open remote file.
 CACHE_BYTES = 64 * 2**20
 #: Ranges closer than this are fetched as one request (the gap is read and dropped).
@@ -223,7 +224,9 @@ class RemoteFile:
         calls: list[Callable[[], Any]] = [lambda: self._info()]
         if head:
             calls.append(lambda: self._cat(0, HEAD_BYTES))
-        info, first = (*self._run(calls), b"")[:2]
+            if self._async:  # a suffix range: the size is not known yet
+                calls.append(lambda: self._suffix(TAIL_BYTES))
+        info, first, last = (*self._run(calls), b"", b"")[:3]
         if info.get("type") == "directory":
             raise SlideError(self.display, "is a folder, not a slide file")
         size = info.get("size")
@@ -238,12 +241,20 @@ class RemoteFile:
             )
         self.stamp = _stamp(info, self.size)
         self._extents.append((0, bytes(first)))
+        if last:
+            if len(last) > min(self.size, TAIL_BYTES):
+                raise SlideError(
+                    self.display,
+                    "the server ignores byte-range requests (it sent the whole object); "
+                    "slides need a server that answers Range requests",
+                )
+            self._extents.append((self.size - len(last), bytes(last)))
         # the first header read past the head also fetches the tail, where many writers
         # put the last directories (macro, label) and their tag values
         self._tail = [
             b for b in range(max(HEAD_BYTES, self.size - TAIL_BYTES) // BLOCK_BYTES,
                              -(-self.size // BLOCK_BYTES))
-            if b * BLOCK_BYTES >= HEAD_BYTES
+            if b * BLOCK_BYTES >= HEAD_BYTES and not last
         ]
 
     # -- concurrency ------------------------------------------------------------------------
@@ -315,6 +326,14 @@ class RemoteFile:
 
             return get()
         return self._checked(self._fs.cat_file(self._path, start=start, end=end), start, end)
+
+    def _suffix(self, n: int) -> Any:
+        """The last `n` bytes (fewer when the object is smaller), asked as a suffix range."""
+
+        async def get() -> bytes:
+            return bytes(await self._fs._cat_file(self._path, start=-n, end=None))
+
+        return get()
 
     def _checked(self, data: bytes, start: int, end: int) -> bytes:
         size = getattr(self, "size", None)

@@ -31,6 +31,9 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes: without TCP_NODELAY (which real servers set)
+    # Nagle's algorithm and the client's delayed ACK add 40 ms to every other response
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - keep quiet
@@ -68,12 +71,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if fault in ("403", "404"):
             self._status(int(fault))
             return
-        path = (owner.root / self.path.split("?", 1)[0].lstrip("/")).resolve()
-        if owner.root not in path.parents or not path.is_file():
+        rel = Path(self.path.split("?", 1)[0].lstrip("/"))
+        path = owner.root / rel  # symlinks in the served folder are followed
+        if ".." in rel.parts or not path.is_file():
             self._status(404)
             return
-        data = path.read_bytes()
-        size = len(data)
+        st = path.stat()
+        size = st.st_size
         start, end, status = 0, size, 200
         spec = self.headers.get("Range")
         if spec:
@@ -97,14 +101,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(end - start))
-        self.send_header("ETag", '"' + hashlib.md5(data).hexdigest() + '"')  # noqa: S324
-        self.send_header("Last-Modified", email.utils.formatdate(path.stat().st_mtime, usegmt=True))
+        tag = hashlib.sha256(f"{path.name}:{size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
+        self.send_header("ETag", f'"{tag}"')
+        self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.end_headers()
         if not body:
             return
-        chunk = data[start:end]
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            chunk = fh.read(end - start)
         if fault == "cut":
             self.wfile.write(chunk[: len(chunk) // 2])
             self.wfile.flush()

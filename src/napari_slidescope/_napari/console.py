@@ -31,8 +31,22 @@ from napari_slidescope._types import Box
 __all__ = ["add_nuclei", "add_slide", "add_tissue", "cancel", "summary", "visible_region"]
 
 
-def add_slide(viewer: Any, path: str | os.PathLike[str] | None = None) -> Any:
+def add_slide(
+    viewer: Any,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
     """Open a slide with this plugin's reader (the bundled sample slide when `path` is None).
+
+    Parameters
+    ----------
+    viewer : napari.Viewer
+    path : str or PathLike, optional
+        A local path or a URL (``https://``, ``s3://``... see
+        :func:`~napari_slidescope.slide.open_slide`).
+    storage_options : dict, optional
+        For a URL: passed to its fsspec filesystem (credentials, endpoint...).
 
     Returns
     -------
@@ -42,9 +56,14 @@ def add_slide(viewer: Any, path: str | os.PathLike[str] | None = None) -> Any:
     Examples
     --------
     >>> add_slide(viewer, "CMU-1.svs")  # doctest: +SKIP
+    >>> add_slide(viewer, "s3://bucket/CMU-1.svs", storage_options={"anon": True})  # doctest: +SKIP
     """
     if path is None:
         layers = viewer.open_sample("napari-slidescope", "synthetic_he")
+    elif storage_options:
+        from napari_slidescope._napari.reader import add_slide_layers
+
+        layers = add_slide_layers(viewer, os.fspath(path), storage_options=storage_options)
     else:
         layers = viewer.open(os.fspath(path), plugin="napari-slidescope")
     viewer.layers.selection.active = layers[0]

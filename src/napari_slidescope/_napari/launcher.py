@@ -33,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="napari-slidescope",
         description="Open a whole-slide image in napari with the Slide analysis widget.",
     )
-    parser.add_argument("path", nargs="?", help="slide file (default: the synthetic sample slide)")
+    parser.add_argument(
+        "path",
+        nargs="?",
+        help="slide file or URL (https://, s3://...; default: the synthetic sample slide)",
+    )
     args = parser.parse_args(argv)
     if args.path is not None:
         problem = check_path(args.path)
@@ -62,10 +66,13 @@ def main(argv: list[str] | None = None) -> int:
 def check_path(path: str) -> str | None:
     """Return why `path` cannot be opened as a slide (one line), or None when it can."""
     from napari_slidescope.slide import open_slide
+    from napari_slidescope.slide.source import is_url
 
-    if not os.path.exists(path):
+    if is_url(path):
+        pass  # opened below: a refused, missing or forbidden URL is said by open_slide
+    elif not os.path.exists(path):
         return f"{path}: no such file"
-    if not os.path.isfile(path):
+    elif not os.path.isfile(path):
         return f"{path}: not a regular file"
     # our message says what is wrong: tifffile's own log lines would only repeat it
     quiet = logging.NullHandler()

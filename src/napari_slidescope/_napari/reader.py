@@ -51,6 +51,8 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
             return None
         path = path[0]
     try:
+        if _is_url(path):  # claimed by name: sniffing would cost round trips
+            return read_slide if _wants_url(path) else None
         if os.path.isdir(path):  # a `slidescope batch` result folder, OUT/<slide>/
             from napari_slidescope._napari.batch_results import get_batch_folder_reader
 
@@ -84,6 +86,20 @@ def _is_slide_folder(path: str) -> bool:
         return path.lower().rstrip("/").endswith(".zarr")
 
 
+def _is_url(path: Any) -> bool:
+    from napari_slidescope.slide.source import is_url
+
+    return is_url(path)
+
+
+def _wants_url(url: str) -> bool:
+    """A URL whose path ends like a slide or a TIFF (its query string aside)."""
+    from napari_slidescope.slide.source import redact
+
+    name = redact(url).lower().rstrip("/")
+    return name.endswith(SLIDE_EXTENSIONS + TIFF_EXTENSIONS + (".zarr", ".dcm"))
+
+
 def _wants(path: str) -> bool:
     from napari_slidescope.slide import SlideError, probe
 
@@ -114,22 +130,40 @@ def _has_tiff_magic(path: str) -> bool:
         return False
 
 
-def read_slide(path: str | list[str]) -> list[LayerData]:
+def read_slide(
+    path: str | list[str], *, storage_options: dict[str, Any] | None = None
+) -> list[LayerData]:
     """Open a slide as one multiscale image layer (lazy dask levels, calibrated in µm).
+
+    `path` may be a URL (``https://``, ``s3://``...); `storage_options` go to its fsspec
+    filesystem (napari's own open passes none: credentials then come from the
+    environment and the backend's config files).
 
     Raises
     ------
     SlideError
-        Naming the file and the problem, if it cannot be opened.
+        Naming the file (or the URL without credentials) and the problem, if it cannot
+        be opened.
     """
     from napari_slidescope.slide import open_slide
 
     if isinstance(path, list):
         path = path[0]
-    slide = open_slide(path, on_error="blank")
+    slide = open_slide(path, on_error="blank", storage_options=storage_options)
     data = layer_data(slide)
     _close_with_layers(slide)
     return [data]
+
+
+def add_slide_layers(
+    viewer: Any, path: str, *, storage_options: dict[str, Any] | None = None
+) -> list[Any]:
+    """Add a slide's layers to `viewer` through :func:`read_slide`; return them."""
+    layers: list[Any] = []
+    for data, kwargs, _ in read_slide(path, storage_options=storage_options):
+        added = viewer.add_image(data, **kwargs)
+        layers += added if isinstance(added, list) else [added]
+    return layers
 
 
 #: Slides opened by the reader that a viewer's layers may still show.

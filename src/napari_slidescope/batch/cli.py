@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="SLIDE_OR_FOLDER",
         help="slide files, and folders searched (recursively) for .svs .ndpi .qptiff .scn .bif "
-        ".tif .tiff .ome.tif .ome.tiff",
+        ".tif .tiff .ome.tif .ome.tiff; slide URLs (https://, s3://, gs://, az://, any fsspec "
+        "URL: workers read them, no shared disk needed) and URL prefixes ending in / (listed)",
     )
     b.add_argument("-o", "--out", required=True, metavar="OUT", help="output folder (created)")
     b.add_argument(
@@ -157,6 +158,14 @@ def _parser() -> argparse.ArgumentParser:
         '--resources "GPU=1"`), one at a time per GPU, reading and post-processing on '
         "CPU threads of that worker while the model runs (default: off)",
     )
+    b.add_argument(
+        "--storage-options",
+        type=_storage_options,
+        metavar="JSON",
+        help="fsspec storage options for the URLs, a JSON object or @FILE holding one, e.g. "
+        '\'{"anon": true}\' (default: none; credentials are best left to the environment '
+        "and the store's config files; never written to outputs)",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
     return parser
 
@@ -190,6 +199,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _storage_options(text: str) -> dict[str, Any]:
+    """``--storage-options``: a JSON object, or ``@FILE`` holding one."""
+    import json
+
+    source = "--storage-options"
+    if text.startswith("@"):
+        source = text[1:]
+        try:
+            with open(source, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"{source}: cannot be read ({exc})") from None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{source}: not valid JSON") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{source}: expected a JSON object {{...}}")
+    return value
+
+
 class _Usage(Exception):
     """Bad usage found before any slide ran."""
 
@@ -204,14 +234,20 @@ def _batch(args: argparse.Namespace) -> int:
     )
 
     try:
-        params = BatchParams(args.tasks, args.segmenter, args.nuclei_mpp, args.tile_size_um)
+        params = BatchParams(
+            args.tasks,
+            args.segmenter,
+            args.nuclei_mpp,
+            args.tile_size_um,
+            storage_options=args.storage_options,
+        )
         if params.nuclei:
             from napari_slidescope.segmenters import missing_reason
 
             reason = missing_reason(args.segmenter)
             if reason is not None:
                 raise _Usage(f"segmenter {args.segmenter!r} is not available: {reason}")
-        slides = find_slides(args.inputs)
+        slides = find_slides(args.inputs, args.storage_options)
         if not slides:
             raise _Usage(f"no slides found in {' '.join(args.inputs)}")
         output_names(slides)
@@ -248,6 +284,7 @@ def _batch(args: argparse.Namespace) -> int:
                 tiles_per_task=args.tiles_per_task,
                 gpu=args.gpu,
                 progress=view.update,
+                storage_options=args.storage_options,
             )
     finally:
         if client is not None:

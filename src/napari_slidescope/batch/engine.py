@@ -31,6 +31,7 @@ from napari_slidescope.batch.params import (
     check_writable,
     find_slides,
     output_names,
+    shown_path,
     stamp_slide,
 )
 from napari_slidescope.batch.tasks import (
@@ -42,6 +43,7 @@ from napari_slidescope.batch.tasks import (
     slide_task,
     summary_of,
 )
+from napari_slidescope.slide.source import redact, scrub
 
 __all__ = ["WORKER_UNSET_ENV", "BatchProgress", "analyze_slides", "local_cluster"]
 
@@ -86,7 +88,7 @@ class BatchProgress:
 @dataclass
 class _Slide:
     index: int
-    path: Path
+    path: Path | str  # a str is a URL (it may carry credentials: show `shown` instead)
     name: str
     folder: Path
     stamp: SlideStamp | None = None
@@ -101,6 +103,11 @@ class _Slide:
     manifest: dict[str, Any] = field(default_factory=dict)
     written_at: float = 0.0
     row: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shown(self) -> str:
+        """The path as given, or the URL without credentials."""
+        return str(self.path) if isinstance(self.path, Path) else shown_path(self.path)
 
 
 def analyze_slides(
@@ -118,13 +125,16 @@ def analyze_slides(
     tiles_per_task: int | None = None,
     gpu: bool = False,
     progress: Callable[[BatchProgress], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Analyse slides on a dask.distributed cluster; write one folder of results per slide.
 
     Parameters
     ----------
     paths : path or iterable of paths
-        Slide files and folders (searched recursively for the slide formats).
+        Slide files and folders (searched recursively for the slide formats), slide
+        URLs (``https://``, ``s3://``... any fsspec URL) and URL prefixes ending in ``/``
+        (listed recursively). Workers open the URLs themselves: no shared disk needed.
     out : str or PathLike
         Output folder: ``OUT/<slide file name>/`` per slide and ``OUT/summary.csv``.
     tasks : sequence of {"tissue", "nuclei"}
@@ -162,6 +172,11 @@ def analyze_slides(
         post-processing. A local cluster then gives each worker ``{"GPU": 1}``.
     progress : callable, optional
         ``progress(BatchProgress)`` after each finished task and slide.
+    storage_options : dict, optional
+        fsspec storage options for the URLs (credentials, endpoint); sent to the workers
+        with the tasks, never written to a manifest, a summary or a log. Resume
+        recognises an object by its size and what its store says of its version (ETag,
+        version id, last-modified).
 
     Returns
     -------
@@ -184,7 +199,9 @@ def analyze_slides(
     >>> rows = analyze_slides("cohort/", "results/", workers=8)  # doctest: +SKIP
     >>> [r["nuclei"] for r in rows if r["status"] == "done"]  # doctest: +SKIP
     """
-    params = BatchParams(tuple(tasks), segmenter, nuclei_mpp, float(tile_size_um))
+    params = BatchParams(
+        tuple(tasks), segmenter, nuclei_mpp, float(tile_size_um), storage_options=storage_options
+    )
     if params.nuclei:
         from napari_slidescope.segmenters import missing_reason
 
@@ -193,9 +210,9 @@ def analyze_slides(
             raise ValueError(f"segmenter {segmenter!r} is not available: {reason}")
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    slides = find_slides(paths)
+    slides = find_slides(paths, storage_options)
     if not slides:
-        raise ValueError(f"no slides found in {[str(p) for p in paths]}")
+        raise ValueError(f"no slides found in {[redact(str(p)) for p in paths]}")
     names = output_names(slides)
     out = Path(out)
     check_writable(out)
@@ -395,8 +412,8 @@ class _Batch:
     def _start(self, s: _Slide) -> bool:
         """Stamp the slide and decide what an earlier run left; False when nothing to do."""
         try:
-            s.stamp = stamp_slide(s.path)
-        except OSError as exc:
+            s.stamp = stamp_slide(s.path, self.params.storage_options)
+        except (OSError, ValueError) as exc:  # ValueError: a SlideError for a URL
             s.folder.mkdir(parents=True, exist_ok=True)
             self._fail(s, exc, write_manifest=True)
             return False
@@ -418,7 +435,7 @@ class _Batch:
             and all(p.is_file() for p in kept)
         ):
             s.status, s.row, s.manifest = "done", dict(old.get("summary", {})), old
-            s.row.update(slide=s.name, path=str(s.path))
+            s.row.update(slide=s.name, path=s.shown)
             self.state.slides_done += 1
             n = len(old.get("tiles", {}))
             self.state.tiles_total += n
@@ -434,7 +451,7 @@ class _Batch:
         s.status = "running"
         s.manifest = {
             "slide": s.name,
-            "path": str(s.path.resolve()),
+            "path": shown_path(s.path),
             "slide_stamp": self._stamp_dict(s),
             "parameters": self.params.as_dict(),
             "parameters_sha256": self.digest,
@@ -447,11 +464,14 @@ class _Batch:
 
     def _stamp_dict(self, s: _Slide) -> dict[str, Any]:
         assert s.stamp is not None
-        return {
+        stamp = {
             "size": s.stamp.size,
             "mtime_ns": s.stamp.mtime_ns,
             "head_sha256": s.stamp.head_sha256,
         }
+        if s.stamp.remote is not None:  # what the store said: ETag, version, last-modified
+            stamp.update({k: v for k, v in s.stamp.remote.items() if k != "size"})
+        return stamp
 
     def _submit_slide(self, s: _Slide) -> None:
         assert s.stamp is not None
@@ -586,7 +606,7 @@ class _Batch:
                 s.tiles,
                 file_metadata={
                     "slide": s.name,
-                    "path": str(s.path.resolve()),
+                    "path": shown_path(s.path),
                     "slide_stamp": self._stamp_dict(s),
                     "mpp": s.info.mpp,
                     "shape0": list(s.info.shape0),
@@ -609,7 +629,8 @@ class _Batch:
         self._announce(s)
 
     def _fail(self, s: _Slide, exc: BaseException, *, write_manifest: bool = True) -> None:
-        s.status, s.error = "failed", _message(exc)
+        secrets = self.params.storage_options
+        s.status, s.error = "failed", scrub(_message(exc), secrets)
         s.todo.clear()
         if s.futures:
             self.client.cancel(list(s.futures))
@@ -617,7 +638,7 @@ class _Batch:
         s.manifest.update(
             status="failed",
             error=s.error,
-            traceback="".join(traceback.format_exception(exc)),
+            traceback=scrub("".join(traceback.format_exception(exc)), secrets),
         )
         if write_manifest:
             try:
@@ -671,7 +692,7 @@ class _Batch:
             "nuclei_per_mm2": None,
             "mean_nucleus_area_um2": None,
             "seconds": seconds,
-            "path": str(s.path),
+            "path": s.shown,
         }
         if summary is not None:
             row["nuclei"] = summary.nuclei
@@ -681,6 +702,6 @@ class _Batch:
 
     def _write_summary(self) -> None:
         rows = [
-            s.row or {"slide": s.name, "status": s.status, "path": str(s.path)} for s in self.slides
+            s.row or {"slide": s.name, "status": s.status, "path": s.shown} for s in self.slides
         ]
         outputs.write_summary(self.out / "summary.csv", rows)

@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,17 @@ class BatchParams:
         never finer than the slide's pixels (as ``segment_nuclei``).
     tile_size_um : float
         Size of the part of each tile it owns, µm.
+    storage_options : dict or None
+        fsspec storage options of slides given as URLs: they travel with the tasks to
+        the workers, and are in neither :meth:`as_dict` (manifests) nor the digest, nor
+        the repr (they may hold credentials).
     """
 
     tasks: tuple[str, ...] = TASKS
     segmenter: str = "auto"
     nuclei_mpp: float | None = None
     tile_size_um: float = 512.0
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         tasks = tuple(t for t in TASKS if t in set(self.tasks))
@@ -85,6 +90,7 @@ class BatchParams:
         from napari_slidescope import __version__
 
         d = asdict(self)
+        d.pop("storage_options", None)  # may hold credentials; not a parameter of the result
         d["tasks"] = list(self.tasks)
         d["version"] = __version__
         return d
@@ -97,26 +103,54 @@ class BatchParams:
 
 @dataclass(frozen=True)
 class SlideStamp:
-    """What identifies a slide file's content: size, modification time, hash of its start."""
+    """What identifies a slide's content.
+
+    A local file: size, modification time, hash of its first MiB. An object on a server
+    or store (``remote`` set): its size and what the store says about its version
+    (``etag``, ``version_id``, ``last_modified``, whichever it gives), whose hash is
+    ``head_sha256``; ``mtime_ns`` is 0.
+    """
 
     size: int
     mtime_ns: int
     head_sha256: str
+    remote: dict[str, Any] | None = None
 
     @property
-    def key(self) -> tuple[int, int]:
-        """``(size, mtime_ns)``: what workers check before reading."""
+    def key(self) -> tuple[Any, ...]:
+        """What workers check before reading: ``(size, mtime_ns)``, plus the hash for URLs."""
+        if self.remote is not None:
+            return (self.size, self.mtime_ns, self.head_sha256)
         return (self.size, self.mtime_ns)
 
 
-def stamp_slide(path: str | os.PathLike[str]) -> SlideStamp:
-    """Stat a slide and hash its first MiB.
+def remote_identity(stamp: dict[str, Any]) -> str:
+    """SHA-256 of what a store says about an object's version (size, ETag, version...)."""
+    keys = ("size", "etag", "version_id", "last_modified")
+    text = json.dumps({k: stamp.get(k) for k in keys}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def stamp_slide(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> SlideStamp:
+    """Stat a slide and hash its first MiB (a URL: ask the store for its version).
 
     Raises
     ------
     OSError
         If the file cannot be read.
+    SlideError
+        If a URL cannot be reached or its object is not there.
     """
+    from napari_slidescope.slide.source import is_url
+
+    if is_url(path):
+        from napari_slidescope.slide.remote import stat_remote
+        from napari_slidescope.slide.source import resolve
+
+        info = stat_remote(resolve(str(path), storage_options))
+        return SlideStamp(int(info["size"]), 0, remote_identity(info), info)
     st = os.stat(path)
     with open(path, "rb") as fh:
         head = hashlib.sha256(fh.read(HEAD_BYTES)).hexdigest()
@@ -127,28 +161,47 @@ def _is_slide_name(name: str) -> bool:
     return name.lower().endswith(SLIDE_EXTENSIONS) and not name.startswith(".")
 
 
-def find_slides(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Slides named by files and found in folders (recursively, sorted), each once.
+def find_slides(
+    inputs: Iterable[str | os.PathLike[str]], storage_options: dict[str, Any] | None = None
+) -> list[Path | str]:
+    """Slides named by files and URLs and found in folders and URL prefixes, each once.
 
     Parameters
     ----------
     inputs : iterable of str or PathLike
-        Slide files (any name: a file given by name is taken as it is) and folders
-        (searched for :data:`SLIDE_EXTENSIONS`).
+        Slide files (any name: a file given by name is taken as it is), folders
+        (searched recursively for :data:`SLIDE_EXTENSIONS`), slide URLs (``https://``,
+        ``s3://``..., taken as they are) and URL prefixes ending in ``/`` (an object
+        store "folder", listed recursively).
+    storage_options : dict, optional
+        For listing URL prefixes (fsspec storage options).
 
     Returns
     -------
-    list of Path
-        In the order given, each folder's slides sorted by path.
+    list of Path or str
+        In the order given, each folder's slides sorted by path; URLs as strings.
 
     Raises
     ------
     FileNotFoundError
-        If an input does not exist.
+        If an input path does not exist.
+    SlideError
+        If a URL prefix cannot be listed, or a URL's scheme is unknown.
     """
-    found: list[Path] = []
-    seen: set[Path] = set()
+    from napari_slidescope.slide.source import is_url, resolve
+
+    found: list[Path | str] = []
+    seen: set[Path | str] = set()
     for item in inputs:
+        if is_url(item):
+            url = str(item)
+            source = resolve(url, storage_options)  # an unknown scheme fails here
+            urls = _list_prefix(source) if url.endswith("/") else [url]
+            for u in urls:
+                if u not in seen:
+                    seen.add(u)
+                    found.append(u)
+            continue
         p = Path(item)
         if p.is_dir():
             names = sorted(
@@ -166,7 +219,36 @@ def find_slides(inputs: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
-def output_names(slides: Sequence[Path]) -> list[str]:
+def _list_prefix(source: Any) -> list[str]:
+    """The slide URLs under a URL prefix, sorted."""
+    from napari_slidescope.slide.errors import SlideError
+
+    fs, path = source.filesystem()
+    try:
+        keys = fs.find(path)
+    except Exception as exc:
+        raise SlideError(
+            source.display, f"cannot be listed ({type(exc).__name__}: {source.scrub(str(exc))})"
+        ) from exc
+    names = [k for k in keys if _is_slide_name(k.rsplit("/", 1)[-1])]
+    return sorted(fs.unstrip_protocol(k) for k in names)
+
+
+def slide_name(slide: Path | str) -> str:
+    """The file name of a slide path or URL (its output folder's name)."""
+    from napari_slidescope.slide.source import resolve
+
+    return slide.name if isinstance(slide, Path) else resolve(slide).name
+
+
+def shown_path(slide: Path | str) -> str:
+    """What manifests and summaries show: the absolute path, or the URL without credentials."""
+    from napari_slidescope.slide.source import redact
+
+    return str(slide.resolve()) if isinstance(slide, Path) else redact(slide)
+
+
+def output_names(slides: Sequence[Path | str]) -> list[str]:
     """Output folder name of each slide: its file name (``OUT/<name>/``).
 
     Raises
@@ -174,7 +256,7 @@ def output_names(slides: Sequence[Path]) -> list[str]:
     ValueError
         If two slides have the same file name (their outputs would mix).
     """
-    names = [s.name for s in slides]
+    names = [slide_name(s) for s in slides]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(

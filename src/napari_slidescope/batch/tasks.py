@@ -1,8 +1,8 @@
 """The functions dask.distributed runs on workers: one per slide, one per tile (or a few).
 
-A task carries a slide path, its stamp, the parameters and tile indices, never pixels
-or an open file. Each worker process keeps a few slides open and a few prepared nuclei
-runs (plan, tissue tiles, prepared segmenter) in small bounded caches, so a slide of
+A task carries a slide path or URL, its stamp, the parameters (with the storage options
+of URLs) and tile indices, never pixels or an open file: a worker opens the slide
+itself. Each worker process keeps a few slides open and a few prepared nuclei runs (plan, tissue tiles, prepared segmenter) in small bounded caches, so a slide of
 thousands of tiles is opened and prepared once per worker, not once per tile.
 """
 
@@ -49,8 +49,8 @@ MAX_PREPARED = 4
 WORKER_CACHE_BYTES = 64 * 2**20
 
 _lock = threading.Lock()
-_slides: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
-_prepared: OrderedDict[tuple[str, int, int, str], Any] = OrderedDict()
+_slides: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_prepared: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _cache_bounded = False
 
 
@@ -155,29 +155,61 @@ def _compact(raw: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw)
 
 
-def _open(path: str, stamp: tuple[int, int]) -> Any:
-    """Return the open slide at ``path`` from this process's cache, checking it is unchanged."""
-    from napari_slidescope.slide import open_slide
+def _open(path: str, stamp: tuple[Any, ...], options: dict[str, Any] | None = None) -> Any:
+    """Return the open slide at ``path`` from this process's cache, checking it is unchanged.
 
-    st = os.stat(path)
-    if (int(st.st_size), int(st.st_mtime_ns)) != tuple(stamp):
-        raise RuntimeError(
-            f"{path}: the file changed since the batch started (size or modification time); "
-            "run it again"
-        )
-    key = (path, int(stamp[0]), int(stamp[1]))
+    A local file is checked (size, modification time) at every call; a URL (the stamp's
+    third item is the hash of what the store says about the object's version) when it
+    is opened, with `options` as its fsspec storage options.
+    """
+    from napari_slidescope.slide import open_slide
+    from napari_slidescope.slide.source import is_url, redact
+
+    remote = is_url(path)
+    if not remote:
+        st = os.stat(path)
+        if (int(st.st_size), int(st.st_mtime_ns)) != tuple(stamp):
+            raise RuntimeError(
+                f"{path}: the file changed since the batch started (size or modification "
+                "time); run it again"
+            )
+    key = (path, *stamp)
     with _lock:
         _bound_tile_cache()
         slide = _slides.get(key)
         if slide is not None:
             _slides.move_to_end(key)
             return slide
-        slide = open_slide(path)
-        _slides[key] = slide
-        while len(_slides) > MAX_OPEN_SLIDES:
-            # dropped, not closed: a thread may still read it; the file closes with it
-            _slides.popitem(last=False)
+        if not remote:
+            slide = open_slide(path)
+            _keep(key, slide)
+            return slide
+    # a URL is opened outside the lock: its round trips must not hold other threads
+    from napari_slidescope.batch.params import remote_identity
+
+    slide = open_slide(path, storage_options=options)
+    now = slide.remote_stamp or {}
+    if (int(now.get("size", -1)), 0, remote_identity(now)) != tuple(stamp):
+        slide.close()
+        raise RuntimeError(
+            f"{redact(path)}: the object changed since the batch started (size, ETag, "
+            "version or modification time); run it again"
+        )
+    with _lock:
+        other = _slides.get(key)
+        if other is not None:  # another thread opened it meanwhile
+            slide.close()
+            return other
+        _keep(key, slide)
         return slide
+
+
+def _keep(key: tuple[Any, ...], slide: Any) -> None:
+    """Add an open slide to this process's cache (lock held)."""
+    _slides[key] = slide
+    while len(_slides) > MAX_OPEN_SLIDES:
+        # dropped, not closed: a thread may still read it; the file closes with it
+        _slides.popitem(last=False)
 
 
 def _make_segmenter(params: BatchParams) -> Any:
@@ -188,17 +220,17 @@ def _make_segmenter(params: BatchParams) -> Any:
     return get_segmenter(params.segmenter)
 
 
-def _prepare(path: str, stamp: tuple[int, int], params: BatchParams, grid: TissueGrid) -> Any:
+def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: TissueGrid) -> Any:
     """Return the prepared nuclei run of a slide, made once per worker process."""
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
 
-    key = (path, int(stamp[0]), int(stamp[1]), params.digest())
+    key = (path, *stamp, params.digest())
     with _lock:
         run = _prepared.get(key)
         if run is not None:
             _prepared.move_to_end(key)
             return run
-    slide = _open(path, stamp)
+    slide = _open(path, stamp, params.storage_options)
     with _lock:
         run = _prepared.get(key)
         if run is None:  # prepared under the lock: two threads never prepare one slide twice
@@ -215,12 +247,12 @@ def _prepare(path: str, stamp: tuple[int, int], params: BatchParams, grid: Tissu
         return run
 
 
-def slide_task(path: str, stamp: tuple[int, int], params: BatchParams) -> SlideInfo:
+def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideInfo:
     """Find a slide's tissue and, for nuclei, the tiles to segment (the per-slide task)."""
     from napari_slidescope.pipeline.tissue import detect_tissue
 
     t0 = time.perf_counter()
-    slide = _open(path, stamp)
+    slide = _open(path, stamp, params.storage_options)
     tissue = detect_tissue(slide, region=(0, 0, *slide.shape0))
     info = SlideInfo(
         shape0=tuple(slide.shape0),
@@ -256,7 +288,7 @@ def summary_of(info: SlideInfo) -> SlideInfo:
 
 def nuclei_task(
     path: str,
-    stamp: tuple[int, int],
+    stamp: tuple[Any, ...],
     params: BatchParams,
     info: SlideInfo,
     indices: list[int],
@@ -281,7 +313,7 @@ def nuclei_task(
 
 
 def model_task(
-    path: str, stamp: tuple[int, int], params: BatchParams, info: SlideInfo, index: int
+    path: str, stamp: tuple[Any, ...], params: BatchParams, info: SlideInfo, index: int
 ) -> ModelOut:
     """Read one tile and run the model on it (the task a ``GPU`` worker runs).
 
@@ -298,7 +330,7 @@ def model_task(
 
 
 def post_task(
-    path: str, stamp: tuple[int, int], params: BatchParams, info: SlideInfo, model: ModelOut
+    path: str, stamp: tuple[Any, ...], params: BatchParams, info: SlideInfo, model: ModelOut
 ) -> list[TileOut]:
     """Post-process a model task's output: the tile's owned nuclei as a compact table.
 

@@ -45,32 +45,76 @@ def open_dicom(source: Source) -> SlideSource:
         wsidicom = _import_wsidicom()
     except ImportError:
         raise missing_extra(name, "DICOM WSI", "dicom") from None
-    options = dict(source.storage_options) if source.is_remote else None
+    streams: list[Any] = []
     try:
-        wsi = wsidicom.WsiDicom.open(source.target, options)
+        if source.is_remote:
+            streams = _open_streams(source)
+            wsi = wsidicom.WsiDicom.open_streams(streams)
+        else:
+            wsi = wsidicom.WsiDicom.open(source.target)
+    except SlideError:
+        _close_all(streams)
+        raise
     except wsidicom.errors.WsiDicomNotFoundError as exc:
+        _close_all(streams)
         raise SlideError(
             name,
             "holds no DICOM instance of a slide (VL Whole Slide Microscopy) "
             f"({source.scrub(str(exc))})",
         ) from exc
     except Exception as exc:
+        _close_all(streams)
         raise SlideError(
             name, f"cannot be opened as DICOM WSI ({source.scrub(_tiff.describe_exception(exc))})"
         ) from exc
-    try:
-        return _source(name, wsi)
-    except SlideError:
+
+    def close() -> None:
         wsi.close()
+        _close_all(streams)
+
+    try:
+        return _source(name, wsi, close)
+    except SlideError:
+        close()
         raise
     except Exception as exc:
-        wsi.close()
+        close()
         raise SlideError(
             name, f"cannot be read as DICOM WSI ({source.scrub(_tiff.describe_exception(exc))})"
         ) from exc
 
 
-def _source(name: str, wsi: Any) -> SlideSource:
+def _open_streams(source: Source) -> list[Any]:
+    """Open every ``.dcm`` object under a URL (a folder) or the URL itself (one instance)."""
+    fs, root = source.filesystem()
+    try:
+        if fs.isdir(root):
+            paths = sorted(
+                str(p) for p in fs.ls(root, detail=False) if str(p).lower().endswith(".dcm")
+            )
+        else:
+            paths = [root]
+        if not paths:
+            raise SlideError(source.display, "holds no DICOM instance of a slide (no .dcm)")
+        return [fs.open(p, "rb") for p in paths]
+    except SlideError:
+        raise
+    except Exception as exc:
+        raise SlideError(
+            source.display,
+            f"cannot be listed or read ({source.scrub(_tiff.describe_exception(exc))})",
+        ) from exc
+
+
+def _close_all(streams: list[Any]) -> None:
+    for stream in streams:
+        try:
+            stream.close()
+        except Exception:  # closing a remote file that already failed
+            pass
+
+
+def _source(name: str, wsi: Any, close: Any) -> SlideSource:
     levels = list(wsi.levels)
     if not levels:
         raise SlideError(name, "holds no pyramid level (no VOLUME instance)")
@@ -92,7 +136,7 @@ def _source(name: str, wsi: Any) -> SlideSource:
     if wsi.overviews is not None:
         associated["macro"] = lambda: np.asarray(wsi.read_overview())
     warn_uncalibrated(name, info)
-    return SlideSource(info=info, levels=readers, axes=axes, associated=associated, close=wsi.close)
+    return SlideSource(info=info, levels=readers, axes=axes, associated=associated, close=close)
 
 
 def _magnification(wsi: Any) -> float | None:

@@ -3,9 +3,10 @@
 :class:`RemoteFile` is the seekable file object tifffile parses a remote TIFF through, and
 the fetcher the level readers take tile bytes from:
 
-* Opening costs one round trip for the size and the first :data:`HEAD_BYTES` (asked for
-  concurrently); header reads outside it fetch :data:`BLOCK_BYTES`-aligned blocks, kept in
-  a small cache; :meth:`RemoteFile.prefetch` fetches many header ranges (tile offset
+* Opening costs one round trip for the size, the first :data:`HEAD_BYTES` and the last
+  :data:`TAIL_BYTES` (a suffix range; all three asked for concurrently), where most
+  writers put the directories and tag values; header reads outside them fetch
+  :data:`BLOCK_BYTES`-aligned blocks, kept in a small cache; :meth:`RemoteFile.prefetch` fetches many header ranges (tile offset
   tables) at once.
 * :meth:`RemoteFile.cat_ranges` fetches many byte ranges (a viewport's tiles) in one
   concurrent burst, merging ranges that touch or nearly touch.
@@ -37,6 +38,7 @@ __all__ = [
     "TIMEOUT_ENV",
     "RemoteFile",
     "default_retries",
+    "stat_remote",
     "default_timeout",
 ]
 
@@ -46,7 +48,7 @@ HEAD_BYTES = 1 * 2**20
 #: Bytes at the end of the object fetched with the first header read past the head.
 TAIL_BYTES = 256 * 2**10
 #: Header reads outside what is cached fetch aligned blocks of this size.
-BLOCK_BYTES = 256 * 2**10
+BLOCK_BYTES = 512 * 2**10
 #: Bound of the header block cache of one open remote file.
 CACHE_BYTES = 64 * 2**20
 #: Ranges closer than this are fetched as one request (the gap is read and dropped).
@@ -168,9 +170,9 @@ def classify(exc: BaseException, timeout: float) -> _Failure:
         return _Failure(f"connection failed ({type(exc).__name__})", True)
     for e in chain:
         if isinstance(e, FileNotFoundError):
-            return _Failure("not found", False)
+            return _Failure("not found (404)", False)
         if isinstance(e, PermissionError):
-            return _Failure("access denied", False)
+            return _Failure("access denied (403)", False)
     return _Failure(f"cannot be read ({type(exc).__name__}: {exc})", False)
 
 
@@ -196,7 +198,12 @@ class RemoteFile:
     mode = "rb"
 
     def __init__(
-        self, source: Source, *, timeout: float | None = None, retries: int | None = None
+        self,
+        source: Source,
+        *,
+        timeout: float | None = None,
+        retries: int | None = None,
+        head: bool = True,
     ) -> None:
         self.source = source
         self.display = source.display
@@ -214,32 +221,40 @@ class RemoteFile:
         self._pos = 0
         self.closed = False
         self.requests = 0
-        info, head = self._run(
-            [
-                lambda: self._info(),
-                lambda: self._cat(0, HEAD_BYTES),
-            ]
-        )
+        calls: list[Callable[[], Any]] = [lambda: self._info()]
+        if head:
+            calls.append(lambda: self._cat(0, HEAD_BYTES))
+            if self._async:  # a suffix range: the size is not known yet
+                calls.append(lambda: self._suffix(TAIL_BYTES))
+        info, first, last = (*self._run(calls), b"", b"")[:3]
         if info.get("type") == "directory":
             raise SlideError(self.display, "is a folder, not a slide file")
         size = info.get("size")
         if size is None:  # the server gave no length: ask for it
             raise SlideError(self.display, "the server does not say the object's size")
         self.size = int(size)
-        if len(head) < min(self.size, HEAD_BYTES):
+        if head and len(first) < min(self.size, HEAD_BYTES):
             raise SlideError(
                 self.display,
-                f"the server sent {len(head):,} of the first {min(self.size, HEAD_BYTES):,} "
+                f"the server sent {len(first):,} of the first {min(self.size, HEAD_BYTES):,} "
                 "bytes: the connection was cut mid-response",
             )
         self.stamp = _stamp(info, self.size)
-        self._extents.append((0, bytes(head)))
+        self._extents.append((0, bytes(first)))
+        if last:
+            if len(last) > min(self.size, TAIL_BYTES):
+                raise SlideError(
+                    self.display,
+                    "the server ignores byte-range requests (it sent the whole object); "
+                    "slides need a server that answers Range requests",
+                )
+            self._extents.append((self.size - len(last), bytes(last)))
         # the first header read past the head also fetches the tail, where many writers
         # put the last directories (macro, label) and their tag values
         self._tail = [
             b for b in range(max(HEAD_BYTES, self.size - TAIL_BYTES) // BLOCK_BYTES,
                              -(-self.size // BLOCK_BYTES))
-            if b * BLOCK_BYTES >= HEAD_BYTES
+            if b * BLOCK_BYTES >= HEAD_BYTES and not last
         ]
 
     # -- concurrency ------------------------------------------------------------------------
@@ -311,6 +326,14 @@ class RemoteFile:
 
             return get()
         return self._checked(self._fs.cat_file(self._path, start=start, end=end), start, end)
+
+    def _suffix(self, n: int) -> Any:
+        """The last `n` bytes (fewer when the object is smaller), asked as a suffix range."""
+
+        async def get() -> bytes:
+            return bytes(await self._fs._cat_file(self._path, start=-n, end=None))
+
+        return get()
 
     def _checked(self, data: bytes, start: int, end: int) -> bytes:
         size = getattr(self, "size", None)
@@ -477,6 +500,24 @@ class RemoteFile:
 
     def __repr__(self) -> str:
         return f"<RemoteFile {self.display} {getattr(self, 'size', '?')} bytes>"
+
+
+def stat_remote(
+    source: Source, *, timeout: float | None = None, retries: int | None = None
+) -> dict[str, Any]:
+    """Ask the store about an object: ``size``, ``etag``, ``version_id``, ``last_modified``.
+
+    One request (with the timeout and retries of :class:`RemoteFile`); what the store
+    does not say is None.
+
+    Raises
+    ------
+    SlideError
+        As :class:`RemoteFile`.
+    """
+    remote = RemoteFile(source, timeout=timeout, retries=retries, head=False)
+    remote.close()
+    return remote.stamp
 
 
 def _stamp(info: dict[str, Any], size: int) -> dict[str, Any]:

@@ -355,6 +355,12 @@ class Slide(_BaseSlide):
                 stacklevel=4,
             )
 
+    @property
+    def remote_stamp(self) -> dict[str, Any] | None:
+        """For a URL: its ``size``, ``etag``, ``version_id``, ``last_modified`` (None where
+        the store gives none) as found when opened; None for a local file."""
+        return None if self._remote is None else dict(self._remote.stamp)
+
     def close(self) -> None:
         """Release the file handle (the dask levels can no longer be computed)."""
         tif = getattr(self, "_tif", None)

@@ -59,6 +59,7 @@ def bucket(s3):
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])
 def test_ome_zarr_over_http(remote_server, zarr_folder, version):
+    pytest.importorskip("aiohttp", reason="aiohttp (the 'remote' extra) is not installed")
     with remote_server.serve(zarr_folder) as server:
         url = server.url(f"v{version}.ome.zarr")
         with open_slide(url) as remote, open_slide(zarr_folder / f"v{version}.ome.zarr") as local:
@@ -75,6 +76,7 @@ def test_ome_zarr_on_s3(bucket, zarr_folder):
 
 
 def test_missing_ome_zarr_over_http(remote_server, tmp_path):
+    pytest.importorskip("aiohttp", reason="aiohttp (the 'remote' extra) is not installed")
     with remote_server.serve(tmp_path) as server:
         url = server.url("absent.zarr")
         with pytest.raises(SlideError) as info:

@@ -115,6 +115,8 @@ def _open_group(source: Source) -> Any:
     import zarr
 
     path = source.display
+    if source.is_remote:
+        source.filesystem()  # a URL whose fsspec backend is missing: the error names the extra
     options: dict[str, Any] = (
         {"storage_options": dict(source.storage_options)} if source.is_remote else {}
     )

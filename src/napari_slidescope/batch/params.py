@@ -32,7 +32,13 @@ SLIDE_EXTENSIONS = (
     ".tiff",
     ".ome.tif",
     ".ome.tiff",
+    ".mrxs",
+    ".vms",
+    ".vmu",
+    ".svslide",
 )
+#: Files that make the folder holding them one slide (an OME-Zarr image, DICOM instances).
+_FOLDER_SLIDE_MARKERS = (".zattrs", ".zgroup", "zarr.json")
 #: Tasks a batch can run, in the order they run.
 TASKS = ("tissue", "nuclei")
 #: Bytes of a slide's start hashed to recognise it (with its size and modification time).
@@ -151,10 +157,41 @@ def stamp_slide(
 
         info = stat_remote(resolve(str(path), storage_options))
         return SlideStamp(int(info["size"]), 0, remote_identity(info), info)
+    if os.path.isdir(path):  # a DICOM folder or an OME-Zarr image: its files' listing
+        size, mtime, listing = _folder_state(path)
+        return SlideStamp(size, mtime, hashlib.sha256(listing.encode()).hexdigest())
     st = os.stat(path)
     with open(path, "rb") as fh:
         head = hashlib.sha256(fh.read(HEAD_BYTES)).hexdigest()
     return SlideStamp(int(st.st_size), int(st.st_mtime_ns), head)
+
+
+def local_size_mtime(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """Return (size, mtime_ns) of a slide file; of a slide folder, its files' sum and latest."""
+    if os.path.isdir(path):
+        size, mtime, _ = _folder_state(path)
+        return size, mtime
+    st = os.stat(path)
+    return int(st.st_size), int(st.st_mtime_ns)
+
+
+def _folder_state(path: str | os.PathLike[str]) -> tuple[int, int, str]:
+    """Total size, latest mtime and a listing (name, size, mtime per file) of a folder."""
+    size = mtime = 0
+    lines = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            st = os.stat(full)
+            size += int(st.st_size)
+            mtime = max(mtime, int(st.st_mtime_ns))
+            lines.append(f"{os.path.relpath(full, path)}\t{st.st_size}\t{st.st_mtime_ns}")
+    return size, mtime, "\n".join(lines)
+
+
+def _is_folder_slide(files: list[str]) -> bool:
+    return any(f in _FOLDER_SLIDE_MARKERS or f.lower().endswith(".dcm") for f in files)
 
 
 def _is_slide_name(name: str) -> bool:
@@ -170,7 +207,8 @@ def find_slides(
     ----------
     inputs : iterable of str or PathLike
         Slide files (any name: a file given by name is taken as it is), folders
-        (searched recursively for :data:`SLIDE_EXTENSIONS`), slide URLs (``https://``,
+        (searched recursively for :data:`SLIDE_EXTENSIONS`, and for folders that are one
+        slide: an OME-Zarr image, a folder of DICOM instances), slide URLs (``https://``,
         ``s3://``..., taken as they are) and URL prefixes ending in ``/`` (an object
         store "folder", listed recursively).
     storage_options : dict, optional
@@ -204,9 +242,14 @@ def find_slides(
             continue
         p = Path(item)
         if p.is_dir():
-            names = sorted(
-                Path(root) / f for root, _, files in os.walk(p) for f in files if _is_slide_name(f)
-            )
+            names = []
+            for root, dirs, files in os.walk(p):
+                if _is_folder_slide(files):  # OME-Zarr, DICOM: the folder is one slide
+                    names.append(Path(root))
+                    dirs[:] = []
+                    continue
+                names += [Path(root) / f for f in files if _is_slide_name(f)]
+            names.sort()
         elif p.exists():
             names = [p]
         else:

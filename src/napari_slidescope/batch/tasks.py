@@ -167,8 +167,9 @@ def _open(path: str, stamp: tuple[Any, ...], options: dict[str, Any] | None = No
 
     remote = is_url(path)
     if not remote:
-        st = os.stat(path)
-        if (int(st.st_size), int(st.st_mtime_ns)) != tuple(stamp):
+        from napari_slidescope.batch.params import local_size_mtime
+
+        if local_size_mtime(path) != tuple(stamp):
             raise RuntimeError(
                 f"{path}: the file changed since the batch started (size or modification "
                 "time); run it again"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from napari_slidescope.slide import SlideError, open_slide
 from napari_slidescope.slide.source import UrlPath, redact, resolve
 
@@ -42,7 +43,10 @@ def test_http_pixels_equal_local_every_level(web, served, name):
 @pytest.mark.parametrize("name", ["CMU-1-Small-Region.svs", "test3-DAPI-2-387.ndpi", "sample.svs"])
 def test_s3_pixels_equal_local_every_level(s3, served, name):
     options, prefix, _ = s3
-    with open_slide(prefix + name, storage_options=options) as remote, open_slide(served / name) as local:
+    with (
+        open_slide(prefix + name, storage_options=options) as remote,
+        open_slide(served / name) as local,
+    ):
         _same_levels(remote, local)
 
 

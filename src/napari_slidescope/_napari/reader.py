@@ -73,7 +73,7 @@ def _is_url(path: Any) -> bool:
 
 
 def _wants_url(url: str) -> bool:
-    """A URL whose path ends like a slide or a TIFF (its query string aside)."""
+    """Tell whether a URL's path ends like a slide or a TIFF (its query string aside)."""
     from napari_slidescope.slide.source import redact
 
     return redact(url).lower().endswith(SLIDE_EXTENSIONS + TIFF_EXTENSIONS)

@@ -2,8 +2,9 @@
 
 A task carries a slide path or URL, its stamp, the parameters (with the storage options
 of URLs) and tile indices, never pixels or an open file: a worker opens the slide
-itself. Each worker process keeps a few slides open and a few prepared nuclei runs (plan, tissue tiles, prepared segmenter) in small bounded caches, so a slide of
-thousands of tiles is opened and prepared once per worker, not once per tile.
+itself. Each worker process keeps a few slides open and a few prepared nuclei runs
+(plan, tissue tiles, prepared segmenter) in small bounded caches, so a slide of thousands
+of tiles is opened and prepared once per worker, not once per tile.
 """
 
 from __future__ import annotations

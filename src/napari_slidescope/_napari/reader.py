@@ -128,8 +128,25 @@ def read_slide(
         path = path[0]
     slide = open_slide(path, on_error="blank", storage_options=storage_options)
     data = layer_data(slide)
+    if slide.source.is_remote:
+        _SOURCES[slide.source.display] = slide.source
     _close_with_layers(slide)
     return [data]
+
+
+#: The sources (URL as given, storage options) of the URLs the reader opened, by the
+#: credential-free URL the layers show: the widget reopens a layer's slide through them.
+_SOURCES: dict[str, Any] = {}
+
+
+def source_for(path: str) -> Any:
+    """Return what to open for a layer's ``metadata["path"]``.
+
+    For a URL the reader opened, the :class:`~napari_slidescope.slide.source.Source` it
+    was opened from (with its credentials and storage options, which the layer does not
+    show); else `path` itself.
+    """
+    return _SOURCES.get(path, path)
 
 
 def add_slide_layers(

@@ -93,3 +93,19 @@ def test_redact_strips_credentials_and_tokens():
     assert source.name == "a.svs"
     text = source.scrub(f"failed for {url} with key abc")
     assert "pw" not in text and "xyz" not in text
+
+
+def test_open_reads_the_header_in_one_burst_and_stamps_the_object(web):
+    """Size, first MiB and last 256 KiB at once; a small slide needs nothing else."""
+    with open_slide(web.url("sample.svs")) as slide:
+        requests = list(web.log)
+        stamp = slide.remote_stamp
+    assert len(requests) <= 3
+    assert ("GET", "/sample.svs", "bytes=-262144") in requests
+    assert stamp is not None and stamp["size"] > 0 and stamp["etag"]
+
+
+def test_local_slide_has_no_remote_stamp(served):
+    with open_slide(served / "sample.svs") as slide:
+        assert slide.remote_stamp is None
+        assert slide.source.is_remote is False

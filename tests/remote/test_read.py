@@ -109,3 +109,13 @@ def test_local_slide_has_no_remote_stamp(served):
     with open_slide(served / "sample.svs") as slide:
         assert slide.remote_stamp is None
         assert slide.source.is_remote is False
+
+
+def test_stat_remote_of_an_object_and_of_a_prefix(s3):
+    from napari_slidescope.slide.remote import stat_remote
+
+    options, prefix, _ = s3
+    obj = stat_remote(resolve(prefix + "sample.svs", options))
+    assert obj["size"] > 0 and obj["etag"]
+    folder = stat_remote(resolve(prefix.rstrip("/"), options))  # an OME-Zarr-like prefix
+    assert folder["size"] == 0

@@ -189,7 +189,12 @@ def _open(path: str, stamp: tuple[Any, ...], options: dict[str, Any] | None = No
     from napari_slidescope.batch.params import remote_identity
 
     slide = open_slide(path, storage_options=options)
-    now = slide.remote_stamp or {}
+    now = getattr(slide, "remote_stamp", None)
+    if now is None:  # a backend that does not keep it: ask the store
+        from napari_slidescope.slide.remote import stat_remote
+        from napari_slidescope.slide.source import resolve
+
+        now = stat_remote(resolve(path, options))
     if (int(now.get("size", -1)), 0, remote_identity(now)) != tuple(stamp):
         slide.close()
         raise RuntimeError(

@@ -229,7 +229,10 @@ class RemoteFile:
                 calls.append(lambda: self._suffix(TAIL_BYTES))
         info, first, last = (*self._run(calls), b"", b"")[:3]
         if info.get("type") == "directory":
-            raise SlideError(self.display, "is a folder, not a slide file")
+            if head:
+                raise SlideError(self.display, "is a folder, not a slide file")
+            self.size, self.stamp = 0, _stamp(info, 0)  # a folder-like slide (OME-Zarr...)
+            return
         size = info.get("size")
         if size is None:  # the server gave no length: ask for it
             raise SlideError(self.display, "the server does not say the object's size")
@@ -512,6 +515,7 @@ def stat_remote(
 ) -> dict[str, Any]:
     """Ask the store about an object: ``size``, ``etag``, ``version_id``, ``last_modified``.
 
+    A folder (an OME-Zarr or DICOM prefix) gives size 0 and what the store says of it.
     One request (with the timeout and retries of :class:`RemoteFile`); what the store
     does not say is None.
 

@@ -190,3 +190,21 @@ def test_resume_redoes_an_object_whose_etag_changed(remote_server, client, tmp_p
     assert new_stamp["etag"] != stamp["etag"]
     assert again[0]["status"] == "done"
     assert again[0]["tissue_area_mm2"] != first[0]["tissue_area_mm2"]
+
+
+def test_output_to_a_url_is_a_usage_error(cohort, tmp_path):
+    _, server = cohort
+    res = _cli(
+        "batch", server.url("a.svs"), "-o", "s3://bucket/out", "--tasks", "tissue", cwd=tmp_path
+    )
+    assert res.returncode == 2
+    assert "writing outputs to a URL is not supported" in res.stderr
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_bad_storage_options_is_a_usage_error(cohort, tmp_path):
+    _, server = cohort
+    args = ["batch", server.url("a.svs"), "-o", "x", "--storage-options", "{not json"]
+    res = _cli(*args, cwd=tmp_path)
+    assert res.returncode == 2
+    assert "--storage-options: not valid JSON" in res.stderr

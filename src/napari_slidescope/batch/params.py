@@ -273,7 +273,16 @@ def check_writable(out: str | os.PathLike[str]) -> Path:
     ------
     OSError
         If the folder cannot be created or written to.
+    ValueError
+        If `out` is a URL: outputs go to a local or mounted folder.
     """
+    from napari_slidescope.slide.source import is_url, redact
+
+    if is_url(out):
+        raise ValueError(
+            f"{redact(str(out))}: writing outputs to a URL is not supported; give a local "
+            "or mounted folder (slides may be URLs)"
+        )
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
     probe = path / f".slidescope-write-test-{os.getpid()}"

@@ -5,8 +5,9 @@ No test reads or writes the user's home: before anything is imported, the sessio
 folder (:func:`pytest_configure`), and every test gets a home of its own
 (:func:`private_home`): the widget's remembered settings (``QSettings``), the installed
 models and the plugin's cache land there (napari's settings file and its icon cache,
-which napari locates once per process, stay in the session's temporary home). ``SLIDESCOPE_MODELS`` and
-``SLIDESCOPE_TESTDATA``, when set, are read as given (folders a contributor names).
+which napari locates once per process, stay in the session's temporary home).
+``SLIDESCOPE_MODELS`` and ``SLIDESCOPE_TESTDATA``, when set, are read as given (folders a
+contributor names).
 """
 
 from __future__ import annotations

@@ -401,16 +401,17 @@ class SlideAnalysisWidget(Container):
     def _fit_scroll_area(self) -> None:
         """Bound the width, keep the controls at the top, and never clip them sideways."""
         scroll = self.native
-        if not isinstance(scroll, QScrollArea):
+        inner = scroll.widget() if isinstance(scroll, QScrollArea) else None
+        bar_widget = scroll.verticalScrollBar() if isinstance(scroll, QScrollArea) else None
+        if inner is None or bar_widget is None:
             self.native.setMaximumWidth(MAX_WIDTH)
             return
         scroll.setFrameShape(QFrame.Shape.NoFrame)
-        inner = scroll.widget()
         layout = inner.layout()
         if isinstance(layout, QBoxLayout):
             layout.addStretch(1)  # spare height goes below the controls
         # wide enough for the form and a vertical scroll bar beside it
-        bar = scroll.verticalScrollBar().sizeHint().width()
+        bar = bar_widget.sizeHint().width()
         need = inner.minimumSizeHint().width() + bar
         widest = max(MAX_WIDTH, need)  # a large font may need more: never clip
         scroll.setMinimumWidth(need)

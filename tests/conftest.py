@@ -1,14 +1,87 @@
-"""Shared fixtures: the shared test slides and small synthetic slides written per session."""
+"""Shared fixtures: the shared test slides and small synthetic slides written per session.
+
+No test reads or writes the user's home: before anything is imported, the session points
+``HOME``, the XDG folders, napari's settings file and matplotlib's folder at a temporary
+folder (:func:`pytest_configure`), and every test gets a home of its own
+(:func:`private_home`): the widget's remembered settings (``QSettings``), the installed
+models and the plugin's cache land there (napari's settings file and its icon cache,
+which napari locates once per process, stay in the session's temporary home).
+``SLIDESCOPE_MODELS`` and ``SLIDESCOPE_TESTDATA``, when set, are read as given (folders a
+contributor names).
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 TESTDATA_ENV = "SLIDESCOPE_TESTDATA"
+
+
+def home_env(home: Path) -> dict[str, str]:
+    """The environment that makes `home` the home folder of everything a test runs."""
+    return {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "NAPARI_CONFIG": str(home / ".config" / "napari" / "settings.yaml"),
+        "MPLCONFIGDIR": str(home / ".config" / "matplotlib"),
+        "SLIDESCOPE_CACHE": str(home / ".cache" / "napari-slidescope"),
+    }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the session a temporary home before napari, Qt or matplotlib read theirs.
+
+    napari reads its settings path (``NAPARI_CONFIG``, else the user config folder)
+    and Qt its settings folder once, when first used; both must be set before that.
+    """
+    home = Path(tempfile.mkdtemp(prefix="slidescope-test-home-"))
+    os.environ.update(home_env(home))
+    config.stash[_SESSION_HOME] = home
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session's temporary home."""
+    home = config.stash.get(_SESSION_HOME, None)
+    if home is not None:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+_SESSION_HOME = pytest.StashKey[Path]()
+
+
+def _point_qt_settings_at(config_dir: Path) -> None:
+    """Move Qt's per-user settings files (the widget's ``QSettings``) to `config_dir`."""
+    qtcore = sys.modules.get("qtpy.QtCore")
+    if qtcore is None:  # Qt not imported yet: it will read XDG_CONFIG_HOME when it is
+        return
+    settings = qtcore.QSettings
+    for fmt in (settings.Format.IniFormat, settings.Format.NativeFormat):
+        settings.setPath(fmt, settings.Scope.UserScope, str(config_dir))
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """A fresh home folder for each test: settings, models and the plugin's cache go there.
+
+    ``XDG_CACHE_HOME`` stays the session's (temporary) one: napari writes its icon
+    themes there once per process and shows blank icons if the folder moves.
+    """
+    home = tmp_path_factory.mktemp("home")
+    for name, value in home_env(home).items():
+        if name != "XDG_CACHE_HOME":
+            monkeypatch.setenv(name, value)
+    _point_qt_settings_at(home / ".config")
+    return home
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +95,7 @@ def testdata() -> Path:
     root = os.environ.get(TESTDATA_ENV)
     if not root:
         pytest.skip(f"{TESTDATA_ENV} is not set")
-    path = Path(root)
+    path = Path(root).absolute()  # e.g. ../shared/testdata: tests may change folder
     if not path.is_dir():
         pytest.skip(f"{TESTDATA_ENV}={root}: no such folder (the shared real slides)")
     return path

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from napari_slidescope._io import atomic_copy, atomic_write
+from napari_slidescope import _io
+from napari_slidescope._io import atomic_copy, atomic_write, is_writable_folder
 
 SRC = str(Path(__file__).parents[1] / "src")
 
@@ -81,6 +82,36 @@ def test_unwritable_folder_names_it(tmp_path):
         if folder.parent == tmp_path:
             folder.chmod(0o700)
     assert not (folder / "a.txt").exists()
+
+
+def test_is_writable_folder_on_ordinary_paths(tmp_path):
+    assert is_writable_folder(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # the probe file is gone
+    assert not is_writable_folder(tmp_path / "missing")
+    (tmp_path / "plain.txt").write_text("x")
+    assert not is_writable_folder(tmp_path / "plain.txt")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses chmod and /proc")
+def test_is_writable_folder_probes_past_the_permission_bits(tmp_path):
+    # /proc passes os.access for root, yet takes no new file: only the probe tells
+    assert not is_writable_folder("/proc")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        # root may write into a 0o555 folder of a disk, anyone else may not
+        assert is_writable_folder(folder) == (os.geteuid() == 0)
+    finally:
+        folder.chmod(0o755)
+
+
+def test_is_writable_folder_says_no_when_the_probe_is_refused(tmp_path, monkeypatch):
+    def refuse(folder):
+        raise PermissionError(13, "Permission denied", str(folder))
+
+    monkeypatch.setattr(_io, "_probe_write", refuse)  # a read-only share, as seen by root
+    assert not is_writable_folder(tmp_path)
 
 
 def test_a_file_in_place_of_the_folder_names_it(tmp_path):

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "atomic_copy"]
+__all__ = ["atomic_write", "atomic_copy", "is_writable_folder"]
 
 
 def _folder_error(folder: Path, exc: OSError) -> OSError:
@@ -29,6 +29,49 @@ def _folder_error(folder: Path, exc: OSError) -> OSError:
     else:
         reason = exc.strerror or str(exc)
     return type(exc)(exc.errno, f"cannot write into {folder}: {reason}")
+
+
+def is_writable_folder(folder: str | os.PathLike[str]) -> bool:
+    """Return whether a file can be created in `folder` now.
+
+    The permission bits (:func:`os.access`) answer for most folders, but not all: root
+    passes them everywhere, and a read-only network share, an ACL or a folder such as
+    ``/proc`` may refuse a file the bits allow. So a folder that passes them is probed by
+    creating (and removing) an empty hidden file in it.
+
+    Parameters
+    ----------
+    folder : str or PathLike
+        The folder to check.
+
+    Returns
+    -------
+    bool
+        False when `folder` is missing, not a folder, or refuses a new file.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> is_writable_folder(tempfile.gettempdir())
+    True
+    >>> is_writable_folder("/no/such/folder")
+    False
+    """
+    path = Path(folder)
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        return False
+    try:
+        _probe_write(path)
+    except OSError:
+        return False
+    return True
+
+
+def _probe_write(folder: Path) -> None:
+    """Create and remove an empty hidden file in `folder` (raises OSError when refused)."""
+    fd, tmp = _create_temp(folder, "slidescope-probe")
+    os.close(fd)
+    tmp.unlink()
 
 
 def _create_temp(folder: Path, name: str) -> tuple[int, Path]:

@@ -26,20 +26,6 @@ class ThresholdSegmenter:
         return ndi.label(ndi.binary_opening(raw[..., 0] > 0.5))[0].astype(np.int32)
 
 
-@pytest.fixture(autouse=True)
-def settings_dir(tmp_path_factory):
-    """Keep the widget's remembered settings in a fresh temporary folder for each test."""
-    try:
-        from qtpy.QtCore import QSettings
-    except Exception:  # noqa: BLE001 - core tests run without Qt
-        yield None
-        return
-    folder = tmp_path_factory.mktemp("settings")
-    fmt, scope = QSettings.Format.IniFormat, QSettings.Scope.UserScope
-    QSettings.setPath(fmt, scope, str(folder))
-    yield folder
-
-
 @pytest.fixture
 def threshold_segmenter():
     """The stand-in segmenter class (call it, optionally with ``delay=`` seconds)."""

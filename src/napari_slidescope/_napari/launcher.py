@@ -10,6 +10,9 @@ from typing import Any
 
 #: Exit status for a path that is missing or cannot be opened as a slide.
 EXIT_BAD_PATH = 2
+#: Widest napari's own left docks (layer controls, layer list) and the overview are
+#: made (px), so that the canvas keeps most of the window's width.
+LEFT_DOCKS_WIDTH = 260
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(_one_line(exc))
     dock_analysis_widget(viewer)
     dock_plugin_widget(viewer, "Slide overview")
+    arrange_window(viewer)
     show_scale_bar(viewer)
     fit_view(viewer)
     napari.run()
@@ -122,6 +126,58 @@ def dock_plugin_widget(viewer: Any, name: str) -> Any:
         return None
     _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", name)
     return widget
+
+
+def arrange_window(viewer: Any, screen: Any = None) -> None:
+    """Size the window to the screen and give the image most of it.
+
+    The window takes the screen's available area (`screen`, a ``QRect``; default the
+    window's screen). The docks take two narrow columns: on the left napari's layer
+    list with the "Slide overview" under it, :data:`LEFT_DOCKS_WIDTH` wide; on the
+    right "Slide analysis" (at most
+    :data:`~napari_slidescope._napari.widget.MAX_WIDTH` wide, scrolling when the screen
+    is too short for it), with napari's layer controls as a tab behind it (one click
+    away; they would otherwise take a third column). Docks the user moves later stay
+    where they are put.
+    """
+    from qtpy.QtCore import Qt
+    from qtpy.QtWidgets import QApplication
+
+    from napari_slidescope._napari.widget import MAX_WIDTH
+
+    window = viewer.window
+    qwin = window._qt_window
+    if screen is None:
+        where = qwin.screen() or QApplication.primaryScreen()
+        if where is None:
+            return
+        screen = where.availableGeometry()
+    frame = qwin.frameGeometry().size() - qwin.geometry().size()  # a window manager's
+    qwin.resize(screen.width() - frame.width(), screen.height() - frame.height())
+    qwin.move(screen.topLeft())
+    qt_viewer = window._qt_viewer
+    ours = {d.name.split(" (")[0]: d for d in window._wrapped_dock_widgets.values()}
+    left = [qt_viewer.dockLayerList]
+    overview = ours.get("Slide overview")
+    if overview is not None:
+        qwin.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, overview)
+        qwin.splitDockWidget(qt_viewer.dockLayerList, overview, Qt.Orientation.Vertical)
+        left.append(overview)
+    analysis = ours.get("Slide analysis")
+    if analysis is not None:
+        controls = qt_viewer.dockLayerControls
+        qwin.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, controls)
+        qwin.tabifyDockWidget(controls, analysis)  # the analysis is the tab shown
+        qwin.resizeDocks([analysis], [MAX_WIDTH], Qt.Orientation.Horizontal)
+    qwin.resizeDocks(left, [LEFT_DOCKS_WIDTH] * len(left), Qt.Orientation.Horizontal)
+    if overview is not None:  # the layer list keeps the larger share of the height
+        half = screen.height() // 2
+        qwin.resizeDocks(left, [half, half // 2], Qt.Orientation.Vertical)
+    if analysis is not None:
+        app = QApplication.instance()
+        if app is not None:
+            app.processEvents()  # the tab bar exists once the layout is done
+        analysis.raise_()  # its tab is the one shown
 
 
 def show_scale_bar(viewer: Any) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import time
 import warnings
 import weakref
@@ -41,7 +42,14 @@ from magicgui.widgets import (
     Widget,
 )
 from qtpy.QtCore import QEvent, QObject, QSettings, Qt
-from qtpy.QtWidgets import QComboBox, QLabel, QSizePolicy
+from qtpy.QtWidgets import (
+    QBoxLayout,
+    QComboBox,
+    QFrame,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+)
 
 from napari_slidescope._napari import jobs, session
 from napari_slidescope._napari.layers import canvas_of
@@ -55,6 +63,7 @@ __all__ = [
     "RUN_KEY",
     "SlideAnalysisWidget",
     "WidgetSettings",
+    "default_export_folder",
     "default_settings",
     "settings_store",
 ]
@@ -67,6 +76,8 @@ RUN_KEY = "Control-Shift-R"
 CANCEL_KEY = "Control-Shift-X"
 #: Preview size (px) of the label image and of the macro image.
 _LABEL_PX, _MACRO_PX = 150, 230
+#: Tallest a preview is shown (px): the row of previews is as tall as the taller one.
+_PREVIEW_MAX_H = 120
 _SETTINGS_GROUP = "slide_analysis"
 #: Least interval (s) between two progress updates of the widget within one stage.
 _PROGRESS_S = 0.2
@@ -197,7 +208,9 @@ class SlideAnalysisWidget(Container):
     def __init__(self, napari_viewer: Any) -> None:
         from napari_slidescope.segmenters import available_segmenters
 
-        super().__init__(name="slide_analysis", labels=True)
+        # scrollable: when the dock is shorter than the form (a small screen, other docks
+        # beside it), a scroll bar appears instead of squeezing (clipping) the controls
+        super().__init__(name="slide_analysis", labels=True, scrollable=True)
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
         self.controller = session.controller_for(self._viewer)
         self._loading = False  # True while settings are applied (nothing is saved)
@@ -216,6 +229,11 @@ class SlideAnalysisWidget(Container):
         self.info = Label(label="", value="")
         self.label_image = Image(label="Label")
         self.macro_image = Image(label="Macro")
+        for img in (self.label_image, self.macro_image):
+            # magicgui's Image ignores its size hint (0 px tall under a dock's stretch):
+            # a fixed height, set when an image is shown, makes the row as tall as it
+            img.native.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+            img.native.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.thumbnails = Container(
             widgets=[self.label_image, self.macro_image],
             layout="horizontal",
@@ -307,6 +325,9 @@ class SlideAnalysisWidget(Container):
         self.export_dir = FileEdit(
             label="Export to", mode=FileDialogMode.EXISTING_DIRECTORY, value=Path.cwd()
         )
+        # said when the slide's own folder is read-only and exports go elsewhere
+        self.export_note = Label(label="", value="", visible=False)
+        _wrap(self.export_note)
         self.export_tissue = PushButton(text="Tissue GeoJSON")
         self.export_nuclei = PushButton(text="Nuclei GeoJSON")
         self.export_csv = PushButton(text="Nuclei CSV")
@@ -332,6 +353,7 @@ class SlideAnalysisWidget(Container):
                 self.status,
                 self.summary,
                 self.export_dir,
+                self.export_note,
                 Container(
                     widgets=[self.export_tissue, self.export_nuclei, self.export_csv],
                     layout="horizontal",
@@ -344,7 +366,8 @@ class SlideAnalysisWidget(Container):
                 ),
             ]
         )
-        self.native.setMaximumWidth(MAX_WIDTH)
+        self.margins = (4, 4, 4, 4)
+        self._fit_scroll_area()
 
         self.show_advanced.changed.connect(self._on_task)
         self.task.changed.connect(self._on_task)
@@ -374,6 +397,35 @@ class SlideAnalysisWidget(Container):
         self._on_layers_changed()
         self._on_image(self.image.value)
         self._on_task()
+
+    def _fit_scroll_area(self) -> None:
+        """Bound the width, keep the controls at the top, and never clip them sideways."""
+        scroll = self.native
+        inner = scroll.widget() if isinstance(scroll, QScrollArea) else None
+        bar_widget = scroll.verticalScrollBar() if isinstance(scroll, QScrollArea) else None
+        if inner is None or bar_widget is None:
+            self.native.setMaximumWidth(MAX_WIDTH)
+            return
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        layout = inner.layout()
+        if isinstance(layout, QBoxLayout):
+            layout.addStretch(1)  # spare height goes below the controls
+        # wide enough for the form and a vertical scroll bar beside it
+        bar = bar_widget.sizeHint().width()
+        need = inner.minimumSizeHint().width() + bar
+        widest = max(MAX_WIDTH, need)  # a large font may need more: never clip
+        scroll.setMinimumWidth(need)
+        scroll.setMaximumWidth(widest)
+        inner.setMaximumWidth(widest - bar)
+
+    @property
+    def native(self) -> Any:
+        """The dock's Qt widget: a scroll area around the form.
+
+        napari docks ``native``; magicgui's ``native`` of a scrollable container is the
+        form inside the scroll area, which would leave the scroll area out.
+        """
+        return self.root_native_widget
 
     # -- settings ---------------------------------------------------------------------------
 
@@ -513,8 +565,11 @@ class SlideAnalysisWidget(Container):
         self.channel.reset_choices()
         self.channel.value = "auto"
         self._on_segmenter(self.segmenter.value)
-        folder = Path(src.path).parent if src.path else Path.cwd()
-        self.export_dir.value = folder if os.access(folder, os.W_OK) else Path.cwd()
+        folder, note = default_export_folder(src.path)
+        self.export_dir.value = folder
+        self.export_dir.tooltip = note or f"Exports are written to this folder ({folder})"
+        self.export_note.value = note
+        self.export_note.visible = bool(note)
         if src.path and {"label", "macro"} & set(src.info.get("associated", [])):
             from napari.qt.threading import create_worker
 
@@ -532,7 +587,9 @@ class SlideAnalysisWidget(Container):
             ("macro", self.macro_image, _MACRO_PX),
         ):
             if key in images:
-                widget.value = _preview(images[key], px)
+                preview = _preview(images[key], px)
+                widget.value = preview
+                widget.native.setFixedHeight(min(preview.shape[0], _PREVIEW_MAX_H))
                 widget.visible = self.thumbnails.visible = True
 
     def open_associated(self, key: str) -> Any:
@@ -734,6 +791,25 @@ class SlideAnalysisWidget(Container):
             result.to_geojson(target)
         show_info(f"Slide analysis: wrote {target}")
         return target
+
+
+def default_export_folder(slide_path: str | None) -> tuple[Path, str]:
+    """Return the folder exports go to by default, and a note when it is not the slide's.
+
+    The slide's own folder when a file can be written there (see
+    :func:`napari_slidescope._io.is_writable_folder`); else the first writable one of
+    the current folder, the home folder and the temporary folder, with a note saying
+    so (``""`` when the slide's folder is used).
+    """
+    from napari_slidescope._io import is_writable_folder
+
+    own = Path(slide_path).parent if slide_path else Path.cwd()
+    if is_writable_folder(own):
+        return own, ""
+    for other in (Path.cwd(), Path.home(), Path(tempfile.gettempdir())):
+        if is_writable_folder(other):
+            return other, f"{own} is read-only: exports go to {other}"
+    return own, f"{own} is read-only: choose a folder to export to"
 
 
 def _models_text(kind: str | None, name: str) -> str:

@@ -1,5 +1,5 @@
-"""The readers the reader benchmarks compare: ours, OpenSlide, tiffslide, napari-tiff, plain
-zarr, and the single-core decode floor, behind one small interface."""
+"""The readers the reader benchmarks compare: ours, OpenSlide, tiffslide, fastslide,
+napari-tiff, plain zarr, and the single-core decode floor, behind one small interface."""
 
 from __future__ import annotations
 
@@ -42,15 +42,50 @@ class Ours(Reader):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.slide = open_slide(path)
+        # a multichannel slide's levels are (C, Y, X): read every channel of the box
+        self.cyx = tuple(self.slide.levels[0].shape[1:]) == tuple(self.slide.level_shapes[0])
 
     def levels(self) -> list[tuple[int, int]]:
         return self.slide.level_shapes
 
     def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
-        return np.asarray(self.slide.levels[level][y : y + h, x : x + w])
+        lv = self.slide.levels[level]
+        return np.asarray(lv[:, y : y + h, x : x + w] if self.cyx else lv[y : y + h, x : x + w])
 
     def close(self) -> None:
         self.slide.close()
+
+
+class OursLayer(Ours):
+    """Ours through the napari layer path: the npe2 reader's layer data, sliced and read
+    inside napari's own dask context (``configure_dask``), as napari's slice request does."""
+
+    name = "ours-layer"
+
+    def __init__(self, path: Path) -> None:
+        Reader.__init__(self, path)
+        from napari.utils._dask_utils import configure_dask
+
+        from napari_slidescope._napari.reader import read_slide
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            data = read_slide(str(path))[0][0]
+        self.data = data if isinstance(data, list) else [data]
+        self.indexer = configure_dask(self.data)
+        # a multichannel slide is one (C, Y, X) array split by napari's channel_axis
+        self.cyx = self.data[0].ndim == 3 and self.data[0].shape[-1] not in (3, 4)
+
+    def levels(self) -> list[tuple[int, int]]:
+        return [tuple(int(n) for n in d.shape[int(self.cyx) :][:2]) for d in self.data]  # type: ignore[misc]
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        lv = self.data[level]
+        with self.indexer():
+            return np.asarray(lv[:, y : y + h, x : x + w] if self.cyx else lv[y : y + h, x : x + w])
+
+    def close(self) -> None:
+        self.data = []
 
 
 class OpenSlideReader(Reader):
@@ -95,6 +130,28 @@ class TiffSlideReader(Reader):
 
     def close(self) -> None:
         self.ts.close()
+
+
+class FastSlideReader(Reader):
+    """fastslide (C++ reader with its own tile cache); ``read_region`` takes level-native
+    (x, y) and (width, height) and returns an image whose ``numpy()`` is an RGB array."""
+
+    name = "fastslide"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        import fastslide
+
+        self.fs = fastslide.FastSlide.from_file_path(str(path))
+
+    def levels(self) -> list[tuple[int, int]]:
+        return [(int(h), int(w)) for w, h in self.fs.level_dimensions]
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        return np.asarray(self.fs.read_region((x, y), level, (w, h)).numpy())
+
+    def close(self) -> None:
+        self.fs.close()
 
 
 class NapariTiffReader(Reader):
@@ -190,8 +247,10 @@ class Floor(Reader):
 
 READERS: dict[str, Callable[[Path], Reader]] = {
     "ours": Ours,
+    "ours-layer": OursLayer,
     "openslide": OpenSlideReader,
     "tiffslide": TiffSlideReader,
+    "fastslide": FastSlideReader,
     "napari-tiff": NapariTiffReader,
     "zarr": ZarrReader,
     "floor": Floor,

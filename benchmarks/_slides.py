@@ -99,6 +99,12 @@ def svs_40k() -> Path:
     return _generate(path, "make_svs.py", ["--width", "40000", "--height", "40000", "--seed", "0"])
 
 
+def svs_24k() -> Path:
+    """The 24000 x 30000 (rows x cols) SVS-like slide the fastslide comparison was reported on."""
+    path = cache_dir() / "svs_24k.svs"
+    return _generate(path, "make_svs.py", ["--width", "30000", "--height", "24000", "--seed", "0"])
+
+
 def ndpi_30k() -> Path:
     """The 30720 x 23040 NDPI-like slide with 3840-px restart bands (written on first use)."""
     path = cache_dir() / "ndpi_30k.ndpi"

@@ -1,4 +1,5 @@
-"""Viewport read speed of napari-slidescope against OpenSlide, tiffslide, napari-tiff and zarr.
+"""Viewport read speed of napari-slidescope against fastslide, OpenSlide, tiffslide, napari-tiff
+and zarr.
 
 Everything is measured in one run, readers interleaved region by region (the order rotates),
 on big synthetic slides held in the page cache:
@@ -9,11 +10,13 @@ on big synthetic slides held in the page cache:
 * **zoom**: a zoom-out through the levels at one centre, a viewport per level;
 * **open**: opening the slide (the constructor, nothing read).
 
-Readers: **ours** through the layer's dask arrays exactly as napari reads them
-(``np.asarray(level[y0:y1, x0:x1])``); **openslide** ``read_region`` (its default tile
-cache, RGBA array); **tiffslide** ``read_region(..., as_array=True)``; **napari-tiff**'s
-reader output (dask arrays, ``np.asarray`` of a slice, no napari dask cache); **zarr**
-(plain zarr on the tifffile store, ``z[y0:y1, x0:x1]``); and the **floor**: one thread
+Readers: **ours** through the slide's dask levels (``np.asarray(level[y0:y1, x0:x1])``);
+**ours-layer**, the napari layer path: the npe2 reader's layer data sliced inside napari's own
+dask context (``configure_dask``), as napari's slice request reads it; **fastslide**
+``read_region`` (C++, its own tile cache; level-native (x, y)); **openslide** ``read_region``
+(its default tile cache, RGBA array); **tiffslide** ``read_region(..., as_array=True)``;
+**napari-tiff**'s reader output (dask arrays, ``np.asarray`` of a slice, no napari dask cache);
+**zarr** (plain zarr on the tifffile store, ``z[y0:y1, x0:x1]``); and the **floor**: one thread
 decoding exactly the native chunks the viewport touches with ``TiffPage.decode`` on raw
 segments read beforehand (untimed), i.e. the decode work with no overhead around it.
 
@@ -24,7 +27,12 @@ against the decoded-tile cache bound.
 Usage::
 
     python benchmarks/reader_speed.py [--regions 60] [--passes 3] [--size 1024]
-        [--slides svs,ndpi] [--no-write] [--results benchmarks/RESULTS.md]
+        [--slides svs,ndpi,svs24,qptiff] [--busy 1] [--no-write] [--results benchmarks/RESULTS.md]
+
+``--busy N`` runs N processes that each keep one core busy (a pure-Python loop, at the
+same priority) for the whole run: "loaded" figures. ``svs24`` is the 24000 x 30000 SVS the
+fastslide comparison was first reported on; ``qptiff`` is the shared ``small_vectra.qptiff``
+(``$SLIDESCOPE_TESTDATA``), the one QPTIFF at hand.
 
 The slides are written once into ``~/.cache/napari-slidescope/bench`` (see ``_slides.py``).
 Results go to the "Reader speed" section of ``benchmarks/RESULTS.md``.
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,7 +73,7 @@ from reader_memory import CASES as RSS_CASES  # noqa: E402
 from reader_memory import bench_rss  # noqa: E402
 
 MARK_START, MARK_END = "<!-- reader-speed -->", "<!-- /reader-speed -->"
-PEERS = ("openslide", "tiffslide", "napari-tiff", "zarr")
+PEERS = ("fastslide", "openslide", "tiffslide", "napari-tiff", "zarr")
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -119,6 +128,8 @@ def bench_pan(
     s = args.size
     names = [n for n in readers if n != "floor"]
     times: dict[str, list[list[float]]] = {n: [] for n in names}
+    if h - s - 8 * (s // 4) <= 0 or w - s - 8 * (s // 4) <= 0:
+        return {}  # too small a slide for a pan sequence of this viewport size
     for p in range(args.passes):
         rng = np.random.default_rng(2000 + p)
         y0 = int(rng.integers(0, h - s - 8 * (s // 4)))
@@ -171,6 +182,9 @@ def report(results: dict, args: argparse.Namespace, command: str, load: tuple, w
         "by region, so the ratios are the figures to read).  ",
         f"Versions: {versions()}.",
         "",
+        f"Busy cores: {args.busy} (`--busy`: processes each spinning a pure-Python loop at "
+        "normal priority for the whole run).  ",
+        "",
         f"Viewports are {args.size} x {args.size} px (RGB), files in the page cache. Times are "
         f"milliseconds, the median of {args.passes} pass medians (lowest-highest pass median in "
         "brackets); `x ours` is the reader's median over ours (above 1: ours is faster). "
@@ -187,10 +201,13 @@ def report(results: dict, args: argparse.Namespace, command: str, load: tuple, w
             "svs": "SVS-like 40000 x 40000, 256 x 256 JPEG tiles (`svs_40k.svs`)",
             "ndpi": "NDPI-like 30720 x 23040, one JPEG per level, restart bands 8 x 3840 px "
             "(`ndpi_30k.ndpi`)",
+            "svs24": "SVS-like 24000 x 30000, 256 x 256 JPEG tiles (`svs_24k.svs`)",
+            "qptiff": "QPTIFF `small_vectra.qptiff` (shared test data), 3 x 1440 x 1920, one level",
         }[key]
         out += [f"### {title}", ""]
         rnd, pan, zoom, opn = res["random"], res["pan"], res["zoom"], res["open"]
-        ours_r, ours_p = rnd["ours"]["median"], pan["ours"]["median"]
+        ours_r = rnd["ours"]["median"]
+        ours_p = pan["ours"]["median"] if pan else float("nan")
         rows = []
         for n in READERS:
             if n not in rnd:
@@ -347,6 +364,17 @@ def target_lines(key: str, rnd: dict, pan: dict) -> list[str]:
 
     if fastest:
         line(f"random viewport, ours / fastest peer ({fastest})", ours / peers[fastest], 1.0)
+    if "fastslide" in rnd:
+        line("random viewport, ours / fastslide", ours / rnd["fastslide"]["median"], 1.0)
+        if "ours-layer" in rnd:
+            line(
+                "random viewport, ours-layer (napari path) / fastslide",
+                rnd["ours-layer"]["median"] / rnd["fastslide"]["median"],
+                1.0,
+            )
+        if "fastslide" in pan:
+            ratio = pan["ours"]["median"] / pan["fastslide"]["median"]
+            line("pan step, ours / fastslide", ratio, 1.0)
     if key == "svs" and "floor" in rnd:
         line("random viewport, ours / single-core decode floor", ours / rnd["floor"]["median"], 1.5)
     if "openslide" in rnd and key == "ndpi":
@@ -367,6 +395,8 @@ def run_slide(key: str, path: Path, args: argparse.Namespace) -> dict:
     log(f"== {key}: {path}")
     warm_page_cache(path)
     names = [n for n in READERS if n in args.readers]
+    if key == "qptiff":  # the others cannot open it or read (C, Y, X) levels as (Y, X, S)
+        names = [n for n in names if n in ("ours", "ours-layer", "fastslide")]
     readers = {n: READERS[n](path) for n in names}
     shape0 = readers["ours"].levels()[0]
     warm_up(readers, shape0, args.size)
@@ -391,6 +421,14 @@ def run_slide(key: str, path: Path, args: argparse.Namespace) -> dict:
     return res
 
 
+def _shared_qptiff() -> Path:
+    root = os.environ.get("SLIDESCOPE_TESTDATA")
+    path = Path(root or "") / "small_vectra.qptiff"
+    if not root or not path.is_file():
+        raise SystemExit("qptiff: set SLIDESCOPE_TESTDATA to the shared testdata folder")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -401,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slides", default="svs,ndpi", help="comma list of svs, ndpi")
     ap.add_argument("--readers", default=",".join(READERS), help="comma list of readers")
     ap.add_argument("--skip", default="", help="comma list of: many, rss")
+    ap.add_argument(
+        "--busy", type=int, default=0, help="processes keeping a core busy during the run"
+    )
     ap.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args(argv)
@@ -410,10 +451,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     t_start = time.perf_counter()
     load0 = os.getloadavg()[0]
-    slides = {"svs": _slides.svs_40k, "ndpi": _slides.ndpi_30k}
+    slides = {
+        "svs": _slides.svs_40k,
+        "ndpi": _slides.ndpi_30k,
+        "svs24": _slides.svs_24k,
+        "qptiff": _shared_qptiff,
+    }
     results: dict[str, Any] = {}
-    for key in [k for k in args.slides.split(",") if k]:
-        results[key] = run_slide(key, slides[key](), args)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        for key in [k for k in args.slides.split(",") if k]:
+            results[key] = run_slide(key, slides[key](), args)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
     skip = set(args.skip.split(","))
     if "many" not in skip:
         results["many"] = bench_many_chunks(args)

@@ -133,30 +133,14 @@ class Outcome:
 
 
 def tissue_area_um2(tissue: Any, areas: list[Any]) -> float | None:
-    """Tissue area (µm²) inside the union of level-0 `areas` (mask pixel centres).
+    """Tissue area (µm²) inside the union of level-0 `areas` (boxes and polygon rings).
 
-    An area is a box ``(y0, x0, y1, x1)`` or a polygon's ``(row, col)`` ring.
+    The one definition every entry point uses:
+    :func:`napari_slidescope.pipeline.summary.tissue_area_um2`.
     """
-    from napari_slidescope.pipeline.regions import inside_region
+    from napari_slidescope.pipeline.summary import tissue_area_um2 as area_in
 
-    if tissue is None or tissue.mpp is None or not areas:
-        return None
-    mask = np.asarray(tissue.mask, bool)
-    inside = np.zeros(mask.shape, bool)
-    (oy, ox), (dy, dx) = tissue.origin, tissue.downsample
-    cy = oy + (np.arange(mask.shape[0]) + 0.5) * dy
-    cx = ox + (np.arange(mask.shape[1]) + 0.5) * dx
-    for area in areas:
-        ring = np.asarray(area, float)
-        lo, hi = (ring.min(axis=0), ring.max(axis=0)) if ring.ndim == 2 else (ring[:2], ring[2:])
-        rows = np.flatnonzero((cy >= lo[0]) & (cy < hi[0]))
-        cols = np.flatnonzero((cx >= lo[1]) & (cx < hi[1]))
-        if rows.size == 0 or cols.size == 0:
-            continue
-        rr, cc = np.meshgrid(rows, cols, indexing="ij")
-        hit = inside_region(cy[rr].ravel(), cx[cc].ravel(), area).reshape(rr.shape)
-        inside[rr, cc] |= hit
-    return float((mask & inside).sum()) * float(tissue.mpp) ** 2
+    return area_in(tissue, areas) if areas else None
 
 
 def _core_area(run: Any, core: Box) -> Any:
@@ -364,17 +348,19 @@ class SlideAnalysis:
         canvas = _layers.canvas_of(layer) if layer is not None else None
         if canvas is None:
             return None
+        from napari_slidescope.pipeline.summary import nuclei_figures
+
         table = canvas.table()
         count = int(table["id"].size)
         area = tissue_area_um2(self._tissue.get(image), canvas.regions)
-        mean = float(np.mean(table["area_um2"])) if count else None
-        density = count / (area / 1e6) if area else None
+        # the one definition of the figures, as the batch's summary.csv has them
+        fig = nuclei_figures(count, area, float(np.nansum(table["area_um2"])))
         partial = self._partial.get(image)
         return Summary(
-            count,
-            None if area is None else area / 1e6,
-            density,
-            mean,
+            fig.count,
+            fig.tissue_mm2,
+            fig.density_per_mm2,
+            fig.mean_area_um2,
             partial=partial is not None,
             tiles_done=None if partial is None else partial[0],
             tiles_total=None if partial is None else partial[1],

@@ -673,10 +673,14 @@ class _Batch:
             "seconds": seconds,
             "path": str(s.path),
         }
-        if summary is not None:
-            row["nuclei"] = summary.nuclei
-            row["nuclei_per_mm2"] = summary.nuclei / area if area else None
-            row["mean_nucleus_area_um2"] = summary.mean_area_um2
+        if summary is not None:  # the one definition of the figures (pipeline.summary)
+            from napari_slidescope.pipeline.summary import nuclei_figures
+
+            tissue = None if info is None else info.tissue_area_um2
+            fig = nuclei_figures(summary.nuclei, tissue, summary.area_um2_sum)
+            row["nuclei"] = fig.count
+            row["nuclei_per_mm2"] = fig.density_per_mm2
+            row["mean_nucleus_area_um2"] = fig.mean_area_um2
         return row
 
     def _write_summary(self) -> None:

@@ -13,6 +13,7 @@ Examples
 """
 
 from napari_slidescope.segmenters.base import (
+    IDENTITY_KEYS,
     INPUTS,
     Input,
     Segmenter,
@@ -21,6 +22,7 @@ from napari_slidescope.segmenters.base import (
     SegmenterMismatchWarning,
     SegmenterUnavailableError,
     as_segmenter,
+    identity_of,
 )
 from napari_slidescope.segmenters.registry import (
     AUTO,
@@ -28,7 +30,9 @@ from napari_slidescope.segmenters.registry import (
     get_segmenter,
     missing_reason,
     register_segmenter,
+    registered_segmenters,
     resolve_auto,
+    segmenter_identity,
     segmenter_input,
     segmenter_target_mpp,
 )
@@ -41,6 +45,7 @@ from napari_slidescope.segmenters.stain import ImageKind, column_name, image_kin
 
 __all__ = [
     "AUTO",
+    "IDENTITY_KEYS",
     "INPUTS",
     "ImageKind",
     "Input",
@@ -54,10 +59,13 @@ __all__ = [
     "available_segmenters",
     "column_name",
     "get_segmenter",
+    "identity_of",
     "image_kind",
     "missing_reason",
     "register_segmenter",
+    "registered_segmenters",
     "resolve_auto",
+    "segmenter_identity",
     "segmenter_input",
     "segmenter_mpp",
     "segmenter_target_mpp",

@@ -19,23 +19,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from napari_slidescope.segmenters.base import (
+    IDENTITY_KEYS,
     INPUTS,
     Input,
     Segmenter,
     SegmenterInfoWarning,
     SegmenterUnavailableError,
     as_segmenter,
+    identity_of,
 )
 
 __all__ = [
     "AUTO",
     "SegmenterEntry",
     "auto_choices",
+    "auto_note",
     "available_segmenters",
     "get_segmenter",
     "missing_reason",
     "register_segmenter",
+    "registered_segmenters",
     "resolve_auto",
+    "segmenter_identity",
     "segmenter_input",
     "segmenter_target_mpp",
 ]
@@ -163,6 +168,53 @@ def available_segmenters(input: Input | None = None) -> list[str]:
     ]
 
 
+def registered_segmenters() -> list[str]:
+    """Every registered name, installed or not, in the order registered (without "auto")."""
+    return list(_REGISTRY)
+
+
+def segmenter_identity(segmenter: Any) -> dict[str, Any]:
+    """What model a segmenter runs, as installed here: :data:`~.base.IDENTITY_KEYS`.
+
+    Two runs whose identities differ were computed by different models; results,
+    manifests and parameter hashes record it, so that nothing computed by one model is
+    kept or mixed with results of another.
+
+    Parameters
+    ----------
+    segmenter : str or Segmenter
+        A registered name (read from the installed model files, without creating the
+        segmenter; ``"auto"`` must be resolved first with :func:`resolve_auto`) or a
+        segmenter object (:func:`~.base.identity_of`).
+
+    Returns
+    -------
+    dict
+        ``segmenter`` (the name), ``model``, ``model_version`` and ``weights_sha256``
+        (None for the built-in methods, and for a model not installed).
+
+    Raises
+    ------
+    KeyError
+        If no segmenter has this name.
+    ValueError
+        For ``"auto"``.
+    """
+    if not isinstance(segmenter, str):
+        return identity_of(as_segmenter(segmenter))
+    if segmenter == AUTO:
+        raise ValueError('segmenter_identity: resolve "auto" first (resolve_auto)')
+    entry = _entry(segmenter)
+    out: dict[str, Any] = dict.fromkeys(IDENTITY_KEYS)
+    if entry.factory is None:
+        module = importlib.import_module(entry.module)
+        describe = getattr(module, "identity", None)
+        if describe is not None:
+            out.update({k: v for k, v in describe(**entry.options).items() if k in out})
+    out["segmenter"] = segmenter
+    return out
+
+
 def segmenter_target_mpp(name: str) -> float:
     """Default working resolution (µm/px) of a registered segmenter.
 
@@ -210,17 +262,28 @@ def resolve_auto(input: Input, *, warn: bool = True) -> str:
         A registered name.
     """
     learned, builtin = auto_choices(input)
-    reason = missing_reason(learned)
-    if reason is None:
+    note = auto_note(input)
+    if note is None:
         return learned
     if warn:
-        warnings.warn(
-            f'segmenter="auto": ran the built-in {input} method ({builtin!r}); the more '
-            f"accurate {learned!r} is not installed: {reason}",
-            SegmenterInfoWarning,
-            stacklevel=3,
-        )
+        warnings.warn(note, SegmenterInfoWarning, stacklevel=3)
     return builtin
+
+
+def auto_note(input: Input) -> str | None:
+    """What :func:`resolve_auto` warns for `input` (None when the learned model is installed).
+
+    The batch engine resolves ``"auto"`` on its workers without a warning and says this
+    once per run instead.
+    """
+    learned, builtin = auto_choices(input)
+    reason = missing_reason(learned)
+    if reason is None:
+        return None
+    return (
+        f'segmenter="auto": ran the built-in {input} method ({builtin!r}); the more '
+        f"accurate {learned!r} is not installed: {reason}"
+    )
 
 
 def get_segmenter(name: str, **kwargs: Any) -> Segmenter:

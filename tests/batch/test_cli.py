@@ -65,7 +65,15 @@ def test_help_documents_every_option_with_default():
         assert option in text
     assert "--nuclei-mpp UM" in text and "µm per pixel" in text
     assert "--tile-size-um UM" in text and "(default: 512)" in text
-    assert "installed, else the built-in method), builtin" in text and "(default: auto)" in text
+    assert "installed, else the built-in method), builtin" in text and "(default: auto;" in text
+    # every registered segmenter, from the registry (the -fluorescence ones too)
+    from napari_slidescope.segmenters import registered_segmenters
+
+    listed = text.split("nuclei segmenter: auto", 1)[1].split("(default: auto;", 1)[0]
+    for name in registered_segmenters():
+        assert f" {name}," in listed or f" {name} " in listed, name
+    assert "builtin-fluorescence" in listed and "instanseg-fluorescence" in listed
+    assert "--dashboard" in text and "--verbose" in text
 
 
 def test_damaged_slide_fails_alone_exit_1(client, slides, tmp_path):

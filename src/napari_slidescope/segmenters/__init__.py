@@ -26,6 +26,7 @@ from napari_slidescope.segmenters.base import (
 )
 from napari_slidescope.segmenters.registry import (
     AUTO,
+    auto_note,
     available_segmenters,
     get_segmenter,
     missing_reason,
@@ -56,6 +57,7 @@ __all__ = [
     "SegmenterUnavailableError",
     "UncalibratedWarning",
     "as_segmenter",
+    "auto_note",
     "available_segmenters",
     "column_name",
     "get_segmenter",

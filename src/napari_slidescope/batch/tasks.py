@@ -57,7 +57,7 @@ WORKER_CACHE_BYTES = 64 * 2**20
 
 _lock = threading.Lock()
 _slides: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
-_prepared: OrderedDict[tuple[str, int, int, str], Any] = OrderedDict()
+_prepared: OrderedDict[tuple[str, int, int, str], Any] = OrderedDict()  # + model identity
 _cache_bounded = False
 
 
@@ -308,8 +308,12 @@ def _make_segmenter(params: BatchParams) -> Any:
 def _prepare(path: str, stamp: tuple[int, int], params: BatchParams, grid: TissueGrid) -> Any:
     """Return the prepared nuclei run of a slide, made once per worker process."""
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
+    from napari_slidescope.segmenters import AUTO, segmenter_identity
 
-    key = (path, int(stamp[0]), int(stamp[1]), params.digest())
+    # the model as installed now is part of the key: a worker that outlives a batch never
+    # runs a model it loaded before the model changed
+    model = "" if params.segmenter == AUTO else repr(segmenter_identity(params.segmenter))
+    key = (path, int(stamp[0]), int(stamp[1]), params.digest() + model)
     with _lock:
         run = _prepared.get(key)
         if run is not None:

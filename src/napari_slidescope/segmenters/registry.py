@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +64,7 @@ class SegmenterEntry:
         Default working resolution (µm/px), known without creating the segmenter.
     options : dict
         Fixed keyword arguments of the module's ``create`` / ``missing_reason``.
-    factory, check : callable, optional
+    factory, check, identity : callable, optional
         For segmenters registered at run time with :func:`register_segmenter`.
     """
 
@@ -73,6 +74,7 @@ class SegmenterEntry:
     options: dict[str, Any] = field(default_factory=dict)
     factory: Callable[..., Any] | None = None
     check: Callable[[], str | None] | None = None
+    identity: Callable[[], dict[str, Any]] | None = None
 
 
 _PKG = "napari_slidescope.segmenters."
@@ -104,6 +106,7 @@ def register_segmenter(
     check: Callable[[], str | None] | None = None,
     target_mpp: float = 0.5,
     input: Input = "brightfield",
+    identity: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     """Register a segmenter factory under a name at run time (plugins, tests).
 
@@ -120,10 +123,15 @@ def register_segmenter(
         Default working resolution in µm/px.
     input : {"brightfield", "fluorescence"}
         What it reads.
+    identity : callable, optional
+        Returns the ``model``, ``model_version`` and ``weights_sha256`` of what `factory`
+        would load (see :func:`segmenter_identity`), as the objects it makes say through
+        their ``identity()`` method. Without it only the name identifies the segmenter;
+        a batch ``resume`` then redoes slides whose recorded model says more.
     """
     if input not in INPUTS:
         raise ValueError(f"input must be one of {INPUTS}; got {input!r}")
-    _REGISTRY[name] = SegmenterEntry("", input, float(target_mpp), {}, factory, check)
+    _REGISTRY[name] = SegmenterEntry("", input, float(target_mpp), {}, factory, check, identity)
 
 
 def _entry(name: str) -> SegmenterEntry:
@@ -206,11 +214,13 @@ def segmenter_identity(segmenter: Any) -> dict[str, Any]:
         raise ValueError('segmenter_identity: resolve "auto" first (resolve_auto)')
     entry = _entry(segmenter)
     out: dict[str, Any] = dict.fromkeys(IDENTITY_KEYS)
+    describe: Any = entry.identity
     if entry.factory is None:
         module = importlib.import_module(entry.module)
         describe = getattr(module, "identity", None)
-        if describe is not None:
-            out.update({k: v for k, v in describe(**entry.options).items() if k in out})
+        describe = None if describe is None else partial(describe, **entry.options)
+    if describe is not None:
+        out.update({k: v for k, v in describe().items() if k in out})
     out["segmenter"] = segmenter
     return out
 

@@ -31,6 +31,7 @@ from napari_slidescope._napari.jobs import (
     Task,
     TileDone,
     TissueDone,
+    nuclei_identity,
     nuclei_mpp,
     run_job,
     slide_layers,
@@ -283,7 +284,9 @@ class SlideAnalysis:
         if task == "nuclei":
             # the one resolution rule, with the slide's own (unrounded) pixel size
             target = nuclei_mpp(source, nuclei_options)
+            identity = nuclei_identity(source, nuclei_options)
             nuclei_options["target_mpp"] = target
+            mode = self._add_mode(image, mode, identity)
             own = source.info.get("mpp") or (target, target)  # uncalibrated: 1:1
             ds = (target / own[0], target / own[1])
             from napari_slidescope.pipeline.regions import check_region, split_region
@@ -294,6 +297,7 @@ class SlideAnalysis:
                 self.viewer, image, box, ds, mode=mode,
                 pyramid=True if region is None else None, polygon=ring,
             )  # fmt: skip
+            run.canvas.identity = identity
             run.region_index = len(run.canvas.regions) - 1
             run.polygon = ring
             spec.grid = (run.canvas.origin, run.canvas.downsample, run.canvas.shape)
@@ -313,6 +317,33 @@ class SlideAnalysis:
         self.started.emit(task)
         self.progress.emit(run.progress)
         return run.worker
+
+    def _add_mode(
+        self, image: Any, mode: Literal["add", "replace"], identity: dict[str, Any]
+    ) -> Literal["add", "replace"]:
+        """``"replace"`` when "add" would mix nuclei of another segmenter, model or setting.
+
+        "Add (skip duplicates)" skips the areas analysed before; nuclei found there with
+        another model (``"auto"`` resolving differently since a model was installed,
+        another working resolution...) would then stay beside the new ones. Such a run
+        replaces the layer instead, and says so.
+        """
+        name = f"{image.name} nuclei"
+        layer = self.viewer.layers[name] if name in self.viewer.layers else None
+        canvas = _layers.canvas_of(layer) if layer is not None else None
+        if mode != "add" or canvas is None or canvas.identity in (None, identity):
+            return mode
+        from napari.utils.notifications import show_info
+
+        old, new = canvas.identity, identity
+        changed = ", ".join(
+            f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in new if old.get(k) != new.get(k)
+        )
+        show_info(
+            f"{name}: the earlier nuclei were found differently ({changed}); "
+            "replaced instead of added to, so that one layer never mixes two methods"
+        )
+        return "replace"
 
     def cancel(self) -> None:
         """Stop the run in flight; every tile finished so far stays painted.

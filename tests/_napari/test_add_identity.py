@@ -1,4 +1,4 @@
-""""Add (skip duplicates)" adds only runs that compute the same thing; others replace."""
+""" "Add (skip duplicates)" adds only runs that compute the same thing; others replace."""
 
 import numpy as np
 import pytest

@@ -268,18 +268,17 @@ def test_terminal_one_line_per_slide_once_per_note_no_port_warning(
     assert res.returncode == 1, res.stderr
     text = res.stdout + res.stderr
     failed = [line for line in text.splitlines() if "notes.svs" in line]
-    assert failed == [f"FAILED notes.svs: SlideError: {folder / 'notes.svs'}: " + failed[0].split(
-        f"{folder / 'notes.svs'}: ", 1
-    )[1]], text
+    assert failed == [
+        f"FAILED notes.svs: SlideError: {folder / 'notes.svs'}: "
+        + failed[0].split(f"{folder / 'notes.svs'}: ", 1)[1]
+    ], text
     assert "Traceback" not in text and "Compute Failed" not in text
     assert "already in use" not in text and "dashboard" not in text.lower()
     assert text.count("SegmenterInfoWarning") == 1, text  # once per run, not per worker
     rows = summary(out)
     assert rows["good.svs"]["status"] == "done" and rows["notes.svs"]["status"] == "failed"
     assert rows["good.svs"]["path"] == str(folder / "good.svs")  # absolute
-    assert "Traceback" in json.loads((out / "notes.svs" / "manifest.json").read_text())[
-        "traceback"
-    ]
+    assert "Traceback" in json.loads((out / "notes.svs" / "manifest.json").read_text())["traceback"]
 
     res = cli(*args, "--no-progress", "--resume", "--verbose", "--dashboard", env=env)
     text = res.stdout + res.stderr

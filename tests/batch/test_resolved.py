@@ -107,7 +107,9 @@ def test_resume_redoes_slides_once_a_learned_model_is_installed(
     assert manifest(out, "a.svs")["resolved"]["weights_sha256"] == "cd" * 32
 
 
-def test_builtin_and_a_learned_model_never_share_a_hash(local_client, slides, tmp_path, monkeypatch):
+def test_builtin_and_a_learned_model_never_share_a_hash(
+    local_client, slides, tmp_path, monkeypatch
+):
     monkeypatch.setitem(registry._REGISTRY, "instanseg", registry._REGISTRY["instanseg"])
     register_segmenter("instanseg", FakeLearned, identity=lambda: dict(FAKE))
     kw = dict(client=local_client, tile_size_um=TILE_UM, tasks=["nuclei"])
@@ -120,9 +122,7 @@ def test_builtin_and_a_learned_model_never_share_a_hash(local_client, slides, tm
 
 def test_summary_path_is_absolute(local_client, slides, tmp_path, monkeypatch):
     monkeypatch.chdir(slides.parent)
-    rows = analyze_slides(
-        f"{slides.name}/b.svs", tmp_path, tasks=["tissue"], client=local_client
-    )
+    rows = analyze_slides(f"{slides.name}/b.svs", tmp_path, tasks=["tissue"], client=local_client)
     assert rows[0]["path"] == str(slides / "b.svs")
     text = (tmp_path / "summary.csv").read_text()
     assert f",{slides / 'b.svs'}\n" in text

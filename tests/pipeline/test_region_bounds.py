@@ -7,7 +7,6 @@ slide raises, naming the box and the slide's size.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from napari_slidescope import detect_tissue, segment_nuclei

@@ -178,7 +178,7 @@ def nuclei_mpp(source: SlideSource, options: dict[str, Any]) -> float:
 
 
 def nuclei_identity(source: SlideSource, options: dict[str, Any]) -> dict[str, Any]:
-    """What a nuclei run with `options` computes with, every default resolved (main thread).
+    """Return what a nuclei run with `options` computes with, defaults resolved (main thread).
 
     The segmenter ``"auto"`` resolves to for the slide's kind and its model (name,
     version, weights' SHA-256: :func:`~napari_slidescope.segmenters.segmenter_identity`),

@@ -73,7 +73,7 @@ def _tasks(text: str) -> tuple[str, ...]:
 
 
 def _segmenter_help() -> str:
-    """The --segmenter help, every registered segmenter named (from the registry)."""
+    """Return the --segmenter help, every registered segmenter named (from the registry)."""
     from napari_slidescope.segmenters import registered_segmenters
 
     names = ", ".join(registered_segmenters())
@@ -340,7 +340,7 @@ def _slide_line(row: dict[str, Any], *, kept: bool = False) -> str:
 
 
 def _traceback(out: str | os.PathLike[str], slide: str) -> str:
-    """The traceback a failed slide's manifest keeps ("" when there is none)."""
+    """Return the traceback a failed slide's manifest keeps ("" when there is none)."""
     try:
         with open(os.path.join(out, slide, "manifest.json"), encoding="utf-8") as fh:
             return str(json.load(fh).get("traceback") or "")

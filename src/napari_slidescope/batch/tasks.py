@@ -128,9 +128,10 @@ def _no_retry(func: _F) -> _F:
         for a in args:  # a failed slide task or model task: pass its failure on
             if isinstance(a, TaskFailed):
                 return a
+        permanent: tuple[type[BaseException], ...] = (*_PERMANENT, SegmenterUnavailableError)
         try:
             return func(*args, **kwargs)
-        except (*_PERMANENT, SegmenterUnavailableError) as exc:
+        except permanent as exc:
             notes = " ".join(getattr(exc, "__notes__", []))
             text = f"{type(exc).__name__}: {exc}" + (f" {notes}" if notes else "")
             return TaskFailed(" ".join(text.split()), "".join(traceback.format_exception(exc)))
@@ -266,7 +267,7 @@ def _resolve(params: BatchParams, slide: Any) -> tuple[BatchParams, str | None]:
 
 
 def _tile_params(params: BatchParams, info: SlideInfo) -> BatchParams:
-    """The parameters the slide task ran with (``"auto"`` as it resolved there)."""
+    """Return the parameters the slide task ran with (``"auto"`` as it resolved there)."""
     name = info.resolved.get("segmenter")
     if params.nuclei and name and params.segmenter != name:
         return dataclasses.replace(params, segmenter=str(name))
@@ -287,7 +288,7 @@ def _check_model(run: Any, info: SlideInfo) -> None:
 
 
 def model_identity(segmenter: str, stain_mode: str) -> dict[str, Any]:
-    """The identity of the segmenter `segmenter` resolves to for `stain_mode`, here.
+    """Return the identity of what `segmenter` resolves to for `stain_mode`, here.
 
     What the engine compares with a finished slide's record on ``resume``.
     """

@@ -242,12 +242,12 @@ class _ChannelView(SegmenterBase):
         return self.inner.postprocess(raw, mpp=mpp)
 
     def identity(self) -> dict[str, Any]:
-        """The wrapped segmenter's identity."""
+        """Return the wrapped segmenter's identity."""
         return identity_of(self.inner)
 
 
 def _resolved(segmenter: Segmenter, kind: ImageKind, plan: TilePlan) -> dict[str, Any]:
-    """What a run computes with, every default (``"auto"`` included) resolved.
+    """Return what a run computes with, every default (``"auto"`` included) resolved.
 
     The segmenter's identity (name, model, model version, SHA-256 of the weights), the
     working resolution, the stain mode (``"brightfield"`` or ``"fluorescence"``) and the

@@ -73,7 +73,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 def identity_of(segmenter: Any) -> dict[str, Any]:
-    """What model a segmenter object runs: :data:`IDENTITY_KEYS` as a dict.
+    """Return what model a segmenter object runs: :data:`IDENTITY_KEYS` as a dict.
 
     ``segmenter`` is its ``name``; ``model``, ``model_version`` and ``weights_sha256``
     come from its ``identity()`` method when it has one (the learned adapters: the
@@ -94,6 +94,7 @@ def identity_of(segmenter: Any) -> dict[str, Any]:
     out: dict[str, Any] = {k: extra.get(k) for k in IDENTITY_KEYS}
     out["segmenter"] = str(extra.get("segmenter") or getattr(segmenter, "name", "segmenter"))
     return out
+
 
 #: What a segmenter reads: RGB brightfield tiles, or one fluorescence channel.
 Input = Literal["brightfield", "fluorescence"]
@@ -265,7 +266,7 @@ class ModelSegmenter(SegmenterBase):
         return {"model": model, "model_version": version, "weights_sha256": sha}
 
     def identity(self) -> dict[str, Any]:
-        """The model this segmenter loaded (:func:`identity_of`)."""
+        """Return the model this segmenter loaded (:func:`identity_of`)."""
         return {"segmenter": self.name, **self.describe(self.model_name)}
 
     @classmethod
@@ -324,7 +325,7 @@ class _Adapted(SegmenterBase):
         self._prepare = declared.get("prepare")
 
     def identity(self) -> dict[str, Any]:
-        """The object's own ``identity()`` when it has one, else its name."""
+        """Return the object's own ``identity()`` when it has one, else its name."""
         own = getattr(self._obj, "identity", None)
         return {"segmenter": self.name, **(dict(own()) if callable(own) else {})}
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from napari_slidescope.segmenters.base import (
@@ -182,7 +182,7 @@ def registered_segmenters() -> list[str]:
 
 
 def segmenter_identity(segmenter: Any) -> dict[str, Any]:
-    """What model a segmenter runs, as installed here: :data:`~.base.IDENTITY_KEYS`.
+    """Return what model a segmenter runs, as installed here: :data:`~.base.IDENTITY_KEYS`.
 
     Two runs whose identities differ were computed by different models; results,
     manifests and parameter hashes record it, so that nothing computed by one model is
@@ -281,7 +281,7 @@ def resolve_auto(input: Input, *, warn: bool = True) -> str:
 
 
 def auto_note(input: Input) -> str | None:
-    """What :func:`resolve_auto` warns for `input` (None when the learned model is installed).
+    """Return what :func:`resolve_auto` warns for `input` (None: the learned model is here).
 
     The batch engine resolves ``"auto"`` on its workers without a warning and says this
     once per run instead.

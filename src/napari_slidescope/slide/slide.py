@@ -104,9 +104,6 @@ class _BaseSlide:
         """Return the level nearest to `target_mpp`: a synonym of :meth:`nearest_level`."""
         return self.nearest_level(target_mpp)
 
-    def _read_level_box(self, box: tuple[int, int, int, int], level: int) -> np.ndarray:
-        raise NotImplementedError  # pragma: no cover
-
     def read_region(
         self,
         region: tuple[int, int, int, int],
@@ -343,9 +340,9 @@ class Slide(_BaseSlide):
         if owner is not None:
             tile_cache().discard(owner)
 
-    def _read_level_box(self, box: tuple[int, int, int, int], level: int) -> np.ndarray:
+    def _read_level_box(self, lbox: tuple[int, int, int, int], level: int) -> np.ndarray:
         """Read a box of `level` pixels through the shared decoded-tile cache."""
-        ly0, lx0, ly1, lx1 = box
+        ly0, lx0, ly1, lx1 = lbox
         reader = self._readers[level]
         box = [(0, n) for n in reader.shape]
         yi, xi = self._yx

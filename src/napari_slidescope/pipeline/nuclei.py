@@ -246,12 +246,14 @@ class _ChannelView(SegmenterBase):
         return identity_of(self.inner)
 
 
-def _resolved(segmenter: Segmenter, kind: ImageKind, plan: TilePlan) -> dict[str, Any]:
+def _resolved(
+    segmenter: Segmenter, kind: ImageKind, plan: TilePlan, options: dict[str, Any]
+) -> dict[str, Any]:
     """Return what a run computes with, every default (``"auto"`` included) resolved.
 
     The segmenter's identity (name, model, model version, SHA-256 of the weights), the
-    working resolution, the stain mode (``"brightfield"`` or ``"fluorescence"``) and the
-    nuclear channel's name (fluorescence).
+    working resolution, the stain mode (``"brightfield"`` or ``"fluorescence"``), the
+    nuclear channel's name (fluorescence) and the segmenter's options (by name).
     """
     channel = None
     if kind.input == "fluorescence" and kind.nuclear_channel is not None:
@@ -261,6 +263,7 @@ def _resolved(segmenter: Segmenter, kind: ImageKind, plan: TilePlan) -> dict[str
         "mpp": float(plan.mpp),
         "stain_mode": kind.input,
         "nuclear_channel": channel,
+        "segmenter_options": dict(options),
     }
 
 
@@ -427,7 +430,7 @@ def _setup(source: Any, options: _RunOptions) -> _Run:
     runner_kwargs = dict(options.runner_kwargs)
     return _Run(
         slide, owned, plan, tiles, seg, measure, array_shape, runner_kwargs, polygon,
-        _resolved(seg, kind, plan),
+        _resolved(seg, kind, plan, options.segmenter_options),
     )  # fmt: skip
 
 

@@ -50,8 +50,9 @@ class NucleiResult:
         name), ``model``, ``model_version`` and ``weights_sha256`` (the model and the
         SHA-256 of the weights it loaded; None for the built-in methods), ``mpp`` (the
         working resolution, µm/px), ``stain_mode`` (``"brightfield"`` or
-        ``"fluorescence"``) and ``nuclear_channel`` (its name, fluorescence only). Two
-        results computed differently never have the same parameters.
+        ``"fluorescence"``), ``nuclear_channel`` (its name, fluorescence only) and
+        ``segmenter_options``. Two results computed differently never have the same
+        parameters.
     """
 
     labels: np.ndarray | None

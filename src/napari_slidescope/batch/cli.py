@@ -209,8 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     prog = "slidescope batch"
-    # dask logs each failed task with its traceback ("Compute Failed"): the manifest has it
-    level = "warning" if getattr(args, "verbose", False) else "error"
+    # dask logs each failed task with its traceback ("Compute Failed", at level error):
+    # the manifest has it, and the command prints one line per failed slide
+    level = "warning" if getattr(args, "verbose", False) else "critical"
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", level)
     logging.getLogger("distributed").setLevel(level.upper())
     shown = warnings.showwarning

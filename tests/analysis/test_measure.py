@@ -111,3 +111,18 @@ def test_negative_labels_are_background():
     lab[6:9, 6:9] = -1
     t = measure_nuclei(lab, mpp=1.0)
     assert t["id"].tolist() == [2] and t["area_um2"].tolist() == [9.0]
+
+
+def test_negative_optical_densities_are_clipped_at_zero():
+    # colour deconvolution gives small negative amounts of a stain a pixel does not hold
+    lab = np.zeros((20, 20), np.int32)
+    lab[2:8, 2:8] = 1
+    lab[10:16, 10:16] = 2
+    od = np.zeros((20, 20, 3), np.float32)
+    od[lab == 1] = (0.6, -0.24, 0)
+    od[10:16, 10:13] = (0.4, 0.3, 0)
+    od[10:16, 13:16] = (0.4, -0.1, 0)  # half the nucleus: none of the stain, noise below 0
+    t = measure_nuclei(lab, mpp=0.5, od=od)
+    np.testing.assert_allclose(t["eosin_od_mean"], [0.0, 0.15], rtol=1e-6)
+    np.testing.assert_allclose(t["hematoxylin_od_mean"], [0.6, 0.4], rtol=1e-6)
+    assert (t["eosin_od_mean"] >= 0).all()

@@ -65,7 +65,15 @@ def test_help_documents_every_option_with_default():
         assert option in text
     assert "--nuclei-mpp UM" in text and "µm per pixel" in text
     assert "--tile-size-um UM" in text and "(default: 512)" in text
-    assert "installed, else the built-in method), builtin" in text and "(default: auto)" in text
+    assert "installed, else the built-in method), builtin" in text and "(default: auto;" in text
+    # every registered segmenter, from the registry (the -fluorescence ones too)
+    from napari_slidescope.segmenters import registered_segmenters
+
+    listed = text.split("nuclei segmenter: auto", 1)[1].split("(default: auto;", 1)[0]
+    for name in registered_segmenters():
+        assert f" {name}," in listed or f" {name} " in listed, name
+    assert "builtin-fluorescence" in listed and "instanseg-fluorescence" in listed
+    assert "--dashboard" in text and "--verbose" in text
 
 
 def test_damaged_slide_fails_alone_exit_1(client, slides, tmp_path):
@@ -229,3 +237,53 @@ def test_slide_failing_part_way_then_resumed_after_repair(client, slides, tmp_pa
     got = pq.read_table(out / "c.svs" / "nuclei.parquet").sort_by("id")
     want = pq.read_table(ref / "c.svs" / "nuclei.parquet").sort_by("id")
     assert got.num_rows > 0 and got.equals(want)
+
+
+@pytest.fixture
+def port_8787_taken():
+    """dask's default dashboard port, held as another cluster's dashboard would hold it."""
+    import socket
+
+    sock = socket.socket()
+    try:
+        sock.bind(("0.0.0.0", 8787))
+        sock.listen()
+    except OSError:  # already taken by something else: as good
+        pass
+    yield
+    sock.close()
+
+
+def test_terminal_one_line_per_slide_once_per_note_no_port_warning(
+    slides, tmp_path, port_8787_taken
+):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    os.link(slides / "b.svs", folder / "good.svs")
+    (folder / "notes.svs").write_text("this is not a slide\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "SLIDESCOPE_MODELS": str(tmp_path / "no-models")}
+    args = ["batch", folder, "-o", out, "--tile-size-um", 2 * TILE_UM, "--workers", "2"]
+    res = cli(*args, "--no-progress", env=env, cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    text = res.stdout + res.stderr
+    failed = [line for line in text.splitlines() if "notes.svs" in line]
+    assert failed == [
+        f"FAILED notes.svs: SlideError: {folder / 'notes.svs'}: "
+        + failed[0].split(f"{folder / 'notes.svs'}: ", 1)[1]
+    ], text
+    assert "Traceback" not in text and "Compute Failed" not in text
+    assert "already in use" not in text and "dashboard" not in text.lower()
+    assert text.count("SegmenterInfoWarning") == 1, text  # once per run, not per worker
+    rows = summary(out)
+    assert rows["good.svs"]["status"] == "done" and rows["notes.svs"]["status"] == "failed"
+    assert rows["good.svs"]["path"] == str(folder / "good.svs")  # absolute
+    assert "Traceback" in json.loads((out / "notes.svs" / "manifest.json").read_text())["traceback"]
+
+    res = cli(*args, "--no-progress", "--resume", "--verbose", "--dashboard", env=env)
+    text = res.stdout + res.stderr
+    assert "kept   good.svs (finished earlier)" in text and "done   good.svs" not in text
+    assert "Traceback" in text and "FAILED notes.svs" in text  # --verbose: the traceback
+    dashboards = [line for line in text.splitlines() if line.startswith("dashboard: ")]
+    assert len(dashboards) == 1 and dashboards[0].startswith("dashboard: http://127.0.0.1:")
+    assert ":8787/" not in dashboards[0] and "already in use" not in text

@@ -289,3 +289,29 @@ def test_segments_a_real_he_image_through_the_pipeline(model, shared_file):
     assert result.count == len(result.table["id"]) > 50
     scores = instance_scores(truth, result.labels)
     assert scores["f1"] > 0.75  # 0.89 on the whole image (benchmarks/RESULTS.md)
+
+
+def test_result_parameters_say_which_model_ran_with_and_without_it(
+    model, shared_file, monkeypatch, tmp_path
+):
+    """The same slide with segmenter="auto", with and without the model installed (issue 26)."""
+    from napari_slidescope import segment_nuclei
+    from napari_slidescope.segmenters import SegmenterInfoWarning
+
+    path = shared_file("CMU-1-Small-Region.svs")  # 0.499 µm/px
+    box = (1200, 800, 1712, 1312)
+    with_model = segment_nuclei(path, region=box, tissue=False, workers=1)
+    monkeypatch.setenv("SLIDESCOPE_MODELS", str(tmp_path / "empty"))
+    with pytest.warns(SegmenterInfoWarning, match="not installed"):
+        without = segment_nuclei(path, region=box, tissue=False, workers=1)
+    want = instanseg.MODELS[BF]
+    assert with_model.parameters["segmenter"] == "instanseg"
+    assert with_model.parameters["model"] == BF
+    assert with_model.parameters["model_version"] == want.version
+    assert with_model.parameters["weights_sha256"] == want.sha256
+    assert with_model.parameters["mpp"] == 0.5
+    assert without.parameters["segmenter"] == "builtin"
+    assert without.parameters["weights_sha256"] is None
+    assert without.parameters["mpp"] == 0.499  # the slide's pixels: never upsampled
+    assert with_model.parameters["stain_mode"] == without.parameters["stain_mode"] == "brightfield"
+    assert with_model.parameters != without.parameters

@@ -178,6 +178,31 @@ def nuclei_mpp(source: SlideSource, options: dict[str, Any]) -> float:
     )
 
 
+def nuclei_identity(source: SlideSource, options: dict[str, Any]) -> dict[str, Any]:
+    """Return what a nuclei run with `options` computes with, defaults resolved (main thread).
+
+    The segmenter ``"auto"`` resolves to for the slide's kind and its model (name,
+    version, weights' SHA-256: :func:`~napari_slidescope.segmenters.segmenter_identity`),
+    its options, the working resolution (:func:`nuclei_mpp`), the stain mode and the
+    nuclear channel asked for. Two runs with different identities computed different
+    things: "Add (skip duplicates)" never mixes them on one layer.
+    """
+    from napari_slidescope.segmenters import AUTO, resolve_auto, segmenter_identity
+
+    kind = source_input(source)
+    seg = options.get("segmenter", AUTO)
+    if isinstance(seg, str) and seg == AUTO:
+        seg = resolve_auto(kind, warn=False)  # type: ignore[arg-type]
+    seg_options = options.get("segmenter_options") or {}
+    return {
+        **segmenter_identity(seg),
+        "segmenter_options": repr(sorted(seg_options.items())),
+        "mpp": float(nuclei_mpp(source, options)),
+        "stain_mode": kind,
+        "nuclear_channel": options.get("channel"),
+    }
+
+
 def _segmenter(name: Any, options: dict[str, Any], kind: str) -> Any:
     if not isinstance(name, str):
         return name

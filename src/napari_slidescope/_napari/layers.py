@@ -96,6 +96,10 @@ class _Canvas:
         Table chunks, in arrival order.
     next_id : int
         Largest id used so far.
+    identity : dict or None
+        What found the nuclei on the canvas, every default resolved
+        (:func:`~napari_slidescope._napari.jobs.nuclei_identity`): "Add (skip
+        duplicates)" adds to the canvas only a run with the same identity.
     """
 
     origin: Pair
@@ -104,6 +108,7 @@ class _Canvas:
     regions: list[Area] = field(default_factory=list, kw_only=True)
     tables: list[dict[str, np.ndarray]] = field(default_factory=list, kw_only=True)
     next_id: int = field(default=0, kw_only=True)
+    identity: dict[str, Any] | None = field(default=None, kw_only=True)
     #: Weak reference to the layer last uploaded whole (a strong one would keep a deleted
     #: layer alive: ``_CANVASES`` maps layer -> canvas, and a weak key whose value refers
     #: back to it is never released).
@@ -182,6 +187,7 @@ class ResultCanvas(_Canvas):
         return ResultCanvas(
             (oy + r0 * dy, ox + c0 * dx), self.downsample, self.mpp, data,
             regions=list(self.regions), tables=list(self.tables), next_id=self.next_id,
+            identity=self.identity,
         )  # fmt: skip
 
     def to_result(self) -> Any:
@@ -512,6 +518,7 @@ def _copy_into(pyramid: PyramidCanvas, old: ResultCanvas) -> None:
     pyramid.regions = list(old.regions)
     pyramid.tables = list(old.tables)
     pyramid.next_id = old.next_id
+    pyramid.identity = old.identity
 
 
 def paint_patch(layer: Any, canvas: ResultCanvas | PyramidCanvas, patch: Patch) -> None:

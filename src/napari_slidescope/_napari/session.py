@@ -31,6 +31,7 @@ from napari_slidescope._napari.jobs import (
     Task,
     TileDone,
     TissueDone,
+    nuclei_identity,
     nuclei_mpp,
     run_job,
     slide_layers,
@@ -133,30 +134,14 @@ class Outcome:
 
 
 def tissue_area_um2(tissue: Any, areas: list[Any]) -> float | None:
-    """Tissue area (µm²) inside the union of level-0 `areas` (mask pixel centres).
+    """Tissue area (µm²) inside the union of level-0 `areas` (boxes and polygon rings).
 
-    An area is a box ``(y0, x0, y1, x1)`` or a polygon's ``(row, col)`` ring.
+    The one definition every entry point uses:
+    :func:`napari_slidescope.pipeline.summary.tissue_area_um2`.
     """
-    from napari_slidescope.pipeline.regions import inside_region
+    from napari_slidescope.pipeline.summary import tissue_area_um2 as area_in
 
-    if tissue is None or tissue.mpp is None or not areas:
-        return None
-    mask = np.asarray(tissue.mask, bool)
-    inside = np.zeros(mask.shape, bool)
-    (oy, ox), (dy, dx) = tissue.origin, tissue.downsample
-    cy = oy + (np.arange(mask.shape[0]) + 0.5) * dy
-    cx = ox + (np.arange(mask.shape[1]) + 0.5) * dx
-    for area in areas:
-        ring = np.asarray(area, float)
-        lo, hi = (ring.min(axis=0), ring.max(axis=0)) if ring.ndim == 2 else (ring[:2], ring[2:])
-        rows = np.flatnonzero((cy >= lo[0]) & (cy < hi[0]))
-        cols = np.flatnonzero((cx >= lo[1]) & (cx < hi[1]))
-        if rows.size == 0 or cols.size == 0:
-            continue
-        rr, cc = np.meshgrid(rows, cols, indexing="ij")
-        hit = inside_region(cy[rr].ravel(), cx[cc].ravel(), area).reshape(rr.shape)
-        inside[rr, cc] |= hit
-    return float((mask & inside).sum()) * float(tissue.mpp) ** 2
+    return area_in(tissue, areas) if areas else None
 
 
 def _core_area(run: Any, core: Box) -> Any:
@@ -299,7 +284,9 @@ class SlideAnalysis:
         if task == "nuclei":
             # the one resolution rule, with the slide's own (unrounded) pixel size
             target = nuclei_mpp(source, nuclei_options)
+            identity = nuclei_identity(source, nuclei_options)
             nuclei_options["target_mpp"] = target
+            mode = self._add_mode(image, mode, identity)
             own = source.info.get("mpp") or (target, target)  # uncalibrated: 1:1
             ds = (target / own[0], target / own[1])
             from napari_slidescope.pipeline.regions import check_region, split_region
@@ -310,6 +297,7 @@ class SlideAnalysis:
                 self.viewer, image, box, ds, mode=mode,
                 pyramid=True if region is None else None, polygon=ring,
             )  # fmt: skip
+            run.canvas.identity = identity
             run.region_index = len(run.canvas.regions) - 1
             run.polygon = ring
             spec.grid = (run.canvas.origin, run.canvas.downsample, run.canvas.shape)
@@ -329,6 +317,33 @@ class SlideAnalysis:
         self.started.emit(task)
         self.progress.emit(run.progress)
         return run.worker
+
+    def _add_mode(
+        self, image: Any, mode: Literal["add", "replace"], identity: dict[str, Any]
+    ) -> Literal["add", "replace"]:
+        """``"replace"`` when "add" would mix nuclei of another segmenter, model or setting.
+
+        "Add (skip duplicates)" skips the areas analysed before; nuclei found there with
+        another model (``"auto"`` resolving differently since a model was installed,
+        another working resolution...) would then stay beside the new ones. Such a run
+        replaces the layer instead, and says so.
+        """
+        name = f"{image.name} nuclei"
+        layer = self.viewer.layers[name] if name in self.viewer.layers else None
+        canvas = _layers.canvas_of(layer) if layer is not None else None
+        if mode != "add" or canvas is None or canvas.identity in (None, identity):
+            return mode
+        from napari.utils.notifications import show_info
+
+        old, new = canvas.identity, identity
+        changed = ", ".join(
+            f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in new if old.get(k) != new.get(k)
+        )
+        show_info(
+            f"{name}: the earlier nuclei were found differently ({changed}); "
+            "replaced instead of added to, so that one layer never mixes two methods"
+        )
+        return "replace"
 
     def cancel(self) -> None:
         """Stop the run in flight; every tile finished so far stays painted.
@@ -364,17 +379,19 @@ class SlideAnalysis:
         canvas = _layers.canvas_of(layer) if layer is not None else None
         if canvas is None:
             return None
+        from napari_slidescope.pipeline.summary import nuclei_figures
+
         table = canvas.table()
         count = int(table["id"].size)
         area = tissue_area_um2(self._tissue.get(image), canvas.regions)
-        mean = float(np.mean(table["area_um2"])) if count else None
-        density = count / (area / 1e6) if area else None
+        # the one definition of the figures, as the batch's summary.csv has them
+        fig = nuclei_figures(count, area, float(np.nansum(table["area_um2"])))
         partial = self._partial.get(image)
         return Summary(
-            count,
-            None if area is None else area / 1e6,
-            density,
-            mean,
+            fig.count,
+            fig.tissue_mm2,
+            fig.density_per_mm2,
+            fig.mean_area_um2,
             partial=partial is not None,
             tiles_done=None if partial is None else partial[0],
             tiles_total=None if partial is None else partial[1],

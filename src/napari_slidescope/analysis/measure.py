@@ -80,7 +80,11 @@ def measure_nuclei(
     od : (M, N, C) ndarray of float, optional
         Optical density images with hematoxylin in channel 0 and eosin in
         channel 1 (e.g. ``StainMatrix.separate(rgb)``). Without it the OD columns
-        are NaN.
+        are NaN. Negative values are clipped to 0 before the means: a stain's amount
+        cannot be negative, and colour deconvolution gives slightly negative amounts
+        of a stain a pixel does not hold (noise, and colours the two stain vectors do
+        not span); averaging them in would pull the means below the stain present, to
+        negative means on nuclei with no eosin at all.
     origin : (float, float)
         Level-0 ``(row, col)`` of the top-left corner of ``labels[0, 0]``.
     downsample : float or (float, float)
@@ -118,6 +122,7 @@ def measure_nuclei(
             raise ValueError(
                 f"od: expected (M, N, >=2) float matching labels {labels.shape}, got {od.shape}"
             )
+        od = np.maximum(od, np.float32(0))  # no negative amounts of a stain (see above)
     if channels is not None:
         channels = np.asarray(channels)
         if channels.shape[:2] != labels.shape or channels.ndim != 3:

@@ -8,9 +8,11 @@ writable, unknown segmenter, unreachable scheduler), with a one-line message.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -22,9 +24,15 @@ outputs, in OUT/<slide file name>/:
                      centroid (level-0 px and µm), bounding box, measurements (µm, µm², OD)
   nuclei.geojson.gz  the nuclei as QuPath detections (drag it onto the slide in QuPath)
   tissue.geojson     the tissue as QuPath annotations
-  manifest.json      slide size, time and hash, parameters, tile grid, each tile's status
+  manifest.json      slide size, time and hash, parameters and what they resolved to (the
+                     segmenter that ran, its model, version and weights' SHA-256, working
+                     µm/px, stain mode, nuclear channel), tile grid, each tile's status, and
+                     the traceback of a failure
 and OUT/summary.csv: one row per slide (status, error, tissue mm², nuclei, nuclei per mm²,
-mean nucleus area µm², seconds).
+mean nucleus area µm², seconds, absolute path).
+
+A slide that fails prints one line (FAILED <slide>: <error>); --verbose adds its traceback.
+An error that would recur (a file that is not a slide, a missing model) is not retried.
 
 exit status: 0 all slides done, 1 some failed (the others are written), 2 bad usage.
 
@@ -64,6 +72,18 @@ def _tasks(text: str) -> tuple[str, ...]:
     return tasks
 
 
+def _segmenter_help() -> str:
+    """Return the --segmenter help, every registered segmenter named (from the registry)."""
+    from napari_slidescope.segmenters import registered_segmenters
+
+    names = ", ".join(registered_segmenters())
+    return (
+        "nuclei segmenter: auto (per slide, the learned model for its stain when "
+        f"installed, else the built-in method), {names} (default: auto; the manifest "
+        "records which ran)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="slidescope", description="napari-slidescope on the command line.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -98,9 +118,7 @@ def _parser() -> argparse.ArgumentParser:
         "--segmenter",
         default="auto",
         metavar="NAME",
-        help="nuclei segmenter: auto (per slide, the learned model for its stain when "
-        "installed, else the built-in method), builtin, instanseg, stardist, cellpose "
-        "(default: auto)",
+        help=_segmenter_help(),
     )
     where = b.add_mutually_exclusive_group()
     where.add_argument(
@@ -149,7 +167,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         metavar="N",
-        help="times a failing task is re-run before its slide counts as failed (default: 1)",
+        help="times a failing task is re-run before its slide counts as failed; an error "
+        "that would recur (an unreadable slide, a missing model) is never re-run (default: 1)",
     )
     b.add_argument(
         "--gpu",
@@ -167,6 +186,19 @@ def _parser() -> argparse.ArgumentParser:
         "and the store's config files; never written to outputs)",
     )
     b.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
+    b.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve dask's dashboard of the local cluster on a free port and print its "
+        "address (with --scheduler: print that cluster's) (default: no dashboard)",
+    )
+    b.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print the traceback of each failed slide, and dask's own warnings "
+        "(default: one line per failed slide; tracebacks stay in its manifest.json)",
+    )
     return parser
 
 
@@ -186,8 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     prog = "slidescope batch"
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-    logging.getLogger("distributed").setLevel(logging.WARNING)
+    # dask logs each failed task with its traceback ("Compute Failed", at level error):
+    # the manifest has it, and the command prints one line per failed slide
+    level = "warning" if getattr(args, "verbose", False) else "critical"
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", level)
+    logging.getLogger("distributed").setLevel(level.upper())
+    shown = warnings.showwarning
+    warnings.showwarning = _one_line_warning
     try:
         code = _batch(args)
     except KeyboardInterrupt:
@@ -196,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Usage as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = shown
     return code
 
 
@@ -218,6 +257,11 @@ def _storage_options(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"{source}: expected a JSON object {{...}}")
     return value
+def _one_line_warning(
+    message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any
+) -> None:
+    """Show a warning as one line of the command's output, not as Python's two."""
+    print(f"slidescope batch: {category.__name__}: {message}", file=sys.stderr, flush=True)
 
 
 class _Usage(Exception):
@@ -257,7 +301,7 @@ def _batch(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         raise _Usage(_one_line(exc)) from None
 
-    client = None
+    client = cluster = None
     if args.scheduler:
         from distributed import Client
 
@@ -267,7 +311,21 @@ def _batch(args: argparse.Namespace) -> int:
             raise _Usage(
                 f"cannot reach the scheduler at {args.scheduler}: {_one_line(exc)}"
             ) from None
-    view = _Progress(len(slides), enabled=not args.no_progress)
+    elif args.dashboard:  # else analyze_slides starts (and closes) its own, without one
+        from distributed import Client
+
+        from napari_slidescope.batch.engine import local_cluster
+
+        cluster = local_cluster(
+            args.workers or os.cpu_count() or 1,
+            dashboard=True,
+            resources={"GPU": 1} if args.gpu else None,
+        )
+        client = Client(cluster)
+    if args.dashboard and client is not None:
+        print(f"dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
+    view = _Progress(len(slides), enabled=not args.no_progress, out=args.out)
+    view.verbose = args.verbose
     try:
         with view:
             rows = analyze_slides(
@@ -289,6 +347,8 @@ def _batch(args: argparse.Namespace) -> int:
     finally:
         if client is not None:
             client.close()
+        if cluster is not None:
+            cluster.close()
     failed = [r for r in rows if r.get("status") != "done"]
     print(
         f"{len(rows)} slide(s): {len(rows) - len(failed)} done, {len(failed)} failed; "
@@ -301,24 +361,35 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _slide_line(row: dict[str, Any]) -> str:
+def _slide_line(row: dict[str, Any], *, kept: bool = False) -> str:
+    """One line per finished slide: done, kept (finished earlier) or FAILED and why."""
     if row.get("status") != "done":
         return f"FAILED {row['slide']}: {row.get('error')}"
-    parts = [f"done   {row['slide']}"]
+    parts = [f"kept   {row['slide']} (finished earlier)" if kept else f"done   {row['slide']}"]
     if row.get("tissue_area_mm2") is not None:
         parts.append(f"tissue {row['tissue_area_mm2']:.2f} mm²")
     if row.get("nuclei") is not None:
         parts.append(f"{row['nuclei']} nuclei")
-    if row.get("seconds") is not None:
+    if row.get("seconds") is not None and not kept:
         parts.append(f"{row['seconds']:.1f} s")
     return ", ".join(parts)
+
+
+def _traceback(out: str | os.PathLike[str], slide: str) -> str:
+    """Return the traceback a failed slide's manifest keeps ("" when there is none)."""
+    try:
+        with open(os.path.join(out, slide, "manifest.json"), encoding="utf-8") as fh:
+            return str(json.load(fh).get("traceback") or "")
+    except (OSError, ValueError):
+        return ""
 
 
 class _Progress:
     """Slides and tiles bars (rich) and one line per finished slide."""
 
-    def __init__(self, slides: int, *, enabled: bool) -> None:
+    def __init__(self, slides: int, *, enabled: bool, out: str = "") -> None:
         self.enabled = enabled
+        self.out, self.verbose = out, False
         self.bar: Any = None
         if enabled:
             from rich.console import Console
@@ -357,7 +428,9 @@ class _Progress:
 
     def update(self, state: Any) -> None:
         if state.finished is not None:
-            line = _slide_line(state.finished)
+            line = _slide_line(state.finished, kept=state.kept)
+            if self.verbose and state.finished.get("status") != "done":
+                line += "\n" + _traceback(self.out, state.finished["slide"]).rstrip()
             if self.bar is not None:
                 self.bar.console.print(line, markup=False, highlight=False)
             else:

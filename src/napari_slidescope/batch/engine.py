@@ -16,6 +16,7 @@ import os
 import time
 import traceback
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import CancelledError
@@ -36,7 +37,9 @@ from napari_slidescope.batch.params import (
 )
 from napari_slidescope.batch.tasks import (
     SlideInfo,
+    TaskFailed,
     TileOut,
+    model_identity,
     model_task,
     nuclei_task,
     post_task,
@@ -75,6 +78,8 @@ class BatchProgress:
         (including those a resumed run found finished).
     finished : dict or None
         The summary row of the slide that has just finished, else None.
+    kept : bool
+        True when that slide was not run but kept from an earlier run (``resume``).
     """
 
     slides_total: int
@@ -83,6 +88,7 @@ class BatchProgress:
     tiles_total: int = 0
     tiles_done: int = 0
     finished: dict[str, Any] | None = None
+    kept: bool = False
 
 
 @dataclass
@@ -103,11 +109,16 @@ class _Slide:
     manifest: dict[str, Any] = field(default_factory=dict)
     written_at: float = 0.0
     row: dict[str, Any] = field(default_factory=dict)
+    #: Parts of an interrupted earlier run with the same request may be kept (by digest).
+    keep_parts: bool = False
+    #: What ran on this slide (``SlideInfo.resolved``) and its digest (``run_digest``).
+    resolved: dict[str, Any] = field(default_factory=dict)
+    digest: str = ""
 
     @property
     def shown(self) -> str:
-        """The path as given, or the URL without credentials."""
-        return str(self.path) if isinstance(self.path, Path) else shown_path(self.path)
+        """The absolute path, or the URL without credentials."""
+        return shown_path(self.path)
 
 
 def analyze_slides(
@@ -155,8 +166,12 @@ def analyze_slides(
         Worker processes of the local cluster; default one per core.
     resume : bool
         Keep what an earlier run into ``out`` finished with the same slide file (size,
-        modification time, hash of its first MiB) and the same parameters; redo the rest.
-        Without it every slide is redone.
+        modification time, hash of its first MiB), the same parameters and the same
+        model: what ``segmenter`` (``"auto"`` included) resolves to on the cluster now
+        (name, model, version, weights' SHA-256) must be what the earlier run recorded,
+        so a slide finished before a model was installed or changed is redone, never
+        kept beside slides of the new model. Redo the rest. Without it every slide is
+        redone.
     retries : int
         Times dask re-runs a task that raised before its slide counts as failed (a task
         on a worker that died is re-run by dask whatever this says).
@@ -177,6 +192,12 @@ def analyze_slides(
         with the tasks, never written to a manifest, a summary or a log. Resume
         recognises an object by its size and what its store says of its version (ETag,
         version id, last-modified).
+
+    Warns
+    -----
+    SegmenterInfoWarning
+        Once per run (not once per worker) when ``"auto"`` ran a built-in method because
+        the learned model is not installed.
 
     Returns
     -------
@@ -247,16 +268,20 @@ def analyze_slides(
             cluster.close()
 
 
-def local_cluster(n_workers: int, **kwargs: Any) -> Any:
+def local_cluster(n_workers: int, *, dashboard: bool = False, **kwargs: Any) -> Any:
     """Start a ``LocalCluster`` of single-thread worker processes for the batch engine.
 
     Its workers start without :data:`WORKER_UNSET_ENV` (dask sets
-    ``MALLOC_TRIM_THRESHOLD_=65536``), so glibc's malloc keeps its heap.
+    ``MALLOC_TRIM_THRESHOLD_=65536``), so glibc's malloc keeps its heap. Its scheduler's
+    HTTP server listens on a free port of 127.0.0.1 (dask's default, 8787, may be taken
+    by another cluster: dask would then warn "Port 8787 is already in use").
 
     Parameters
     ----------
     n_workers : int
         Worker processes.
+    dashboard : bool
+        Serve dask's dashboard (on that free port: ``client.dashboard_link``).
     **kwargs
         Passed to ``distributed.LocalCluster`` (e.g. ``resources``).
 
@@ -268,7 +293,14 @@ def local_cluster(n_workers: int, **kwargs: Any) -> Any:
     import dask
     from distributed import LocalCluster
 
-    kwargs = {"threads_per_worker": 1, "processes": True, "dashboard_address": None, **kwargs}
+    kwargs = {
+        "threads_per_worker": 1,
+        "processes": True,
+        "dashboard_address": "127.0.0.1:0",
+        **kwargs,
+    }
+    if not dashboard:
+        kwargs["scheduler_kwargs"] = {"dashboard": False, **kwargs.get("scheduler_kwargs", {})}
     # a worker process inherits this process's environment plus the nanny's pre-spawn
     # variables (config; a variable already in os.environ wins): an earlier dask cluster
     # in this process leaves them in os.environ, so they are out of it while ours spawn
@@ -313,7 +345,6 @@ class _Batch:
         progress: Callable[[BatchProgress], None] | None,
     ) -> None:
         self.client, self.params, self.out, self.slides = client, params, out, slides
-        self.digest = params.digest()
         self.resume, self.retries, self.per_task, self.gpu = resume, retries, tiles_per_task, gpu
         self.report = progress or (lambda p: None)
         self.state = BatchProgress(slides_total=len(slides))
@@ -321,6 +352,9 @@ class _Batch:
         self.token = uuid.uuid4().hex[:8]
         self.tiles_in_flight = 0
         self.cpu_workers: list[str] = []
+        self.request = params.digest()
+        self.expected: dict[str, dict[str, Any]] = {}  # stain mode -> model identity now
+        self.noted: set[str] = set()
         # post task -> its model task, arguments and the workers it may run on
         self.posts: dict[Any, tuple[Any, tuple[Any, ...], str, list[str]]] = {}
 
@@ -399,6 +433,9 @@ class _Batch:
                 raise
             self._fail(s, exc)
             return
+        if isinstance(result, TaskFailed):  # an error a retry would repeat: not retried
+            self._fail(s, result)
+            return
         try:
             if kind == "slide":
                 self._planned(s, result)
@@ -422,7 +459,7 @@ class _Batch:
         same = (
             self.resume
             and old is not None
-            and old.get("parameters_sha256") == self.digest
+            and old.get("requested_sha256") == self.request
             and old.get("slide_stamp") == self._stamp_dict(s)
         )
         kept = [s.folder / "tissue.geojson"]
@@ -434,18 +471,20 @@ class _Batch:
             and old.get("status") == "done"
             and all(p.is_file() for p in kept)
         ):
-            s.status, s.row, s.manifest = "done", dict(old.get("summary", {})), old
-            s.row.update(slide=s.name, path=s.shown)
-            self.state.slides_done += 1
-            n = len(old.get("tiles", {}))
-            self.state.tiles_total += n
-            self.state.tiles_done += n
-            self.state.finished = s.row
-            self.report(self.state)
-            self.state.finished = None
-            return False
+            if self._same_model(old):
+                s.status, s.row, s.manifest = "done", dict(old.get("summary", {})), old
+                s.row.update(slide=s.name, path=s.shown)
+                self.state.slides_done += 1
+                n = len(old.get("tiles", {}))
+                self.state.tiles_total += n
+                self.state.tiles_done += n
+                self.state.finished, self.state.kept = s.row, True
+                self.report(self.state)
+                self.state.finished, self.state.kept = None, False
+                return False
+            same = False  # another model now: redone from scratch, never mixed
         if same:
-            s.done = outputs.finished_parts(s.folder, self.digest)
+            s.keep_parts = True  # parts of this run's model are kept once it is known
         else:
             outputs.clear_slide(s.folder)
         s.status = "running"
@@ -454,13 +493,32 @@ class _Batch:
             "path": shown_path(s.path),
             "slide_stamp": self._stamp_dict(s),
             "parameters": self.params.as_dict(),
-            "parameters_sha256": self.digest,
+            "requested_sha256": self.request,
+            "resolved": None,  # what ran, once the slide task has resolved it
+            "parameters_sha256": None,
             "status": "running",
             "error": None,
         }
         s.row = self._row(s)
         outputs.write_manifest(s.folder, s.manifest)
         return True
+
+    def _same_model(self, old: dict[str, Any]) -> bool:
+        """Whether a finished slide's record names the model that would run on it now."""
+        if not self.params.nuclei:
+            return True
+        from napari_slidescope.segmenters import IDENTITY_KEYS
+
+        resolved = old.get("resolved") or {}
+        mode = resolved.get("stain_mode")
+        if mode is None or old.get("parameters_sha256") != self.params.run_digest(resolved):
+            return False
+        if mode not in self.expected:  # asked of the cluster: the model its workers have
+            self.expected[mode] = self.client.submit(
+                model_identity, self.params.segmenter, mode, pure=False
+            ).result()
+        now = self.expected[mode]
+        return all(resolved.get(k) == now.get(k) for k in IDENTITY_KEYS)
 
     def _stamp_dict(self, s: _Slide) -> dict[str, Any]:
         assert s.stamp is not None
@@ -560,18 +618,29 @@ class _Batch:
 
     def _planned(self, s: _Slide, info: SlideInfo) -> None:
         s.info = info
+        s.resolved = dict(info.resolved)
+        s.digest = self.params.run_digest(s.resolved)
+        if info.note is not None and info.note not in self.noted:  # once per run
+            from napari_slidescope.segmenters import SegmenterInfoWarning
+
+            self.noted.add(info.note)
+            warnings.warn(info.note, SegmenterInfoWarning, stacklevel=2)
         outputs.write_tissue(s.folder, info.tissue_polygons, info.tissue_holes)
         area = None if info.tissue_area_um2 is None else info.tissue_area_um2 / 1e6
         s.manifest.update(
             slide_info={"shape0": list(info.shape0), "mpp": info.mpp, "format": info.format},
             tissue_area_mm2=area,
             slide_task_seconds=info.seconds,
+            resolved=s.resolved,
+            parameters_sha256=s.digest,
         )
         if not self.params.nuclei:
             self._finish(s)
             return
         s.tiles = list(info.tiles)
-        s.done = {i: t for i, t in s.done.items() if i in set(s.tiles)}
+        # parts an interrupted run wrote with this very model and plan (same digest)
+        found = outputs.finished_parts(s.folder, s.digest) if s.keep_parts else {}
+        s.done = {i: t for i, t in found.items() if i in set(s.tiles)}
         todo = [i for i in s.tiles if i not in s.done]
         s.todo = deque(todo[k : k + self.per_task] for k in range(0, len(todo), self.per_task))
         s.manifest["plan"] = info.plan
@@ -585,7 +654,7 @@ class _Batch:
 
     def _tiles_done(self, s: _Slide, results: list[TileOut]) -> None:
         for tile in results:
-            outputs.write_part(s.folder, tile, self.digest)
+            outputs.write_part(s.folder, tile, s.digest)
             s.done[tile.index] = tile.seconds
             self.state.tiles_done += 1
         if len(s.done) == len(s.tiles):
@@ -612,12 +681,14 @@ class _Batch:
                     "shape0": list(s.info.shape0),
                     "software": f"napari-slidescope {__version__}",
                     "parameters": self.params.as_dict(),
-                    "parameters_sha256": self.digest,
+                    "requested_sha256": self.request,
+                    "resolved": s.resolved,
+                    "parameters_sha256": s.digest,
                     "plan": s.info.plan,
                     "columns": {**outputs.NUCLEI_COLUMNS, **COLUMNS},
                 },
                 units={k: v for k, v in COLUMNS.items() if k != "id"},
-                feature_ns=f"{s.name}/{s.stamp.head_sha256}/{self.digest}",
+                feature_ns=f"{s.name}/{s.stamp.head_sha256}/{s.digest}",
             )
         s.status = "done"
         s.row = self._row(s, summary)
@@ -628,18 +699,21 @@ class _Batch:
         self.state.slides_done += 1
         self._announce(s)
 
-    def _fail(self, s: _Slide, exc: BaseException, *, write_manifest: bool = True) -> None:
+    def _fail(
+        self, s: _Slide, exc: BaseException | TaskFailed, *, write_manifest: bool = True
+    ) -> None:
         secrets = self.params.storage_options
-        s.status, s.error = "failed", scrub(_message(exc), secrets)
+        if isinstance(exc, TaskFailed):
+            s.error, tb = exc.message, exc.traceback
+        else:
+            s.error, tb = _message(exc), "".join(traceback.format_exception(exc))
+        s.error, tb = scrub(s.error, secrets), scrub(tb, secrets)
+        s.status = "failed"
         s.todo.clear()
         if s.futures:
             self.client.cancel(list(s.futures))
         s.row = self._row(s)
-        s.manifest.update(
-            status="failed",
-            error=s.error,
-            traceback=scrub("".join(traceback.format_exception(exc)), secrets),
-        )
+        s.manifest.update(status="failed", error=s.error, traceback=tb)
         if write_manifest:
             try:
                 self._write_manifest(s, force=True)
@@ -694,10 +768,14 @@ class _Batch:
             "seconds": seconds,
             "path": s.shown,
         }
-        if summary is not None:
-            row["nuclei"] = summary.nuclei
-            row["nuclei_per_mm2"] = summary.nuclei / area if area else None
-            row["mean_nucleus_area_um2"] = summary.mean_area_um2
+        if summary is not None:  # the one definition of the figures (pipeline.summary)
+            from napari_slidescope.pipeline.summary import nuclei_figures
+
+            tissue = None if info is None else info.tissue_area_um2
+            fig = nuclei_figures(summary.nuclei, tissue, summary.area_um2_sum)
+            row["nuclei"] = fig.count
+            row["nuclei_per_mm2"] = fig.density_per_mm2
+            row["mean_nucleus_area_um2"] = fig.mean_area_um2
         return row
 
     def _write_summary(self) -> None:

@@ -55,7 +55,8 @@ class BatchParams:
         Subset of :data:`TASKS`; ``"nuclei"`` implies ``"tissue"`` (only tiles with
         tissue are segmented).
     segmenter : str
-        Registered segmenter name.
+        Registered segmenter name, or ``"auto"`` (resolved per slide; the manifest
+        records what it resolved to, see :meth:`run_digest`).
     nuclei_mpp : float or None
         Working resolution of the nuclei segmentation in µm/px; None: the segmenter's,
         never finer than the slide's pixels (as ``segment_nuclei``).
@@ -102,8 +103,20 @@ class BatchParams:
         return d
 
     def digest(self) -> str:
-        """SHA-256 of :meth:`as_dict` in canonical JSON (sorted keys)."""
+        """SHA-256 of :meth:`as_dict` in canonical JSON (sorted keys): what was asked for."""
         text = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def run_digest(self, resolved: dict[str, Any]) -> str:
+        """SHA-256 of what was asked for and what it resolved to on a slide.
+
+        `resolved` is what actually ran (the segmenter ``"auto"`` chose, its model,
+        version and weights' SHA-256, the working resolution, the stain mode and the
+        nuclear channel): two runs that computed different things never share this
+        digest, so ``resume`` never keeps or mixes results of another model.
+        """
+        both = {"requested": self.as_dict(), "resolved": resolved}
+        text = json.dumps(both, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
 

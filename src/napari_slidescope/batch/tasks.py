@@ -9,14 +9,18 @@ of tiles is opened and prepared once per worker, not once per tile.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import struct
 import threading
 import time
+import traceback
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import wraps
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,10 +30,13 @@ __all__ = [
     "MAX_OPEN_SLIDES",
     "MAX_PREPARED",
     "WORKER_CACHE_BYTES",
+    "ModelMismatchError",
     "SlideInfo",
+    "TaskFailed",
     "TileOut",
     "ModelOut",
     "TissueGrid",
+    "model_identity",
     "model_task",
     "nuclei_task",
     "post_task",
@@ -51,7 +58,7 @@ WORKER_CACHE_BYTES = 64 * 2**20
 
 _lock = threading.Lock()
 _slides: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-_prepared: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_prepared: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # + model identity
 _cache_bounded = False
 
 
@@ -73,6 +80,64 @@ def _bound_tile_cache() -> None:
     cache = tile_cache()
     if cache.maxbytes > WORKER_CACHE_BYTES:
         cache.resize(WORKER_CACHE_BYTES)
+
+
+class ModelMismatchError(RuntimeError):
+    """A worker would segment a slide's tiles with another model than its plan recorded."""
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    """What a task returns, instead of raising, for an error that a retry would repeat.
+
+    dask.distributed re-runs a task that raised (``retries``); an unreadable slide, a
+    missing model or bad parameters fail the same way each time, so the task returns
+    this and its slide fails at once, without a retry and without dask's log of it.
+
+    Attributes
+    ----------
+    message : str
+        One line: the exception's type and message.
+    traceback : str
+        The formatted traceback (kept in the slide's manifest).
+    """
+
+    message: str
+    traceback: str
+
+
+#: Errors a retry would repeat (see :class:`TaskFailed`): a slide that cannot be read
+#: (``SlideError`` is a ValueError), bad parameters, a missing model or file.
+_PERMANENT: tuple[type[BaseException], ...] = (
+    ValueError,
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _no_retry(func: _F) -> _F:
+    """Return :class:`TaskFailed` for the errors a retry would repeat; raise the others."""
+
+    @wraps(func)
+    def task(*args: Any, **kwargs: Any) -> Any:
+        from napari_slidescope.segmenters import SegmenterUnavailableError
+
+        for a in args:  # a failed slide task or model task: pass its failure on
+            if isinstance(a, TaskFailed):
+                return a
+        permanent: tuple[type[BaseException], ...] = (*_PERMANENT, SegmenterUnavailableError)
+        try:
+            return func(*args, **kwargs)
+        except permanent as exc:
+            notes = " ".join(getattr(exc, "__notes__", []))
+            text = f"{type(exc).__name__}: {exc}" + (f" {notes}" if notes else "")
+            return TaskFailed(" ".join(text.split()), "".join(traceback.format_exception(exc)))
+
+    return task  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -102,6 +167,12 @@ class SlideInfo:
     tiles: list[int] = field(default_factory=list)
     plan: dict[str, Any] = field(default_factory=dict)
     grid: TissueGrid | None = None
+    #: What ran, every default resolved: tissue mode and resolution and, with nuclei,
+    #: ``PreparedNuclei.parameters`` (segmenter, model, version, weights' SHA-256,
+    #: working resolution, stain mode, nuclear channel).
+    resolved: dict[str, Any] = field(default_factory=dict)
+    #: What ``segmenter="auto"`` has to say (the built-in method ran), said once per run.
+    note: str | None = None
 
 
 @dataclass
@@ -217,6 +288,51 @@ def _keep(key: tuple[Any, ...], slide: Any) -> None:
     while len(_slides) > MAX_OPEN_SLIDES:
         # dropped, not closed: a thread may still read it; the file closes with it
         _slides.popitem(last=False)
+def _resolve(params: BatchParams, slide: Any) -> tuple[BatchParams, str | None]:
+    """`params` with ``"auto"`` resolved for the slide's stain, and what auto has to say.
+
+    Resolved here, without a warning, once per slide: the tile tasks run the name the
+    slide task chose, and the engine says the note once per run (not once per worker).
+    """
+    from napari_slidescope.segmenters import AUTO, auto_note, image_kind, resolve_auto
+
+    if not params.nuclei or params.segmenter != AUTO:
+        return params, None
+    kind = image_kind(slide)
+    name = resolve_auto(kind.input, warn=False)
+    return dataclasses.replace(params, segmenter=name), auto_note(kind.input)
+
+
+def _tile_params(params: BatchParams, info: SlideInfo) -> BatchParams:
+    """Return the parameters the slide task ran with (``"auto"`` as it resolved there)."""
+    name = info.resolved.get("segmenter")
+    if params.nuclei and name and params.segmenter != name:
+        return dataclasses.replace(params, segmenter=str(name))
+    return params
+
+
+def _check_model(run: Any, info: SlideInfo) -> None:
+    """Raise :class:`ModelMismatchError` when this worker's model is not the slide's."""
+    from napari_slidescope.segmenters import IDENTITY_KEYS
+
+    got = {k: run.parameters.get(k) for k in IDENTITY_KEYS}
+    want = {k: info.resolved.get(k) for k in IDENTITY_KEYS}
+    if got != want:
+        raise ModelMismatchError(
+            f"this worker's segmenter is {got}, the slide was planned with {want}: "
+            "install the same model on every worker"
+        )
+
+
+def model_identity(segmenter: str, stain_mode: str) -> dict[str, Any]:
+    """Return the identity of what `segmenter` resolves to for `stain_mode`, here.
+
+    What the engine compares with a finished slide's record on ``resume``.
+    """
+    from napari_slidescope.segmenters import AUTO, resolve_auto, segmenter_identity
+
+    name = resolve_auto(stain_mode, warn=False) if segmenter == AUTO else segmenter  # type: ignore[arg-type]
+    return segmenter_identity(name)
 
 
 def _make_segmenter(params: BatchParams) -> Any:
@@ -230,8 +346,12 @@ def _make_segmenter(params: BatchParams) -> Any:
 def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: TissueGrid) -> Any:
     """Return the prepared nuclei run of a slide, made once per worker process."""
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
+    from napari_slidescope.segmenters import AUTO, segmenter_identity
 
-    key = (path, *stamp, params.digest())
+    # the model as installed now is part of the key: a worker that outlives a batch never
+    # runs a model it loaded before the model changed
+    model = "" if params.segmenter == AUTO else repr(segmenter_identity(params.segmenter))
+    key = (path, *stamp, params.digest() + model)
     with _lock:
         run = _prepared.get(key)
         if run is not None:
@@ -254,13 +374,18 @@ def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: Tissu
         return run
 
 
+@_no_retry
 def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideInfo:
-    """Find a slide's tissue and, for nuclei, the tiles to segment (the per-slide task)."""
+    """Find a slide's tissue and, for nuclei, the tiles to segment (the per-slide task).
+
+    Returns :class:`TaskFailed` instead of raising for errors a retry would repeat.
+    """
     from napari_slidescope.pipeline.tissue import detect_tissue
 
     t0 = time.perf_counter()
     slide = _open(path, stamp, params.storage_options)
     tissue = detect_tissue(slide, region=(0, 0, *slide.shape0))
+    params, note = _resolve(params, slide)
     info = SlideInfo(
         shape0=tuple(slide.shape0),
         mpp=None if slide.mpp is None else (float(slide.mpp[0]), float(slide.mpp[1])),
@@ -269,6 +394,8 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
         tissue_polygons=tissue.polygons,
         tissue_holes=tissue.holes,
         seconds=0.0,
+        resolved={"tissue_mode": tissue.mode, "tissue_mpp": tissue.mpp},
+        note=note,
     )
     if params.nuclei:
         info.grid = TissueGrid(tissue.mask, tissue.downsample, tissue.origin)
@@ -284,15 +411,19 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
             "tiles_with_tissue": len(run.tiles),
             "segmenter": str(getattr(run.segmenter, "name", params.segmenter)),
         }
+        info.resolved.update(run.parameters)
     info.seconds = time.perf_counter() - t0
     return info
 
 
-def summary_of(info: SlideInfo) -> SlideInfo:
+def summary_of(info: SlideInfo | TaskFailed) -> SlideInfo | TaskFailed:
     """``info`` without the tissue mask: what the client needs."""
+    if isinstance(info, TaskFailed):
+        return info
     return SlideInfo(**{**info.__dict__, "grid": None})
 
 
+@_no_retry
 def nuclei_task(
     path: str,
     stamp: tuple[Any, ...],
@@ -309,7 +440,8 @@ def nuclei_task(
     """
     if info.grid is None:
         raise ValueError("nuclei_task: the slide task found no tissue grid")
-    run = _prepare(path, stamp, params, info.grid)
+    run = _prepare(path, stamp, _tile_params(params, info), info.grid)
+    _check_model(run, info)
     out = []
     t0 = time.perf_counter()
     threads = max(1, int(threads))
@@ -319,6 +451,7 @@ def nuclei_task(
     return out
 
 
+@_no_retry
 def model_task(
     path: str, stamp: tuple[Any, ...], params: BatchParams, info: SlideInfo, index: int
 ) -> ModelOut:
@@ -331,11 +464,13 @@ def model_task(
     if info.grid is None:
         raise ValueError("model_task: the slide task found no tissue grid")
     t0 = time.perf_counter()
-    run = _prepare(path, stamp, params, info.grid)
+    run = _prepare(path, stamp, _tile_params(params, info), info.grid)
+    _check_model(run, info)
     raw = _compact(run.predict(index))
     return ModelOut(int(index), time.perf_counter() - t0, raw)
 
 
+@_no_retry
 def post_task(
     path: str, stamp: tuple[Any, ...], params: BatchParams, info: SlideInfo, model: ModelOut
 ) -> list[TileOut]:
@@ -347,7 +482,8 @@ def post_task(
     if info.grid is None:
         raise ValueError("post_task: the slide task found no tissue grid")
     t0 = time.perf_counter() - model.seconds
-    run = _prepare(path, stamp, params, info.grid)
+    run = _prepare(path, stamp, _tile_params(params, info), info.grid)
+    _check_model(run, info)
     return [_tile_out(run.plan, run.postprocess(model.index, model.raw), t0)]
 
 

@@ -46,6 +46,7 @@ from napari_slidescope.segmenters import (
     as_segmenter,
     available_segmenters,
     get_segmenter,
+    identity_of,
     image_kind,
     resolve_auto,
     signal_channel,
@@ -157,6 +158,8 @@ class _Run:
     runner_kwargs: dict[str, Any] = field(default_factory=dict)
     #: A region polygon (level-0 ``(row, col)``): only nuclei whose centroid is inside.
     polygon: np.ndarray | None = None
+    #: What ran, every default resolved (:func:`_resolved`).
+    parameters: dict[str, Any] = field(default_factory=dict)
 
 
 def _as_source(source: Any, mpp: float | tuple[float, float] | None) -> tuple[Any, bool, bool]:
@@ -237,6 +240,31 @@ class _ChannelView(SegmenterBase):
     def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
         """Run the segmenter's own post-processing."""
         return self.inner.postprocess(raw, mpp=mpp)
+
+    def identity(self) -> dict[str, Any]:
+        """Return the wrapped segmenter's identity."""
+        return identity_of(self.inner)
+
+
+def _resolved(
+    segmenter: Segmenter, kind: ImageKind, plan: TilePlan, options: dict[str, Any]
+) -> dict[str, Any]:
+    """Return what a run computes with, every default (``"auto"`` included) resolved.
+
+    The segmenter's identity (name, model, model version, SHA-256 of the weights), the
+    working resolution, the stain mode (``"brightfield"`` or ``"fluorescence"``), the
+    nuclear channel's name (fluorescence) and the segmenter's options (by name).
+    """
+    channel = None
+    if kind.input == "fluorescence" and kind.nuclear_channel is not None:
+        channel = kind.channel_names[kind.nuclear_channel]
+    return {
+        **identity_of(segmenter),
+        "mpp": float(plan.mpp),
+        "stain_mode": kind.input,
+        "nuclear_channel": channel,
+        "segmenter_options": dict(options),
+    }
 
 
 def _segmenter(segmenter: Any, kind: ImageKind, options: dict[str, Any]) -> Segmenter:
@@ -400,7 +428,10 @@ def _setup(source: Any, options: _RunOptions) -> _Run:
     array_shape = tuple(slide.shape0) if is_array else None
     measure = _measure(plan, kind, stains)
     runner_kwargs = dict(options.runner_kwargs)
-    return _Run(slide, owned, plan, tiles, seg, measure, array_shape, runner_kwargs, polygon)
+    return _Run(
+        slide, owned, plan, tiles, seg, measure, array_shape, runner_kwargs, polygon,
+        _resolved(seg, kind, plan, options.segmenter_options),
+    )  # fmt: skip
 
 
 def _steps(run: _Run) -> Generator[NucleiStep, None, None]:
@@ -608,6 +639,7 @@ def segment_nuclei(
         region=plan.region,
         segmenter=run.segmenter.name,
         source=None if plan.path is None else Path(plan.path),
+        parameters=dict(run.parameters),
         outlines=outlines,
     )
 
@@ -670,6 +702,9 @@ class PreparedNuclei:
         The tiles ``segment_nuclei`` would segment (those with tissue), in plan order.
     segmenter : Segmenter
         The prepared segmenter.
+    parameters : dict
+        What the run computes with, every default resolved (see
+        :attr:`NucleiResult.parameters`).
     """
 
     def __init__(self, run: _Run) -> None:
@@ -686,6 +721,11 @@ class PreparedNuclei:
     @property
     def segmenter(self) -> Segmenter:  # noqa: D102
         return self._run.segmenter
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """What the run computes with, every default resolved (as ``NucleiResult.parameters``)."""
+        return dict(self._run.parameters)
 
     def segment(self, indices: Sequence[int], **runner_kwargs: Any) -> Iterator[TileResult]:
         """Segment the tiles with these plan indices, yielding one result per tile.

@@ -45,6 +45,14 @@ class NucleiResult:
         Name of the segmenter used.
     source : Path or None
         Slide path, None for arrays.
+    parameters : dict
+        What ran, every default (``"auto"`` included) resolved: ``segmenter`` (its
+        name), ``model``, ``model_version`` and ``weights_sha256`` (the model and the
+        SHA-256 of the weights it loaded; None for the built-in methods), ``mpp`` (the
+        working resolution, µm/px), ``stain_mode`` (``"brightfield"`` or
+        ``"fluorescence"``), ``nuclear_channel`` (its name, fluorescence only) and
+        ``segmenter_options``. Two results computed differently never have the same
+        parameters.
     """
 
     labels: np.ndarray | None
@@ -56,6 +64,7 @@ class NucleiResult:
     region: Box
     segmenter: str = ""
     source: Path | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
     outlines: tuple[list[np.ndarray], np.ndarray] | None = field(
         default=None, repr=False, compare=False
     )

@@ -87,7 +87,14 @@ def check_region(
 ) -> tuple[int, int, int, int]:
     """Validate a level-0 box ``(y0, x0, y1, x1)`` (half-open) and clip it to the slide.
 
-    None means the whole slide.
+    None means the whole slide. This is the one rule of every region entry point
+    (``detect_tissue``, ``segment_nuclei`` and their streaming variants, the widget and
+    the console helpers): the part of a box outside the slide holds no pixels, so an
+    analysis covers the part inside and reports that as its ``region`` (no tissue and
+    no nucleus can lie outside the slide); a box with no part on the slide raises,
+    naming the box and the slide's size, rather than giving an empty result.
+    ``Slide.read_region`` follows the same rule for pixels: it pads the part outside
+    with a documented fill, keeping the box's shape.
 
     Raises
     ------

@@ -35,6 +35,7 @@ from napari_slidescope.analysis.tissue import (
 )
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region, split_region
+from napari_slidescope.pipeline.summary import tissue_area_px
 
 __all__ = ["DEFAULT_TARGET_MPP", "TissueResult", "detect_tissue"]
 
@@ -70,7 +71,9 @@ class TissueResult:
     holes : list of list of (K, 2) ndarray of float
         ``holes[i]``: the interior rings of ``polygons[i]`` (empty with ``outer_only``).
     area_um2 : float or None
-        Tissue area in µm² (None when uncalibrated).
+        Tissue area in µm² (None when uncalibrated), as
+        :func:`~napari_slidescope.pipeline.summary.tissue_area_um2` defines it (every
+        entry point reports this figure).
     area_px : float
         Tissue area in level-0 pixels.
     fraction : float
@@ -153,12 +156,6 @@ def _read_working(
             pix = np.moveaxis(pix, 0, -1)
         strips.append(block_mean(pix, factor))
     return np.concatenate(strips, axis=0)
-
-
-def _covered(n: int, start: float, step: float, lo: int, hi: int) -> np.ndarray:
-    """Level-0 length of each of `n` mask pixels inside [lo, hi)."""
-    edges = start + step * np.arange(n + 1)
-    return np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
 
 
 def detect_tissue(
@@ -326,9 +323,8 @@ def _detect(
     lo, hi = np.array([y0, x0], float), np.array([y1, x1], float)
     exteriors = [np.clip(p, lo, hi) for p in exteriors]
     holes = [[np.clip(h, lo, hi) for h in hs] for hs in holes]
-    rows = _covered(mask.shape[0], origin[0], wdy, y0, y1)
-    cols = _covered(mask.shape[1], origin[1], wdx, x0, x1)
-    area_px = float(rows @ mask.astype(np.float64) @ cols)
+    # the one definition of tissue area (pipeline.summary): mask pixels inside the region
+    area_px = tissue_area_px(mask, origin, ds, [reg])
     return TissueResult(
         mask=mask,
         mpp=work_mpp if calibrated else None,

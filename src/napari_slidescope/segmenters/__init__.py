@@ -13,6 +13,7 @@ Examples
 """
 
 from napari_slidescope.segmenters.base import (
+    IDENTITY_KEYS,
     INPUTS,
     Input,
     Segmenter,
@@ -21,14 +22,18 @@ from napari_slidescope.segmenters.base import (
     SegmenterMismatchWarning,
     SegmenterUnavailableError,
     as_segmenter,
+    identity_of,
 )
 from napari_slidescope.segmenters.registry import (
     AUTO,
+    auto_note,
     available_segmenters,
     get_segmenter,
     missing_reason,
     register_segmenter,
+    registered_segmenters,
     resolve_auto,
+    segmenter_identity,
     segmenter_input,
     segmenter_target_mpp,
 )
@@ -41,6 +46,7 @@ from napari_slidescope.segmenters.stain import ImageKind, column_name, image_kin
 
 __all__ = [
     "AUTO",
+    "IDENTITY_KEYS",
     "INPUTS",
     "ImageKind",
     "Input",
@@ -51,13 +57,17 @@ __all__ = [
     "SegmenterUnavailableError",
     "UncalibratedWarning",
     "as_segmenter",
+    "auto_note",
     "available_segmenters",
     "column_name",
     "get_segmenter",
+    "identity_of",
     "image_kind",
     "missing_reason",
     "register_segmenter",
+    "registered_segmenters",
     "resolve_auto",
+    "segmenter_identity",
     "segmenter_input",
     "segmenter_mpp",
     "segmenter_target_mpp",

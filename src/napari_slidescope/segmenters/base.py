@@ -12,8 +12,11 @@ what the segmenter reads: ``"brightfield"`` RGB tiles ``(B, H, W, 3)`` or one
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import inspect
+import os
+import threading
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
@@ -22,6 +25,7 @@ import numpy as np
 from napari_slidescope._warnings import SlidescopeWarning
 
 __all__ = [
+    "IDENTITY_KEYS",
     "INPUTS",
     "Input",
     "ModelSegmenter",
@@ -31,8 +35,66 @@ __all__ = [
     "SegmenterMismatchWarning",
     "SegmenterUnavailableError",
     "as_segmenter",
+    "file_sha256",
+    "identity_of",
     "missing_packages",
 ]
+
+#: What names the model a segmenter runs: two results with different values here were
+#: computed by different models (recorded in results, manifests and parameter hashes).
+IDENTITY_KEYS = ("segmenter", "model", "model_version", "weights_sha256")
+
+_SHA_LOCK = threading.Lock()
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file, cached by its path, size and modification time.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be read.
+    """
+    st = os.stat(path)
+    key = (os.fspath(path), int(st.st_size), int(st.st_mtime_ns))
+    with _SHA_LOCK:
+        found = _SHA_CACHE.get(key)
+    if found is not None:
+        return found
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    with _SHA_LOCK:
+        _SHA_CACHE[key] = digest
+    return digest
+
+
+def identity_of(segmenter: Any) -> dict[str, Any]:
+    """Return what model a segmenter object runs: :data:`IDENTITY_KEYS` as a dict.
+
+    ``segmenter`` is its ``name``; ``model``, ``model_version`` and ``weights_sha256``
+    come from its ``identity()`` method when it has one (the learned adapters: the
+    model's name, version and the SHA-256 of the weights file it loaded), else None
+    (the built-in methods, whose parameters the software version fixes).
+
+    Examples
+    --------
+    >>> class Thresh:
+    ...     name = "thresh"
+    ...     def predict(self, tiles, *, mpp): ...
+    ...     def postprocess(self, raw, *, mpp): ...
+    >>> identity_of(as_segmenter(Thresh()))["segmenter"]
+    'thresh'
+    """
+    own = getattr(segmenter, "identity", None)
+    extra = dict(own()) if callable(own) else {}
+    out: dict[str, Any] = {k: extra.get(k) for k in IDENTITY_KEYS}
+    out["segmenter"] = str(extra.get("segmenter") or getattr(segmenter, "name", "segmenter"))
+    return out
+
 
 #: What a segmenter reads: RGB brightfield tiles, or one fluorescence channel.
 Input = Literal["brightfield", "fluorescence"]
@@ -173,6 +235,39 @@ class ModelSegmenter(SegmenterBase):
         super().__init__(target_mpp=target_mpp, min_overlap_um=min_overlap_um)
         #: The model's file found by :meth:`model_path`.
         self.model_file: Path = found
+        #: The model's name.
+        self.model_name = str(model)
+
+    #: The model's version, when the adapter knows it (None: unknown).
+    model_version: ClassVar[str | None] = None
+
+    @classmethod
+    def weights_files(cls, model_file: Path) -> list[Path]:
+        """Return the files that hold the model's weights (default: the model's file)."""
+        return [model_file]
+
+    @classmethod
+    def describe(cls, model: str) -> dict[str, Any]:
+        """Return the identity of `model` as installed here (see :func:`identity_of`).
+
+        ``weights_sha256`` is the SHA-256 of the weights file (of the names and hashes of
+        the files, when there are several); None when the model is not installed.
+        """
+        found = cls.model_path(model) if missing_packages(*cls.packages) is None else None
+        sha = None
+        if found is not None:
+            files = cls.weights_files(found)
+            if len(files) == 1:
+                sha = file_sha256(files[0])
+            else:
+                text = "".join(f"{p.name}:{file_sha256(p)}\n" for p in sorted(files))
+                sha = hashlib.sha256(text.encode()).hexdigest()
+        version = cls.model_version if found is not None else None
+        return {"model": model, "model_version": version, "weights_sha256": sha}
+
+    def identity(self) -> dict[str, Any]:
+        """Return the model this segmenter loaded (:func:`identity_of`)."""
+        return {"segmenter": self.name, **self.describe(self.model_name)}
 
     @classmethod
     def model_files(cls, model: str) -> tuple[Path, str] | None:
@@ -228,6 +323,11 @@ class _Adapted(SegmenterBase):
         self.parallel_predict = bool(declared.get("parallel_predict", False))
         self.stains = declared.get("stains")
         self._prepare = declared.get("prepare")
+
+    def identity(self) -> dict[str, Any]:
+        """Return the object's own ``identity()`` when it has one, else its name."""
+        own = getattr(self._obj, "identity", None)
+        return {"segmenter": self.name, **(dict(own()) if callable(own) else {})}
 
     def prepare(self, reference: np.ndarray, *, mpp: float) -> None:
         """Call the object's own ``prepare(reference[, mpp=])`` when it has one."""

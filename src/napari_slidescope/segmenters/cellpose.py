@@ -10,7 +10,7 @@ import numpy as np
 
 from napari_slidescope.segmenters.base import ModelSegmenter
 
-__all__ = ["CellposeSegmenter", "cellpose_model_dir", "create", "missing_reason"]
+__all__ = ["CellposeSegmenter", "cellpose_model_dir", "create", "identity", "missing_reason"]
 
 
 def cellpose_model_dir() -> Path:
@@ -77,6 +77,11 @@ class CellposeSegmenter(ModelSegmenter):
         )
         masks = out[0] if isinstance(out, tuple) else out
         return np.asarray(masks, np.int32)
+
+
+def identity(model: str = "nuclei") -> dict[str, Any]:
+    """Model name and SHA-256 of its installed file (None when not installed)."""
+    return CellposeSegmenter.describe(model)
 
 
 def create(**kwargs: Any) -> CellposeSegmenter:

@@ -52,6 +52,7 @@ __all__ = [
     "InstanSegSegmenter",
     "ModelSpec",
     "create",
+    "identity",
     "install_models",
     "missing_reason",
     "model_folder",
@@ -142,6 +143,11 @@ def _sha256(path: Path) -> str:
 def missing_reason(model: str = "brightfield_nuclei") -> str | None:
     """Why `model` cannot run here (torch or the model file missing), or None."""
     return InstanSegSegmenter.missing_reason(model)
+
+
+def identity(model: str = "brightfield_nuclei") -> dict[str, Any]:
+    """Model name, version and SHA-256 of the installed weights (None when not installed)."""
+    return InstanSegSegmenter.describe(model)
 
 
 def create(*, model: str = "brightfield_nuclei", **kwargs: Any) -> InstanSegSegmenter:
@@ -347,6 +353,14 @@ class InstanSegSegmenter(ModelSegmenter):
     def model_files(cls, model: str) -> tuple[Path, str]:
         """Return the model's folder and its installed weights file's name."""
         return model_folder(model), _WEIGHTS
+
+    @classmethod
+    def describe(cls, model: str) -> dict[str, Any]:
+        """Model name, version (:data:`MODELS`) and SHA-256 of the installed weights."""
+        out = super().describe(model)
+        if out["weights_sha256"] is not None:
+            out["model_version"] = _spec(model).version
+        return out
 
     def __init__(
         self,

@@ -16,26 +16,32 @@ import importlib
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from napari_slidescope.segmenters.base import (
+    IDENTITY_KEYS,
     INPUTS,
     Input,
     Segmenter,
     SegmenterInfoWarning,
     SegmenterUnavailableError,
     as_segmenter,
+    identity_of,
 )
 
 __all__ = [
     "AUTO",
     "SegmenterEntry",
     "auto_choices",
+    "auto_note",
     "available_segmenters",
     "get_segmenter",
     "missing_reason",
     "register_segmenter",
+    "registered_segmenters",
     "resolve_auto",
+    "segmenter_identity",
     "segmenter_input",
     "segmenter_target_mpp",
 ]
@@ -58,7 +64,7 @@ class SegmenterEntry:
         Default working resolution (µm/px), known without creating the segmenter.
     options : dict
         Fixed keyword arguments of the module's ``create`` / ``missing_reason``.
-    factory, check : callable, optional
+    factory, check, identity : callable, optional
         For segmenters registered at run time with :func:`register_segmenter`.
     """
 
@@ -68,6 +74,7 @@ class SegmenterEntry:
     options: dict[str, Any] = field(default_factory=dict)
     factory: Callable[..., Any] | None = None
     check: Callable[[], str | None] | None = None
+    identity: Callable[[], dict[str, Any]] | None = None
 
 
 _PKG = "napari_slidescope.segmenters."
@@ -99,6 +106,7 @@ def register_segmenter(
     check: Callable[[], str | None] | None = None,
     target_mpp: float = 0.5,
     input: Input = "brightfield",
+    identity: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     """Register a segmenter factory under a name at run time (plugins, tests).
 
@@ -115,10 +123,15 @@ def register_segmenter(
         Default working resolution in µm/px.
     input : {"brightfield", "fluorescence"}
         What it reads.
+    identity : callable, optional
+        Returns the ``model``, ``model_version`` and ``weights_sha256`` of what `factory`
+        would load (see :func:`segmenter_identity`), as the objects it makes say through
+        their ``identity()`` method. Without it only the name identifies the segmenter;
+        a batch ``resume`` then redoes slides whose recorded model says more.
     """
     if input not in INPUTS:
         raise ValueError(f"input must be one of {INPUTS}; got {input!r}")
-    _REGISTRY[name] = SegmenterEntry("", input, float(target_mpp), {}, factory, check)
+    _REGISTRY[name] = SegmenterEntry("", input, float(target_mpp), {}, factory, check, identity)
 
 
 def _entry(name: str) -> SegmenterEntry:
@@ -161,6 +174,55 @@ def available_segmenters(input: Input | None = None) -> list[str]:
         for name, entry in _REGISTRY.items()
         if (input is None or entry.input == input) and missing_reason(name) is None
     ]
+
+
+def registered_segmenters() -> list[str]:
+    """Every registered name, installed or not, in the order registered (without "auto")."""
+    return list(_REGISTRY)
+
+
+def segmenter_identity(segmenter: Any) -> dict[str, Any]:
+    """Return what model a segmenter runs, as installed here: :data:`~.base.IDENTITY_KEYS`.
+
+    Two runs whose identities differ were computed by different models; results,
+    manifests and parameter hashes record it, so that nothing computed by one model is
+    kept or mixed with results of another.
+
+    Parameters
+    ----------
+    segmenter : str or Segmenter
+        A registered name (read from the installed model files, without creating the
+        segmenter; ``"auto"`` must be resolved first with :func:`resolve_auto`) or a
+        segmenter object (:func:`~.base.identity_of`).
+
+    Returns
+    -------
+    dict
+        ``segmenter`` (the name), ``model``, ``model_version`` and ``weights_sha256``
+        (None for the built-in methods, and for a model not installed).
+
+    Raises
+    ------
+    KeyError
+        If no segmenter has this name.
+    ValueError
+        For ``"auto"``.
+    """
+    if not isinstance(segmenter, str):
+        return identity_of(as_segmenter(segmenter))
+    if segmenter == AUTO:
+        raise ValueError('segmenter_identity: resolve "auto" first (resolve_auto)')
+    entry = _entry(segmenter)
+    out: dict[str, Any] = dict.fromkeys(IDENTITY_KEYS)
+    describe: Any = entry.identity
+    if entry.factory is None:
+        module = importlib.import_module(entry.module)
+        describe = getattr(module, "identity", None)
+        describe = None if describe is None else partial(describe, **entry.options)
+    if describe is not None:
+        out.update({k: v for k, v in describe().items() if k in out})
+    out["segmenter"] = segmenter
+    return out
 
 
 def segmenter_target_mpp(name: str) -> float:
@@ -210,17 +272,28 @@ def resolve_auto(input: Input, *, warn: bool = True) -> str:
         A registered name.
     """
     learned, builtin = auto_choices(input)
-    reason = missing_reason(learned)
-    if reason is None:
+    note = auto_note(input)
+    if note is None:
         return learned
     if warn:
-        warnings.warn(
-            f'segmenter="auto": ran the built-in {input} method ({builtin!r}); the more '
-            f"accurate {learned!r} is not installed: {reason}",
-            SegmenterInfoWarning,
-            stacklevel=3,
-        )
+        warnings.warn(note, SegmenterInfoWarning, stacklevel=3)
     return builtin
+
+
+def auto_note(input: Input) -> str | None:
+    """Return what :func:`resolve_auto` warns for `input` (None: the learned model is here).
+
+    The batch engine resolves ``"auto"`` on its workers without a warning and says this
+    once per run instead.
+    """
+    learned, builtin = auto_choices(input)
+    reason = missing_reason(learned)
+    if reason is None:
+        return None
+    return (
+        f'segmenter="auto": ran the built-in {input} method ({builtin!r}); the more '
+        f"accurate {learned!r} is not installed: {reason}"
+    )
 
 
 def get_segmenter(name: str, **kwargs: Any) -> Segmenter:

@@ -10,7 +10,7 @@ import numpy as np
 
 from napari_slidescope.segmenters.base import ModelSegmenter
 
-__all__ = ["StarDistSegmenter", "create", "missing_reason", "stardist_model_dir"]
+__all__ = ["StarDistSegmenter", "create", "identity", "missing_reason", "stardist_model_dir"]
 
 
 def stardist_model_dir(model: str = "2D_versatile_he") -> Path:
@@ -40,6 +40,12 @@ class StarDistSegmenter(ModelSegmenter):
     def model_files(cls, model: str) -> tuple[Path, str]:
         """Return the Keras cache and the model's ``config.json`` in it (its folder: the model)."""
         return stardist_model_dir(model), "**/config.json"
+
+    @classmethod
+    def weights_files(cls, model_file: Path) -> list[Path]:
+        """Return ``config.json``, ``thresholds.json`` and the weights beside it."""
+        folder = model_file.parent
+        return [model_file, *sorted(folder.glob("thresholds.json")), *sorted(folder.glob("*.h5"))]
 
     def __init__(
         self,
@@ -88,6 +94,11 @@ class StarDistSegmenter(ModelSegmenter):
         )
         shape = (raw.shape[0] * grid[0], raw.shape[1] * grid[1])
         return polygons_to_label(disti, points, prob=probi, shape=shape).astype(np.int32)
+
+
+def identity(model: str = "2D_versatile_he") -> dict[str, Any]:
+    """Model name and SHA-256 of its installed files (None when not installed)."""
+    return StarDistSegmenter.describe(model)
 
 
 def create(**kwargs: Any) -> StarDistSegmenter:

@@ -108,6 +108,84 @@ class _BaseSlide:
         """Return the level nearest to `target_mpp`: a synonym of :meth:`nearest_level`."""
         return self.nearest_level(target_mpp)
 
+    def read_region(
+        self,
+        region: tuple[int, int, int, int],
+        *,
+        level: int = 0,
+        fill: float | None = None,
+    ) -> np.ndarray:
+        """Read the pixels of `level` covering the level-0 box `region` ``(y0, x0, y1, x1)``.
+
+        Reads on the calling thread. The result keeps the slide's axes order and always
+        has the box's shape at `level` (``ceil(y1 / dy) - floor(y0 / dy)`` rows, alike for
+        columns).
+
+        A box partly outside the slide is padded: the part outside holds no pixels and is
+        filled with `fill`, so array indices stay relative to the box (as OpenSlide's
+        ``read_region`` keeps its size) and nothing shifts at the slide's edges. The
+        default fill is what an empty part of a slide looks like: white glass (255) for a
+        brightfield RGB slide, no signal (0) for fluorescence and multichannel slides, so
+        it reads as background, never as tissue. A box with no part on the slide raises
+        instead of returning an all-fill (or empty) array that could pass for a result.
+
+        Parameters
+        ----------
+        region : (int, int, int, int)
+            Level-0 box ``(y0, x0, y1, x1)``, half-open.
+        level : int
+            Pyramid level to read.
+        fill : float, optional
+            Value of the pixels outside the slide (default: see above).
+
+        Returns
+        -------
+        ndarray
+            The slide's dtype and axes, the box's shape at `level`.
+
+        Raises
+        ------
+        ValueError
+            If the box is empty, malformed, or lies wholly outside the slide (the message
+            names the box and the slide's level-0 size).
+        """
+        try:
+            y0, x0 = (int(math.floor(float(v))) for v in region[:2])
+            y1, x1 = (int(math.ceil(float(v))) for v in region[2:])
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"region must be (y0, x0, y1, x1) in level-0 pixels, got {region!r}"
+            ) from None
+        name = str(getattr(self, "path", "slide"))
+        if y1 <= y0 or x1 <= x0:
+            raise ValueError(f"{name}: region {region!r} is empty: need y1 > y0 and x1 > x0")
+        h0, w0 = self.shape0
+        if y1 <= 0 or x1 <= 0 or y0 >= h0 or x0 >= w0:
+            raise ValueError(
+                f"{name}: region {region!r} lies wholly outside the slide "
+                f"(level 0 is {h0} x {w0} px)"
+            )
+        inner = self.level_box((max(y0, 0), max(x0, 0), min(y1, h0), min(x1, w0)), level)
+        pixels = self._read_level_box(inner, level)
+        if 0 <= y0 and 0 <= x0 and y1 <= h0 and x1 <= w0:
+            return pixels
+        dy, dx = self.downsamples[level]
+        fy0 = int(math.floor(y0 / dy)) if y0 < 0 else inner[0]
+        fx0 = int(math.floor(x0 / dx)) if x0 < 0 else inner[1]
+        fy1 = int(math.ceil(y1 / dy)) if y1 > h0 else inner[2]
+        fx1 = int(math.ceil(x1 / dx)) if x1 > w0 else inner[3]
+        if fill is None:
+            fill = 255 if self.is_rgb and not getattr(self, "fluorescence", False) else 0
+        yi, xi = self._yx
+        shape = list(pixels.shape)
+        shape[yi], shape[xi] = fy1 - fy0, fx1 - fx0
+        out = np.full(shape, fill, dtype=pixels.dtype)
+        index: list[slice] = [slice(None)] * len(shape)
+        index[yi] = slice(inner[0] - fy0, inner[0] - fy0 + pixels.shape[yi])
+        index[xi] = slice(inner[1] - fx0, inner[1] - fx0 + pixels.shape[xi])
+        out[tuple(index)] = pixels
+        return out
+
     def level_box(self, region: tuple[int, int, int, int], level: int) -> tuple[int, int, int, int]:
         """Return the `level` pixel box covering the level-0 box `region`, clipped."""
         y0, x0, y1, x1 = region
@@ -119,12 +197,9 @@ class _BaseSlide:
         lx1 = min(max(int(math.ceil(x1 / dx)), lx0), w)
         return ly0, lx0, ly1, lx1
 
-    def read_region(self, region: tuple[int, int, int, int], *, level: int = 0) -> np.ndarray:
-        """Read the pixels of `level` covering the level-0 box `region` ``(y0, x0, y1, x1)``.
-
-        Reads on the calling thread. The result keeps the slide's axes order.
-        """
-        ly0, lx0, ly1, lx1 = self.level_box(region, level)
+    def _read_level_box(self, box: tuple[int, int, int, int], level: int) -> np.ndarray:
+        """Read a box of `level` pixels (inside the level) on the calling thread."""
+        ly0, lx0, ly1, lx1 = box
         index: list[slice] = [slice(None)] * len(self.axes)
         yi, xi = self._yx
         index[yi], index[xi] = slice(ly0, ly1), slice(lx0, lx1)
@@ -378,13 +453,9 @@ class Slide(_BaseSlide):
         if owner is not None:
             tile_cache().discard(owner)
 
-    def read_region(self, region: tuple[int, int, int, int], *, level: int = 0) -> np.ndarray:
-        """Read the pixels of `level` covering the level-0 box `region` ``(y0, x0, y1, x1)``.
-
-        Reads on the calling thread (through the shared decoded-tile cache). The result
-        keeps the slide's axes order.
-        """
-        ly0, lx0, ly1, lx1 = self.level_box(region, level)
+    def _read_level_box(self, lbox: tuple[int, int, int, int], level: int) -> np.ndarray:
+        """Read a box of `level` pixels through the shared decoded-tile cache."""
+        ly0, lx0, ly1, lx1 = lbox
         reader = self._readers[level]
         box = [(0, n) for n in reader.shape]
         yi, xi = self._yx

@@ -1,0 +1,62 @@
+""" "Add (skip duplicates)" adds only runs that compute the same thing; others replace."""
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+
+pytestmark = pytest.mark.gui
+
+MODEL = {"model": "fake_nuclei", "model_version": "1", "weights_sha256": "ab" * 32}
+
+
+class FakeLearned:
+    name = "instanseg"
+    input = "brightfield"
+    target_mpp = 0.5
+    min_overlap_um = 8.0
+
+    def predict(self, tiles, *, mpp):
+        return (tiles[..., 1] < 130)[..., None].astype(np.float32)
+
+    def postprocess(self, raw, *, mpp):
+        return ndi.label(ndi.binary_opening(raw[..., 0] > 0.5))[0].astype(np.int32)
+
+    def identity(self):
+        return dict(MODEL)
+
+
+def test_add_mode_never_mixes_models_or_resolutions(
+    make_napari_viewer, small_slide, qtbot, monkeypatch
+):
+    from napari_slidescope._napari import session
+    from napari_slidescope._napari.layers import canvas_of
+    from napari_slidescope.segmenters import register_segmenter, registry
+
+    monkeypatch.setitem(registry._REGISTRY, "instanseg", registry._REGISTRY["instanseg"])
+    register_segmenter("instanseg", FakeLearned, identity=lambda: dict(MODEL))
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
+    ctl = session.controller_for(viewer)
+
+    def run(box, **opts):
+        ctl.run(image, "nuclei", region=box, mode="add", nuclei_options={"workers": 1, **opts})
+        qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
+        assert ctl.outcome.state == "done", ctl.outcome.error
+        return canvas_of(viewer.layers[f"{image.name} nuclei"])
+
+    first = run((0, 0, 512, 512))  # "auto": the learned model, as installed
+    assert first.identity["segmenter"] == "instanseg"
+    assert first.identity["weights_sha256"] == MODEL["weights_sha256"]
+    assert first.identity["mpp"] == 0.5 and first.identity["stain_mode"] == "brightfield"
+    # the same identity: added, the earlier area kept
+    canvas = run((0, 512, 512, 1024))
+    assert canvas.regions == [(0, 0, 512, 512), (0, 512, 512, 1024)]
+    # another model file now ("auto" resolves to another model): replaced, never mixed
+    monkeypatch.setitem(MODEL, "weights_sha256", "cd" * 32)
+    canvas = run((512, 0, 1024, 512))
+    assert canvas.regions == [(512, 0, 1024, 512)]
+    assert canvas.identity["weights_sha256"] == "cd" * 32
+    assert (canvas.table()["centroid_row"] >= 512 - 8).all()  # only the new run's nuclei
+    # another working resolution: replaced too
+    canvas = run((512, 512, 1024, 1024), target_mpp=1.0)
+    assert canvas.regions == [(512, 512, 1024, 1024)] and canvas.identity["mpp"] == 1.0

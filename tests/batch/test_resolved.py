@@ -131,7 +131,7 @@ def test_summary_path_is_absolute(local_client, slides, tmp_path, monkeypatch):
 def test_errors_that_recur_are_not_retried(local_client, slides, tmp_path, monkeypatch):
     calls = []
 
-    def unreadable(path, stamp):
+    def unreadable(path, stamp, storage_options=None):
         calls.append(path)
         raise SlideError(path, "not a slide (test)")
 
@@ -144,7 +144,7 @@ def test_errors_that_recur_are_not_retried(local_client, slides, tmp_path, monke
     assert m["error"] == row["error"] and "Traceback" in m["traceback"]
     assert "unreadable" in m["traceback"]
 
-    def flaky(path, stamp):  # an error that may pass (a worker's hiccup) is retried
+    def flaky(path, stamp, storage_options=None):  # an error that may pass (a worker's hiccup) is retried
         calls.append(path)
         raise RuntimeError("flaky")
 

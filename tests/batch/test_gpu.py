@@ -23,7 +23,10 @@ def gpu_client():
     """One worker process with ``{"GPU": 1}`` and one without, one thread each."""
     with (
         SpecCluster(
-            scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+            scheduler={
+                "cls": Scheduler,
+                "options": {"dashboard_address": "127.0.0.1:0", "dashboard": False},
+            },
             workers={
                 "gpu": {"cls": Nanny, "options": {"nthreads": 1, "resources": {"GPU": 1}}},
                 "cpu": {"cls": Nanny, "options": {"nthreads": 1}},

@@ -167,6 +167,8 @@ class _Walker:
             self.countsize, self.nextsize, self.inline = 2, 8 if self.ndpi else 4, 4
         self.layout = Layout(size, self.bo, self.big, self.ndpi)
         self.seen: dict[int, int] = {}
+        #: Offsets of the directories of the main chain (not SubIFDs).
+        self.top: set[int] = set()
 
     def _read(self, offset: int, n: int) -> bytes:
         self.fh.seek(offset)
@@ -186,10 +188,19 @@ class _Walker:
         self._chain(self.first, top=True)
         return self.layout
 
-    def _chain(self, offset: int, *, top: bool) -> None:
+    def _chain(self, offset: int, *, top: bool, parent: int | None = None) -> None:
         number = 0
         while offset:
             if offset in self.seen:
+                if not top and offset in self.top:
+                    # a SubIFD that is a main-chain directory (its parent, or another):
+                    # tifffile would show that image again as a pyramid level
+                    raise SlideError(
+                        self.path,
+                        f"is damaged: a SubIFD of image directory {parent} points back to "
+                        f"image directory {self.seen[offset]} (byte {_n(offset)}) of the main "
+                        "chain, so its pyramid levels cannot be trusted",
+                    )
                 if not top:  # SubIFDs are both listed and chained: a revisit ends the walk
                     return
                 raise SlideError(
@@ -216,6 +227,8 @@ class _Walker:
                 )
                 return
             self.seen[offset] = len(self.seen)
+            if top:
+                self.top.add(offset)
             nxt = self._ifd(offset, top=top and number == 0)
             if nxt is None:
                 return
@@ -285,7 +298,7 @@ class _Walker:
                     subs = body[start : start + total]
                 dtype = np.dtype(self.bo + ("u8" if itemsize == 8 else "u4"))
                 for sub in np.frombuffer(subs, dtype).tolist():
-                    self._chain(int(sub), top=False)
+                    self._chain(int(sub), top=False, parent=self.seen.get(offset))
         if len(body) < nbytes + self.nextsize:
             return None
         tail = body[nbytes:]

@@ -207,6 +207,23 @@ def decode_error_types() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
+def codec_problem(page: Any) -> str | None:
+    """Why the pixels of `page` cannot be decoded by any codec installed, or None.
+
+    Looks the page's Compression tag up in tifffile's decoders (imagecodecs); no pixel
+    is decoded.
+    """
+    raw = page.keyframe.tags.get("Compression")
+    code = int(raw.value) if raw is not None else 1
+    try:
+        tifffile.TIFF.DECOMPRESSORS[code]
+    except KeyError:
+        return f"its Compression tag names codec {code}, which no installed decoder knows"
+    except Exception as exc:  # a known codec whose decoder is not installed
+        return f"its codec {code} cannot be decoded here ({describe_exception(exc)})"
+    return None
+
+
 #: TIFF compression codes whose segments are whole JPEG or JPEG 2000 streams.
 _EOI_CODECS = (7, 33003, 33004, 33005, 34712)
 
@@ -424,7 +441,10 @@ class _PageChunks:
 
     def _check_bytes(self, data: bytes | None, offset: int, count: int) -> None:
         if count <= 0:
-            return
+            raise ChunkError(
+                f"its byte count is {count} (at byte {offset:,}): the tile is missing from "
+                "the file"
+            )
         if offset + count > self._size:
             raise ChunkError(
                 f"its {count:,} bytes at byte {offset:,} lie past the end of the file "

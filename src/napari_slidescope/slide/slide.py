@@ -168,6 +168,8 @@ class Slide(_BaseSlide):
             raise ValueError(f"on_error must be 'raise' or 'blank', got {on_error!r}")
         budget = default_chunk_bytes() if chunk_bytes is None else parse_bytes(chunk_bytes)
         self._owner = _levels.new_owner()
+        #: Damaged tiles shown blank (``on_error="blank"``), see :class:`DamageLog`.
+        self.damage = _levels.DamageLog(str(self.path))
         self._tif, layout, notes = _tiff.open_tiff(self.path, on_error=on_error)
         try:
             self._open(budget, on_error, layout, notes)
@@ -212,7 +214,15 @@ class Slide(_BaseSlide):
         self._readers: list[_levels.LevelReader] = []
         for i, (z, lv) in enumerate(zip(zarrs, series_levels, strict=True)):
             arr, self.axes, reader = _levels.wrap_level(
-                lv, z, axes, budget, path=path, level=i, on_error=on_error, owner=self._owner
+                lv,
+                z,
+                axes,
+                budget,
+                path=path,
+                level=i,
+                on_error=on_error,
+                owner=self._owner,
+                damage=self.damage,
             )
             self.levels.append(arr)
             self._readers.append(reader)
@@ -362,7 +372,11 @@ def open_slide(
         What a tile whose compressed bytes are corrupt does when read: ``"raise"`` a
         :class:`SlideError` naming the file, level and tile (the default, so analysis never
         runs on invented pixels), or ``"blank"``: return zeros for that native tile only
-        and warn once per level (what the napari reader uses, so panning keeps working).
+        and warn once per file, naming the level and the tiles (what the napari reader
+        uses, so panning keeps working; it outlines the tiles on the canvas). A tile whose
+        byte count is 0 is damaged too. Either way ``slide.damage`` lists the damaged
+        tiles shown blank. A level whose compression no installed codec decodes is left
+        out with a warning naming it, or refused when it is level 0.
 
     Returns
     -------
@@ -412,6 +426,7 @@ def _check_levels(
 ) -> list[int]:
     """Check every pyramid level; return the indices of the levels to show."""
     keep: list[int] = []
+    prev: tuple[int, int] | None = None
     for i, level in enumerate(_tiff.series_levels(main)):
         errors: list[str] = []
         cut = total = 0
@@ -422,11 +437,25 @@ def _check_levels(
             errors += rep.errors
             cut += rep.cut
             total += rep.total
+        key = level.pages[0] if level.pages else None
+        if not errors and key is not None:
+            codec = _tiff.codec_problem(key)
+            if codec is not None:
+                errors.append(codec)
+        shape = _level_shape(level)
+        if not errors and prev is not None and shape is not None:
+            if shape[0] * shape[1] >= prev[0] * prev[1]:
+                errors.append(
+                    f"it is {shape[1]:,} x {shape[0]:,} px, not smaller than the level "
+                    f"before it ({prev[1]:,} x {prev[0]:,} px): the pyramid's layout is "
+                    "damaged"
+                )
         if errors:
             if i == 0:
                 raise SlideError(path, f"is damaged: level 0: {'; '.join(errors)}")
             notes.append(f"pyramid level {i} ({'; '.join(errors)})")
             continue
+        prev = shape
         if cut:
             what = (
                 f"{cut:,} of {total:,} level-{i} tiles lie past the end of the file "
@@ -441,6 +470,14 @@ def _check_levels(
                 continue
         keep.append(i)
     return keep
+
+
+def _level_shape(level: Any) -> tuple[int, int] | None:
+    """(rows, cols) of a pyramid level, or None when its axes have no Y and X."""
+    shape = dict(zip(level.axes, level.shape, strict=True))
+    if "Y" not in shape or "X" not in shape:
+        return None
+    return int(shape["Y"]), int(shape["X"])
 
 
 def _associated_problem(series: Any, size: int) -> str | None:

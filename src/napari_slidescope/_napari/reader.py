@@ -95,6 +95,11 @@ def _has_tiff_magic(path: str) -> bool:
 def read_slide(path: str | list[str]) -> list[LayerData]:
     """Open a slide as one multiscale image layer (lazy dask levels, calibrated in µm).
 
+    A damaged tile reads as blank, never silently: in a viewer it is outlined in a
+    ``"<slide> damaged tiles"`` Shapes layer and a warning notification names the file,
+    level and tiles (:mod:`napari_slidescope._napari.damage`); outside one, a
+    :class:`~napari_slidescope.SlidescopeWarning` does.
+
     Raises
     ------
     SlideError
@@ -105,9 +110,21 @@ def read_slide(path: str | list[str]) -> list[LayerData]:
     if isinstance(path, list):
         path = path[0]
     slide = open_slide(path, on_error="blank")
+    _watch_damage(slide)  # before any pixel is read
     data = layer_data(slide)
     _close_with_layers(slide)
     return [data]
+
+
+def _watch_damage(slide: Any) -> None:
+    """In a viewer, outline damaged tiles and notify (else the library warns)."""
+    import napari
+
+    viewer = napari.current_viewer()
+    if viewer is not None:
+        from napari_slidescope._napari.damage import watch
+
+        watch(viewer, slide)
 
 
 #: Slides opened by the reader that a viewer's layers may still show.
@@ -145,6 +162,10 @@ def _on_layer_removed(event: Any) -> None:
     for slide in [s for s in _OPEN if s._owner == key]:
         _OPEN.remove(slide)
         slide.close()
+    from napari_slidescope._napari.damage import damage_layers
+
+    for overlay in damage_layers(event.source, key):  # its damaged-tile outlines
+        event.source.remove(overlay)
 
 
 def layer_data(slide: Any) -> LayerData:

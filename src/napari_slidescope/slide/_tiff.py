@@ -410,8 +410,21 @@ class _PageChunks:
             per_page.setdefault(page, []).append((n, idx[ya] * self._tiles_across + idx[xa]))
         out: list[np.ndarray | BaseException] = [None] * len(indices)  # type: ignore[list-item]
         errors = decode_error_types()
-        for page, items in per_page.items():
+        for page, all_items in per_page.items():
             offsets, counts = self._offsets[page], self._counts[page]
+            # a 0 byte count is a missing tile; kept out of read_segments, which would
+            # hand the following segments the wrong bytes (tifffile 2026.3)
+            items = []
+            for n, seg in all_items:
+                if counts[seg] > 0:
+                    items.append((n, seg))
+                    continue
+                try:
+                    self._check_bytes(None, offsets[seg], counts[seg])
+                except ChunkError as exc:
+                    out[n] = exc
+            if not items:
+                continue
             segs = [s for _, s in items]
             try:
                 raw = list(

@@ -30,7 +30,9 @@ def _damage(src: Path, dst: Path, *, random: tuple[int, ...], zero_count: tuple[
     raw = bytearray(dst.read_bytes())
     rng = np.random.default_rng(7)
     for k in random:
-        raw[offsets[k] : offsets[k] + counts[k]] = rng.integers(0, 256, counts[k], np.uint8).tobytes()
+        raw[offsets[k] : offsets[k] + counts[k]] = rng.integers(
+            0, 256, counts[k], np.uint8
+        ).tobytes()
     for k in zero_count:
         struct.pack_into(fmt, raw, voff + k * struct.calcsize(fmt), 0)
     dst.write_bytes(bytes(raw))
@@ -69,7 +71,7 @@ def test_damaged_tiles_are_outlined_and_notified_once(
     assert len(overlays) == 1
     overlay = overlays[0]
     assert overlay.name == "damaged-cmu.svs damaged tiles"
-    boxes = {(r, c) for r, c in zip(overlay.features["rows"], overlay.features["cols"])}
+    boxes = set(zip(overlay.features["rows"], overlay.features["cols"], strict=True))
     assert boxes == {("0:240", "240:480"), ("0:240", "480:720"), ("240:480", "0:240")}
     assert set(overlay.features["level"]) == {0}
     assert any("byte count is 0" in r for r in overlay.features["reason"])
@@ -114,7 +116,9 @@ def test_reopening_a_damaged_file_notifies_again(make_napari_viewer, small_slide
         viewer.close()
 
 
-def test_unknown_codec_at_level_0_is_refused_in_the_viewer(make_napari_viewer, small_slide, tmp_path):
+def test_unknown_codec_at_level_0_is_refused_in_the_viewer(
+    make_napari_viewer, small_slide, tmp_path
+):
     from napari_slidescope import SlideError
 
     path = tmp_path / "codec.svs"

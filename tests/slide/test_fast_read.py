@@ -386,7 +386,9 @@ def test_corrupt_tile_in_region_read_names_the_pixels(tmp_path):
             ):
                 read()
     with _open(path, on_error="blank") as slide:
-        with pytest.warns(SlidescopeWarning, match=r"damaged tile\(s\) \(rows 0:256 cols 256:512\)"):
+        with pytest.warns(
+            SlidescopeWarning, match=r"damaged tile\(s\) \(rows 0:256 cols 256:512\)"
+        ):
             got = np.asarray(slide.levels[0][:300, 100:400])
         assert np.all(got[:256, 156:] == 0)
         np.testing.assert_array_equal(got[256:], slide.levels[0][256:300, 100:400].compute())

@@ -25,8 +25,8 @@ import itertools
 import os
 import threading
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import dask.array as da
@@ -167,8 +167,8 @@ def damage_message(path: str, tiles: list[DamagedTile], reason: str = "") -> str
     more = f" and {len(tiles) - 4} more" if len(tiles) > 4 else ""
     return (
         f"{path}: level {level}: damaged tile(s) ({shown}{more}) cannot be decoded"
-        f"{reason} and are shown blank; they are not glass. Later damaged tiles of this file are not "
-        "warned about again (Slide.damage lists them all)."
+        f"{reason} and are shown blank; they are not glass. Later damaged tiles of this "
+        "file are not warned about again (Slide.damage lists them all)."
     )
 
 

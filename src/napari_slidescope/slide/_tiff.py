@@ -232,7 +232,13 @@ class ChunkError(ValueError):
     """A native chunk whose bytes are missing or damaged (the reader names file and level)."""
 
 
-def check_jpeg(data: bytes, tables: bytes | None = None, header: bytes | None = None) -> None:
+def check_jpeg(
+    data: bytes,
+    tables: bytes | None = None,
+    header: bytes | None = None,
+    *,
+    frame: tuple[int, int] | None = None,
+) -> None:
     """Raise :class:`ChunkError` when a JPEG segment's entropy-coded data is corrupt.
 
     libjpeg (through imagecodecs) decodes garbage in place of a tile's Huffman-coded
@@ -249,6 +255,9 @@ def check_jpeg(data: bytes, tables: bytes | None = None, header: bytes | None = 
         The page's JPEGTables (SVS and other tiled JPEG TIFFs).
     header : bytes, optional
         The NDPI JPEG header a restart band is decoded with.
+    frame : (int, int), optional
+        The native tile's (rows, cols): a JPEG frame larger than that is refused before
+        anything is decoded (an impossible frame size would allocate gigabytes).
     """
     import simplejpeg
 
@@ -259,10 +268,19 @@ def check_jpeg(data: bytes, tables: bytes | None = None, header: bytes | None = 
     else:
         stream = data
     try:
+        if frame is not None:
+            rows, cols = simplejpeg.decode_jpeg_header(stream)[:2]
+            if rows > frame[0] or cols > frame[1]:
+                raise ChunkError(
+                    f"its JPEG frame is {cols:,} x {rows:,} px, larger than the "
+                    f"{frame[1]:,} x {frame[0]:,} px tile it should hold"
+                )
         simplejpeg.decode_jpeg(
             stream, colorspace="GRAY", min_height=1, min_width=1, min_factor=8, strict=True
         )
     except ValueError as exc:
+        if isinstance(exc, ChunkError):
+            raise
         raise ChunkError(f"its JPEG data is corrupt ({exc})") from exc
 
 
@@ -394,6 +412,12 @@ class _PageChunks:
         # libjpeg decodes garbage entropy data without an error (it only warns): every
         # 8-bit JPEG segment is checked by a strict entropy-decoding pass as well
         self._jpeg = compression == 7 and int(self._keyframe.bitspersample) == 8
+        kf = self._keyframe
+        self._frame = (
+            (int(kf.tilelength), int(kf.tilewidth))
+            if tiled
+            else (int(kf.rowsperstrip), int(kf.imagewidth))
+        )
 
     @classmethod
     def create(
@@ -492,8 +516,7 @@ class _PageChunks:
     def _check_bytes(self, data: bytes | None, offset: int, count: int) -> None:
         if count <= 0:
             raise ChunkError(
-                f"its byte count is {count} (at byte {offset:,}): the tile is missing from "
-                "the file"
+                f"its byte count is {count} (at byte {offset:,}): the tile is missing from the file"
             )
         if offset + count > self._size:
             raise ChunkError(
@@ -521,9 +544,9 @@ class _PageChunks:
         samples = self.shape[2] if not self._channels and len(self.shape) == 3 else 1
         if data is None or not data:
             return np.full(self._chunk_shape(rows, cols, samples), self._nodata, self.dtype)
+        if self._jpeg:  # before decoding: a forged frame size must not allocate anything
+            check_jpeg(data, kwargs.get("jpegtables"), kwargs.get("jpegheader"), frame=self._frame)
         decoded = self._decode(data, seg, **kwargs)[0]
-        if self._jpeg:
-            check_jpeg(data, kwargs.get("jpegtables"), kwargs.get("jpegheader"))
         if decoded is None:
             return np.full(self._chunk_shape(rows, cols, samples), self._nodata, self.dtype)
         tile = decoded[0]  # (length, width, samples)

@@ -11,6 +11,7 @@ intact file's where the damage does not touch what was read, and a measured peak
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -717,3 +718,251 @@ def test_random_header_mutations(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert proc.stdout.startswith("ok "), proc.stdout
     assert int(proc.stdout.split()[1]) >= 40, proc.stdout
+
+
+# --------------------------------------------------------------------------- full disks
+#
+# Every writer of the project, on a disk with no room left: an OSError naming the path
+# and the cause (ENOSPC), nothing half-written (no temporary file left), and the file
+# that was at that path before kept as it was. The disk is a size-limited tmpfs the test
+# mounts (root, or CAP_SYS_ADMIN); where it cannot, the writers that take a file path
+# are tested against /dev/full and the others skip, naming the missing capability.
+# Each write runs under the corpus's bounds: 5 s, and 1 GiB of added peak memory.
+
+EARLIER = b"the earlier file, which a failed write must keep\n"
+TEMP_MARKS = (".tmp", ".installing-", ".old-")
+
+
+class Disk:
+    """A tmpfs of `size` bytes mounted at `path` (unmounted by the fixture)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fill(self) -> None:
+        """Write a filler file until the disk is full (ENOSPC)."""
+        fd = os.open(self.path / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        block = b"\0" * 4096
+        try:
+            while True:
+                os.write(fd, block)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        finally:
+            os.close(fd)
+
+    def leftovers(self) -> list[Path]:
+        return [p for p in self.path.rglob("*") if any(m in p.name for m in TEMP_MARKS)]
+
+
+def _mount_tmpfs(path: Path, size: str) -> str | None:
+    """Mount a tmpfs at `path`; None when done, else why it cannot be."""
+    if not sys.platform.startswith("linux"):
+        return "size-limited tmpfs mounts need Linux"
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot run mount ({exc})"
+    if proc.returncode != 0:
+        return (
+            "cannot mount a size-limited tmpfs (needs root or CAP_SYS_ADMIN): "
+            + proc.stderr.strip()
+        )
+    return None
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """A fresh 256 KiB tmpfs, or a skip naming the capability that is missing."""
+    path = tmp_path / "small-disk"
+    why = _mount_tmpfs(path, "256k")
+    if why is not None:
+        if Path("/dev/full").exists():
+            pytest.skip(f"{why}; the path-taking writers are tested against /dev/full")
+        pytest.skip(f"{why}, and there is no /dev/full")
+    try:
+        yield Disk(path)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def _bounded(fn: Callable[[], object]) -> None:
+    """Run `fn` under the corpus's bounds: 5 s (SIGALRM) and 1 GiB of added peak memory."""
+    import signal
+
+    def _alarm(signum, frame):
+        raise TimeoutError("the write took longer than 5 s")
+
+    measured = False
+    if os.path.exists("/proc/self/clear_refs"):
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+            measured = True
+        except OSError:
+            pass
+    rss0 = _status_kib("VmRSS") if measured else 0
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 5.0)
+    try:
+        fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        if measured:
+            assert (_status_kib("VmHWM") - rss0) / 1024 < PEAK_LIMIT_MIB
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _refused(disk: Disk, target: Path, write: Callable[[], object], *, errtype=OSError, named=None):
+    """Write `target` on the full `disk`: refused, naming it and ENOSPC; nothing changed."""
+    (disk.path / "filler").unlink(missing_ok=True)  # room for the earlier file
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        target.write_bytes(EARLIER)
+    before = target.read_bytes()
+    disk.fill()
+    with pytest.raises(errtype) as info:
+        _bounded(write)
+    msg = str(info.value)
+    assert str(named or target) in msg, msg
+    assert "No space left on device" in msg, msg
+    if isinstance(info.value, OSError):
+        assert info.value.errno == errno.ENOSPC
+    assert target.read_bytes() == before
+    assert disk.leftovers() == []
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """A TissueResult and a NucleiResult of a small synthetic slide."""
+    from napari_slidescope import detect_tissue, segment_nuclei
+    from napari_slidescope.sample_data import write_sample_slide
+
+    path = tmp_path_factory.mktemp("results") / "small.svs"
+    write_sample_slide(path, shape=(512, 768), mpp=0.5, seed=3, tile=128)
+    tissue = detect_tissue(path)
+    nuclei = segment_nuclei(path, segmenter="builtin", tissue=False)
+    assert tissue.polygons and nuclei.count > 0
+    return tissue, nuclei
+
+
+@pytest.mark.parametrize("writer", ["tissue.geojson", "nuclei.geojson", "nuclei.csv"])
+def test_full_disk_result_exports(disk, results, writer):
+    tissue, nuclei = results
+    target = disk.path / f"out-{writer}"
+    write = {
+        "tissue.geojson": lambda: tissue.to_geojson(target),
+        "nuclei.geojson": lambda: nuclei.to_geojson(target),
+        "nuclei.csv": lambda: nuclei.to_csv(target),
+    }[writer]
+    _refused(disk, target, write)
+
+
+@pytest.mark.parametrize("writer", ["tissue.geojson", "nuclei.geojson", "nuclei.csv"])
+def test_dev_full_result_exports(results, writer):
+    """A stream that cannot take the data: refused, and /dev/full stays a device."""
+    import stat
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    tissue, nuclei = results
+    target = Path("/dev/full")
+    write = {
+        "tissue.geojson": lambda: tissue.to_geojson(target),
+        "nuclei.geojson": lambda: nuclei.to_geojson(target),
+        "nuclei.csv": lambda: nuclei.to_csv(target),
+    }[writer]
+    with pytest.raises(OSError, match=r"cannot write /dev/full: No space left on device"):
+        _bounded(write)
+    assert stat.S_ISCHR(os.stat(target).st_mode)
+
+
+def test_full_disk_batch_outputs(disk):
+    pytest.importorskip("pyarrow")
+    from napari_slidescope.batch import outputs
+    from napari_slidescope.batch.tasks import TileOut
+
+    slide_dir = disk.path / "slide"
+    slide_dir.mkdir()
+    # a part written while there is room, then each writer on the full disk
+    tile = TileOut(0, 0.1, {"id": np.arange(1, 4), "area_um2": np.ones(3)}, [b"\0" * 21] * 3)
+    part = outputs.write_part(slide_dir, tile, "digest")
+    outputs.write_manifest(slide_dir, {"state": "running"})
+    manifest = slide_dir / "manifest.json"
+    _refused(disk, manifest, lambda: outputs.write_manifest(slide_dir, {"state": "x" * 99999}))
+    rng = np.random.default_rng(0)
+    big = TileOut(0, 0.2, {"id": np.arange(1, 20001), "area_um2": rng.random(20000)}, [])
+    big.wkb = [rng.bytes(64) for _ in range(20000)]
+    _refused(disk, part, lambda: outputs.write_part(slide_dir, big, "digest"))
+    summary = disk.path / "summary.csv"
+    rows = [{"slide": "s" * 50_000}]
+    _refused(disk, summary, lambda: outputs.write_summary(summary, rows))
+    tissue = slide_dir / "tissue.geojson"
+    ring = rng.random((20_000, 2)) * 1000
+    _refused(disk, tissue, lambda: outputs.write_tissue(slide_dir, [ring], [[]]))
+
+
+def test_full_disk_label_pyramid_chunk(tmp_path):
+    from napari_slidescope.pipeline.label_pyramid import LabelPyramid
+
+    path = tmp_path / "pyramid-disk"
+    why = _mount_tmpfs(path, "2m")
+    if why is not None:
+        pytest.skip(why)
+    try:
+        pyr = LabelPyramid((512, 512), chunk=256, root=path, cache_bytes=0)
+        first = np.zeros((256, 256), np.int32)
+        first[10:20, 10:20] = 7
+        pyr.paste((0, 0, 256, 256), first)
+        chunk = next(p for p in pyr.path.iterdir() if not p.name.endswith(".tmp"))
+        before = chunk.read_bytes()
+        Disk(path).fill()
+        noise = np.random.default_rng(0).integers(1, 2**31 - 1, (256, 256), dtype=np.int32)
+        with pytest.raises(OSError) as info:
+            _bounded(lambda: pyr.paste((0, 0, 256, 256), noise))
+        assert info.value.errno == errno.ENOSPC
+        assert str(pyr.path) in str(info.value) and "No space left" in str(info.value)
+        assert chunk.read_bytes() == before
+        assert not [p for p in pyr.path.iterdir() if p.name.endswith(".tmp")]
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def test_full_disk_sample_slide(disk):
+    from napari_slidescope.sample_data import write_sample_slide
+
+    target = disk.path / "sample.svs"
+    _refused(disk, target, lambda: write_sample_slide(target, shape=(512, 512), tile=128))
+
+
+def test_full_disk_model_install(disk):
+    from napari_slidescope.segmenters.instanseg import InstallError, install_models, model_folder
+
+    models = os.environ.get("SLIDESCOPE_MODELS")
+    source = Path(models) / "instanseg" if models else None
+    if source is None or not (source / "brightfield_nuclei").is_dir():
+        pytest.skip("SLIDESCOPE_MODELS holds no InstanSeg model to install from")
+    folder = model_folder("brightfield_nuclei", disk.path)
+    folder.mkdir(parents=True)
+    target = folder / "instanseg.pt"
+    _refused(
+        disk,
+        target,
+        lambda: install_models(source, disk.path, models=("brightfield_nuclei",)),
+        errtype=InstallError,
+        named=folder,
+    )

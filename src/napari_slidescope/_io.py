@@ -128,8 +128,8 @@ def atomic_write(
     if st is not None and not stat.S_ISREG(st.st_mode):
         # a device or pipe (/dev/stdout, /dev/full): written in place, never replaced by
         # a regular file; its errors are the write's
-        with _stream(target, mode, encoding, newline) as fh:
-            yield fh
+        with _stream(target, mode, encoding, newline) as stream:
+            yield stream
         return
     try:
         fd, tmp = _create_temp(folder, target.name)

@@ -47,7 +47,7 @@ def watch(viewer: Any, slide: Any) -> Any:
     except ImportError:  # pragma: no cover - napari without a Qt binding
         return None
 
-    class _Watcher(QObject):  # type: ignore[misc]
+    class _Watcher(QObject):
         reported = Signal(object)
 
         def __init__(self) -> None:

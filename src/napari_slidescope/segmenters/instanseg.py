@@ -168,7 +168,7 @@ def _fetch(url: str, into: Path) -> Path:
                 got += len(block)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise InstallError(
-            f"{url}: download into {target} failed ({exc}); nothing installed"
+            f"{url}: download failed ({exc}; writing {target}); nothing installed"
         ) from exc
     if expected is not None and got != int(expected):
         raise InstallError(

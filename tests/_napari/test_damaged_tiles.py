@@ -71,6 +71,7 @@ def test_damaged_tiles_are_outlined_and_notified_once(
     assert len(overlays) == 1
     overlay = overlays[0]
     assert overlay.name == "damaged-cmu.svs damaged tiles"
+    assert viewer.layers.selection.active is layer  # the overlay does not take the focus
     boxes = set(zip(overlay.features["rows"], overlay.features["cols"], strict=True))
     assert boxes == {("0:240", "240:480"), ("0:240", "480:720"), ("240:480", "0:240")}
     assert set(overlay.features["level"]) == {0}

@@ -123,6 +123,7 @@ def _outline(viewer: Any, slide: Any, tiles: list[Any], name: str, owner: Any) -
         calibrated: dict[str, Any] = {}
         if slide.mpp is not None:  # as the image layer (layer_data)
             calibrated = {"scale": tuple(slide.mpp), "units": ("µm", "µm")}
+        active = viewer.layers.selection.active  # the user's layer stays the active one
         layer = viewer.add_shapes(
             rects,
             shape_type="rectangle",
@@ -134,6 +135,8 @@ def _outline(viewer: Any, slide: Any, tiles: list[Any], name: str, owner: Any) -
             metadata={DAMAGE_KEY: owner, "path": str(slide.path)},
             **calibrated,
         )
+        if active is not None and active in viewer.layers:
+            viewer.layers.selection.active = active
         return
     features = pd.concat([layer.features, rows], ignore_index=True)
     layer.add(

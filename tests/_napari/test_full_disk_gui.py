@@ -6,9 +6,11 @@ size-limited tmpfs; this adds Qt's settings file, written by QSettings.
 
 import errno
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gui
@@ -30,8 +32,6 @@ def _corpus():
 
 @pytest.fixture
 def full_settings_disk(tmp_path):
-    import subprocess
-
     from qtpy.QtCore import QSettings
 
     corpus = _corpus()
@@ -74,3 +74,26 @@ def test_settings_on_a_full_disk_raise_naming_the_file_and_keep_it(
     assert ini.read_bytes() == before
     leftovers = [p for p in ini.parent.rglob("*") if p != ini and p.name != "filler"]
     assert all(p.is_dir() for p in leftovers), leftovers
+
+
+def test_qupath_writer_on_a_full_disk(make_napari_viewer, tmp_path):
+    from napari_slidescope._napari.qupath import write_geojson_layers
+
+    corpus = _corpus()
+    path = tmp_path / "qupath-disk"
+    why = corpus._mount_tmpfs(path, "256k")
+    if why is not None:
+        pytest.skip(why)
+    try:
+        viewer = make_napari_viewer(show=False)
+        rng = np.random.default_rng(0)
+        rings = [rng.random((4, 2)) * 1000 for _ in range(3000)]
+        shapes = viewer.add_shapes(rings, shape_type="polygon", name="many")
+        target = path / "saved.geojson"
+
+        def write():
+            write_geojson_layers(str(target), [shapes.as_layer_data_tuple()])
+
+        corpus._refused(corpus.Disk(path), target, write)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)

@@ -8,6 +8,7 @@ dask graph (``.compute()``), the whole level (``np.asarray(level)``), and
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -416,3 +417,30 @@ def test_non_basic_indexing_falls_back_to_dask(tiled_rgb):
         np.testing.assert_array_equal(np.asarray(lv[5:5, 0:10]), want[5:5, 0:10])
         with pytest.raises(IndexError):
             lv[10**6, 0]
+
+
+def test_tile_with_no_bytes_on_the_zarr_path_is_damage_too(tmp_path, monkeypatch):
+    # layouts the direct decoder does not take are read through zarr, which gives a
+    # 0-byte tile tifffile's fill value: the open refuses it (or warns) instead
+    from napari_slidescope.slide import _tiff
+
+    data = np.random.default_rng(5).integers(1, 255, (512, 512, 3), dtype=np.uint8)
+    path = tmp_path / "sparse.tif"
+    tifffile.imwrite(path, data, tile=(256, 256), compression="zlib", photometric="rgb")
+    with tifffile.TiffFile(path) as tif:
+        tag = tif.pages[0].tags["TileByteCounts"]
+        offset, itemsize = tag.valueoffset, {3: 2, 4: 4, 16: 8}[int(tag.dtype)]
+    raw = bytearray(path.read_bytes())
+    raw[offset + 3 * itemsize : offset + 4 * itemsize] = b"\0" * itemsize
+    path.write_bytes(bytes(raw))
+    monkeypatch.setattr(_tiff._PageChunks, "create", classmethod(lambda cls, *a: None))
+    with pytest.raises(SlideError, match=r"sparse\.tif: is damaged: 1 level-0 tiles have a byte"):
+        _open(path)
+    with (
+        pytest.warns(SlidescopeWarning, match=r"sparse\.tif: opened with parts left out: 1 lev"),
+        warnings.catch_warnings(),
+    ):
+        warnings.filterwarnings("ignore", "(?s).*no pixel size", SlidescopeWarning)
+        slide = open_slide(path, on_error="blank")
+    with slide:
+        assert not slide._readers[0]._source.fast

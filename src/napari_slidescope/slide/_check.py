@@ -315,6 +315,8 @@ class PageReport:
     errors: list[str] = field(default_factory=list)
     cut: int = 0
     total: int = 0
+    #: native chunks whose byte count is 0 (missing from the file)
+    empty: int = 0
 
 
 _VALID_BITS = {"u": (8, 16, 32), "i": (8, 16, 32), "f": (16, 32, 64)}
@@ -427,6 +429,7 @@ def check_page(page: Any, size: int) -> PageReport:
         return rep
     ends = offsets + counts
     rep.cut = int(np.count_nonzero(present & (ends > size)))
+    rep.empty = int(offsets.size - np.count_nonzero(present))
     # partial overlaps (identical duplicates are a legitimate way to share a blank tile)
     order = np.argsort(offsets[present], kind="stable")
     so, se = offsets[present][order], ends[present][order]

@@ -195,7 +195,8 @@ class Slide(_BaseSlide):
         main = _check_series(path, all_series, layout, on_error, notes)
         axes = main.axes
         info: FormatInfo = describe(self._tif, main, path)
-        keep = _check_levels(path, main, layout, on_error, notes)
+        empty: dict[int, int] = {}
+        keep = _check_levels(path, main, layout, on_error, notes, empty)
         if layout.truncated is not None and on_error == "raise":
             raise SlideError(path, f"is truncated: {layout.truncated}")
         zarrs = _tiff.open_levels(main, path)
@@ -205,6 +206,8 @@ class Slide(_BaseSlide):
         elif len(keep) != len(zarrs):  # levels that cannot be delivered are left out
             zarrs = [zarrs[i] for i in keep]
             series_levels = [series_levels[i] for i in keep]
+        # the file's level index of each level shown (for what _check_levels counted)
+        original = keep if len(keep) == len(zarrs) else list(range(len(zarrs)))
         self.format = info.format
         self.mpp = info.mpp
         self.magnification = info.magnification
@@ -226,6 +229,13 @@ class Slide(_BaseSlide):
             )
             self.levels.append(arr)
             self._readers.append(reader)
+            missing = empty.get(original[i], 0)
+            if missing and not reader._source.fast:
+                # the zarr fallback reads a 0-byte tile as fill value, without a word
+                what = f"{missing:,} level-{i} tiles have a byte count of 0 (missing)"
+                if on_error == "raise":
+                    raise SlideError(path, f"is damaged: {what}")
+                notes.append(f"{what} and are shown blank")
         nch = self.levels[0].shape[0] if self.axes == "CYX" else 0
         self.channel_names = list(info.channel_names) if nch else []
         if nch and len(self.channel_names) != nch:
@@ -422,9 +432,17 @@ def _check_series(
 
 
 def _check_levels(
-    path: str, main: Any, layout: _check.Layout, on_error: OnError, notes: list[str]
+    path: str,
+    main: Any,
+    layout: _check.Layout,
+    on_error: OnError,
+    notes: list[str],
+    empty: dict[int, int] | None = None,
 ) -> list[int]:
-    """Check every pyramid level; return the indices of the levels to show."""
+    """Check every pyramid level; return the indices of the levels to show.
+
+    `empty` receives, per level index, the number of native chunks with no bytes.
+    """
     keep: list[int] = []
     prev: tuple[int, int] | None = None
     for i, level in enumerate(_tiff.series_levels(main)):
@@ -436,6 +454,8 @@ def _check_levels(
             rep = _check.check_page(page, layout.size)
             errors += rep.errors
             cut += rep.cut
+            if empty is not None:
+                empty[i] = empty.get(i, 0) + rep.empty
             total += rep.total
         key = level.pages[0] if level.pages else None
         if not errors and key is not None:

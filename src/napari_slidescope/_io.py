@@ -5,13 +5,21 @@ temporary file in the destination folder, is flushed and fsynced, then renamed o
 target with :func:`os.replace` (atomic on POSIX and Windows within one file system). A
 process killed mid-write leaves the previous file, or no file, plus at most a stray
 ``.<name>.*.tmp`` next to it; never a truncated target.
+
+A write that fails (a full disk, ENOSPC, shows at the latest when the data is flushed
+or fsynced) raises ``OSError("cannot write PATH: CAUSE")`` with the original errno and
+leaves the earlier file. A target that is a device or a pipe (``/dev/stdout``,
+``/dev/full``) is written in place and its write errors are raised the same way; it is
+never replaced by a regular file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -74,6 +82,23 @@ def _probe_write(folder: Path) -> None:
     tmp.unlink()
 
 
+#: errno values that mean "the data could not be stored" (a full or failing disk).
+_WRITE_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENOSPC", "EDQUOT", "EFBIG", "EIO", "EROFS")
+    if hasattr(errno, name)
+)
+
+
+def write_error(path: str | os.PathLike[str], exc: OSError) -> OSError:
+    """Return `exc` restated as ``cannot write PATH: CAUSE`` (same type and errno)."""
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    if exc.errno == errno.ENOSPC:
+        cause = f"{cause} (the disk is full)"
+    new = type(exc)(exc.errno, f"cannot write {os.fspath(path)}: {cause}")
+    return new
+
+
 def _create_temp(folder: Path, name: str) -> tuple[int, Path]:
     """Create ``.<name>.<random>.tmp`` exclusively, mode 0666 less the umask (as open())."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
@@ -116,7 +141,11 @@ def atomic_write(
     ------
     FileNotFoundError, PermissionError, OSError
         If the destination folder is missing, not a folder or not writable; the
-        message names the folder.
+        message names the folder. If the data cannot be stored (a full disk, ENOSPC; an
+        I/O error): ``cannot write PATH: CAUSE``, the temporary file removed and an
+        earlier file at `path` left as it was.
+    IsADirectoryError
+        If `path` is a folder.
     ValueError
         If `mode` is not ``"wb"`` or ``"w"``.
 
@@ -133,6 +162,18 @@ def atomic_write(
         raise ValueError(f"mode: expected 'wb' or 'w', got {mode!r}")
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
+    try:
+        st = os.stat(target)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, f"cannot write {target}: it is a folder")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        # a device or pipe (/dev/stdout, /dev/full): written in place, never replaced by
+        # a regular file; its errors are the write's
+        with _stream(target, mode, encoding, newline) as stream:
+            yield stream
+        return
     try:
         fd, tmp = _create_temp(folder, target.name)
     except OSError as exc:
@@ -155,10 +196,44 @@ def atomic_write(
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno in _WRITE_ERRNOS or _is_ours(exc, tmp):
+            raise write_error(target, exc) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_folder(folder)
+
+
+def _is_ours(exc: OSError, tmp: Path) -> bool:
+    """Return True when `exc` names the temporary file (an error of the write itself)."""
+    return exc.filename is not None and os.fspath(exc.filename) == os.fspath(tmp)
+
+
+@contextlib.contextmanager
+def _stream(
+    target: Path, mode: str, encoding: str | None, newline: str | None
+) -> Iterator[IO[Any]]:
+    try:
+        if mode == "wb":
+            fh: IO[Any] = open(target, "wb")  # noqa: SIM115
+        else:
+            fh = open(target, "w", encoding=encoding or "utf-8", newline=newline)  # noqa: SIM115
+    except OSError as exc:
+        raise write_error(target, exc) from exc
+    try:
+        with fh:
+            yield fh
+            fh.flush()
+            try:
+                os.fsync(fh.fileno())
+            except OSError as exc:  # devices and pipes cannot be synced: nothing to keep
+                if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+                    raise
+    except OSError as exc:
+        raise write_error(target, exc) from exc
 
 
 def _fsync_folder(folder: Path) -> None:

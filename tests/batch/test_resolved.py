@@ -144,7 +144,8 @@ def test_errors_that_recur_are_not_retried(local_client, slides, tmp_path, monke
     assert m["error"] == row["error"] and "Traceback" in m["traceback"]
     assert "unreadable" in m["traceback"]
 
-    def flaky(path, stamp, storage_options=None):  # an error that may pass (a worker's hiccup) is retried
+    # an error that may pass (a worker's hiccup) is retried
+    def flaky(path, stamp, storage_options=None):
         calls.append(path)
         raise RuntimeError("flaky")
 

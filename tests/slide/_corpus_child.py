@@ -2,7 +2,9 @@
 
 Run as ``python _corpus_child.py MANIFEST.json``; prints one JSON line per case. Each case
 is ``{"path", "intact", "expect"}``. Every entry point (``open_slide`` + a region read + the
-smallest level + the associated images, the npe2 reader, ``detect_tissue``) runs under a
+smallest level + the associated images; the same with ``on_error="blank"``, the lenient
+API; the npe2 reader's layer data, read where napari reads it at full zoom over the
+top-left corner and zoomed out; ``detect_tissue``) runs under a
 5 s alarm, after the address space was capped at what the warm process uses plus 1 GiB.
 The outcome of an entry point is one of
 
@@ -57,13 +59,24 @@ def _open_reads(path):
         return {"region": region, "small": small, "assoc": assoc, "nlevels": len(s.levels)}, text
 
 
+def _lenient_reads(path):
+    with open_slide(path, on_error="blank") as s:
+        region = s.read_region(BOX)
+        small = np.asarray(s.levels[-1])
+        return {"region": region, "small": small, "nlevels": len(s.levels)}, ""
+
+
 def _reader_reads(path):
     reader = get_reader(path)
     if reader is None:
         return None, ""
     data, kwargs, _ = reader(path)[0]
-    small = data[-1] if isinstance(data, list) else data
-    return {"small": np.asarray(small)}, json.dumps(kwargs.get("metadata"), default=str)
+    levels = data if isinstance(data, list) else [data]
+    # what napari shows at full zoom over the top-left corner, and when zoomed out
+    y, x = slice(BOX[0], BOX[2]), slice(BOX[1], BOX[3])
+    first = levels[0][y, x] if kwargs.get("rgb") else levels[0][..., y, x]
+    got = {"region0": np.asarray(first), "small": np.asarray(levels[-1])}
+    return got, json.dumps(kwargs.get("metadata"), default=str)
 
 
 def _tissue_reads(path):
@@ -71,7 +84,12 @@ def _tissue_reads(path):
     return {"mask": np.asarray(res.mask)}, ""
 
 
-ENTRY = {"open": _open_reads, "reader": _reader_reads, "tissue": _tissue_reads}
+ENTRY = {
+    "open": _open_reads,
+    "lenient": _lenient_reads,
+    "reader": _reader_reads,
+    "tissue": _tissue_reads,
+}
 
 
 def _same(a, b):

@@ -11,8 +11,10 @@ intact file's where the damage does not touch what was read, and a measured peak
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -25,7 +27,7 @@ import pytest
 import tifffile
 
 CHILD = Path(__file__).with_name("_corpus_child.py")
-ENTRIES = ("open", "reader", "tissue")
+ENTRIES = ("open", "lenient", "reader", "tissue")
 #: Peak memory an entry point may add on any file of the corpus (measured, and the child's
 #: address space is capped at its warm size plus 1 GiB as well).
 PEAK_LIMIT_MIB = 1024
@@ -41,6 +43,15 @@ class Case:
     #: "error": open_slide must raise a SlideError; "ok": it must open (possibly warning);
     #: "any": either, as long as what is read is right
     expect: str = "any"
+    #: outcomes an entry point must give exactly ("error", "warned", "same"), by entry
+    want: dict[str, str] | None = None
+    #: the warning of the entries that must warn names the level and the tile
+    names_tile: bool = False
+
+
+#: A damaged tile inside the box every entry reads: an error through the API, blank
+#: with a warning naming file, level and tile when asked for leniency and in the reader.
+DAMAGED_TILE = {"open": "error", "lenient": "warned", "reader": "warned"}
 
 
 # --------------------------------------------------------------------------- byte surgery
@@ -283,6 +294,138 @@ def _damage_level0(cases: list[Case], out: Path, src: Path, tag: str, *, jpeg: b
     add("tile-zeroed", zero)
 
 
+# --------------------------------------------------------------------------- damaged tiles
+
+
+def _random_tile(b: Bytes, page: int, k: int, *, seed: int = 11) -> Bytes:
+    off, cnt = _tile_span(b, page, k)
+    b.data[off : off + cnt] = np.random.default_rng(seed).integers(0, 256, cnt, np.uint8).tobytes()
+    return b
+
+
+def _garbage_entropy(b: Bytes, page: int, k: int) -> Bytes:
+    """Keep a JPEG tile's markers; replace its entropy-coded data by marker-free garbage
+    (libjpeg decodes it into wrong pixels without an error)."""
+    off, cnt = _tile_span(b, page, k)
+    seg = bytes(b.data[off : off + cnt])
+    sos = seg.rfind(b"\xff\xda")
+    start = off + sos + 2 + struct.unpack(">H", seg[sos + 2 : sos + 4])[0]
+    g = np.random.default_rng(5).integers(0, 255, off + cnt - 2 - start, np.uint8)
+    g[g == 0xFF] = 0x7F
+    b.data[start : off + cnt - 2] = g.tobytes()
+    return b
+
+
+def _frame_size(b: Bytes, page: int, k: int) -> Bytes:
+    """An impossible JPEG frame size (65,000 x 65,000 px) in one tile's SOF."""
+    off, cnt = _tile_span(b, page, k)
+    seg = bytes(b.data[off : off + cnt])
+    sof = seg.find(b"\xff\xc0")
+    assert sof >= 0, "the tile has no baseline SOF marker"
+    struct.pack_into(">HH", b.data, off + sof + 5, 65000, 65000)
+    return b
+
+
+def _zero_tile(b: Bytes, page: int, k: int) -> Bytes:
+    off, cnt = _tile_span(b, page, k)
+    b.data[off : off + cnt] = bytes(cnt)
+    return b
+
+
+def _count(b: Bytes, page: int, k: int, value: int) -> Bytes:
+    key = "TileByteCounts" if "TileByteCounts" in b.tags[page] else "StripByteCounts"
+    return b.set_value(page, key, value, k)
+
+
+def _damaged_tiles(cases: list[Case], out: Path, src: Path, tag: str, *, jpeg: bool) -> None:
+    """Tiles 1 and (when the grid allows) the first of the second row, damaged each way."""
+    sfx = "".join(src.suffixes[-2:]) if src.name.endswith(".ome.tif") else src.suffix
+
+    def add(name: str, fn: Callable[[Bytes], Bytes], want=None, names_tile=True) -> None:
+        b = fn(Bytes(src))
+        path = b.write(out / f"{tag}-{name}{sfx}")
+        cases.append(Case(f"{tag}-{name}", path, src, "any", want or DAMAGED_TILE, names_tile))
+
+    cut = lambda b, k: _count(b, 0, k, b.value_at(0, "TileByteCounts", k) // 2)  # noqa: E731
+    add("dmg-random", lambda b: _random_tile(_random_tile(b, 0, 1), 0, 2, seed=12))
+    add("dmg-zeroed", lambda b: _zero_tile(b, 0, 1))
+    add("dmg-truncated", lambda b: cut(b, 1))
+    add("dmg-count0", lambda b: _count(b, 0, 1, 0))
+    if jpeg:
+        add("dmg-entropy", lambda b: _garbage_entropy(b, 0, 1))
+        add("dmg-frame-size", lambda b: _frame_size(b, 0, 1))
+    # a 0 byte count on every level: tissue detection (a coarse level) meets it too
+    everywhere = {**DAMAGED_TILE, "tissue": "error"}
+
+    def count0_all(b: Bytes) -> Bytes:
+        for page, tags in enumerate(b.tags):
+            if "TileByteCounts" in tags and page in _level_pages(b):
+                _count(b, page, 0, 0)
+        return b
+
+    with tifffile.TiffFile(src) as tif:
+        nlevels = len(tif.series[0].levels)
+    pages = _level_pages(Bytes(src))
+    if len(pages) == nlevels:  # every level is a top-level page (not a SubIFD)
+        add("dmg-count0-every-level", count0_all, everywhere)
+    # a level whose Compression names no codec: level 0 refused, another left out
+    refused = dict.fromkeys(ENTRIES, "error")
+    add("codec-unknown-level0", lambda b: b.set_value(0, "Compression", 34999), refused, False)
+    if len(pages) == nlevels > 1:
+        left_out = {"open": "warned", "lenient": "warned", "reader": "warned"}
+        add(
+            "codec-unknown-last-level",
+            lambda b: b.set_value(pages[-1], "Compression", 34999),
+            left_out,
+            False,
+        )
+
+
+def _level_pages(b: Bytes) -> list[int]:
+    """Top-level pages that are pyramid levels: tiled, and each smaller than the last."""
+    pages, area = [], None
+    for page, tags in enumerate(b.tags):
+        if "TileOffsets" not in tags:
+            continue
+        a = b.value_at(page, "ImageWidth") * b.value_at(page, "ImageLength")
+        if area is None or a < area:
+            pages.append(page)
+            area = a
+    return pages
+
+
+def _bigtiff_svs(path: Path, svs: Path) -> Path:
+    """The synthetic SVS rewritten as a BigTIFF (same pages, descriptions and JPEG)."""
+    with tifffile.TiffFile(svs) as tif, tifffile.TiffWriter(path, bigtiff=True) as out:
+        for page in tif.pages:
+            tile = (page.tilelength, page.tilewidth) if page.is_tiled else None
+            out.write(
+                page.asarray(),
+                tile=tile,
+                photometric="rgb",
+                compression="jpeg",
+                compressionargs={"level": 90},
+                description=page.description,
+                metadata=None,
+            )
+    return path
+
+
+def _ndpi_bands(cases: list[Case], out: Path, ndpi: Path) -> None:
+    """NDPI level-0 restart bands of random bytes (with and without markers)."""
+    b0 = Bytes(ndpi)
+    strip = b0.value_at(0, "StripOffsets")
+    mcu = [b0.value_at(0, 65426, i) for i in range(4)]
+    for name, markers in (("ndpi-band-random", True), ("ndpi-band-garbage", False)):
+        b = Bytes(ndpi)
+        lo, hi = strip + mcu[1], strip + mcu[2] - 2  # keep the restart marker
+        g = np.random.default_rng(9).integers(0, 256 if markers else 255, hi - lo, np.uint8)
+        if not markers:
+            g[g == 0xFF] = 0x7F
+        b.data[lo:hi] = g.tobytes()
+        cases.append(Case(name, b.write(out / f"{name}.ndpi"), ndpi, "any", DAMAGED_TILE, True))
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> list[Case]:
     from napari_slidescope.sample_data import write_sample_slide
@@ -296,10 +439,19 @@ def synthetic(tmp_path_factory) -> list[Case]:
         n0 = len(tif.pages[0].dataoffsets)
     _truncations(cases, out, svs, "svs", n0)
     _damage_level0(cases, out, svs, "svs", jpeg=True)
+    _damaged_tiles(cases, out, svs, "svs", jpeg=True)
+    big_svs = _bigtiff_svs(out / "intact-big.svs", svs)
+    _damaged_tiles(cases, out, big_svs, "bigsvs", jpeg=True)
     # width 0 on the baseline: the macro/thumbnail must not take its place
     ome = _ome_pyramid(out / "intact.ome.tif", base)
     _truncations(cases, out, ome, "ome", 12)
     _damage_level0(cases, out, ome, "ome", jpeg=False)
+    _damaged_tiles(cases, out, ome, "ome", jpeg=False)
+    # a SubIFD pointing back to its parent directory: never a wrong level layout
+    b = Bytes(ome)
+    b.set_value(0, "SubIFDs", b.ifds[0], 0)
+    loop = b.write(out / "ome-subifd-to-parent.ome.tif")
+    cases.append(Case("ome-subifd-to-parent", loop, ome, "error", dict.fromkeys(ENTRIES, "error")))
     b = Bytes(ome)
     sub = b.tags[0]["SubIFDs"]
     cases.append(
@@ -406,6 +558,7 @@ def shared(tmp_path_factory, shared_file) -> list[Case]:
         n0 = len(tif.pages[0].dataoffsets)
     _truncations(cases, out, svs, "cmu", n0)
     _damage_level0(cases, out, svs, "cmu", jpeg=True)
+    _damaged_tiles(cases, out, svs, "cmu", jpeg=True)
     # JPEG 2000 (Aperio 33005) tiles
     j2k = shared_file("TCGA-CR-7395-01A-01-TS1.svs")
     b = Bytes(j2k)
@@ -471,6 +624,7 @@ def shared(tmp_path_factory, shared_file) -> list[Case]:
             "error",
         )
     )
+    _ndpi_bands(cases, out, ndpi)
     lp = Bytes(ndpi).set_next(2, Bytes(ndpi).ifds[1], ndpi=True)
     cases.append(Case("ndpi-ifd-loop", lp.write(out / "ndpi-ifd-loop.ndpi"), ndpi, "error"))
     return cases
@@ -520,8 +674,14 @@ def _run(cases: list[Case], tmp_path: Path) -> list[str]:
                 ok = got == "error"
             if c.expect == "ok" and entry == "open":
                 ok = got in ("same", "warned")
+            want = (c.want or {}).get(entry)
+            if want is not None:
+                ok = got == want
+            msg = row.get(entry + "_msg", "")
+            if ok and want == "warned" and c.names_tile:
+                ok = bool(re.search(r"level \d+: damaged tile\(s\) \(rows \d+:\d+ cols", msg))
             if not ok:
-                failures.append(f"{c.name} [{entry}]: {got} {row.get(entry + '_msg', '')}")
+                failures.append(f"{c.name} [{entry}]: {got} (want {want or 'any'}) {msg}")
             peak = row.get(entry + "_peak_mib")
             if peak is not None and peak >= PEAK_LIMIT_MIB:
                 failures.append(f"{c.name} [{entry}]: peak memory {peak} MiB")
@@ -558,3 +718,251 @@ def test_random_header_mutations(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert proc.stdout.startswith("ok "), proc.stdout
     assert int(proc.stdout.split()[1]) >= 40, proc.stdout
+
+
+# --------------------------------------------------------------------------- full disks
+#
+# Every writer of the project, on a disk with no room left: an OSError naming the path
+# and the cause (ENOSPC), nothing half-written (no temporary file left), and the file
+# that was at that path before kept as it was. The disk is a size-limited tmpfs the test
+# mounts (root, or CAP_SYS_ADMIN); where it cannot, the writers that take a file path
+# are tested against /dev/full and the others skip, naming the missing capability.
+# Each write runs under the corpus's bounds: 5 s, and 1 GiB of added peak memory.
+
+EARLIER = b"the earlier file, which a failed write must keep\n"
+TEMP_MARKS = (".tmp", ".installing-", ".old-")
+
+
+class Disk:
+    """A tmpfs of `size` bytes mounted at `path` (unmounted by the fixture)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fill(self) -> None:
+        """Write a filler file until the disk is full (ENOSPC)."""
+        fd = os.open(self.path / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        block = b"\0" * 4096
+        try:
+            while True:
+                os.write(fd, block)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        finally:
+            os.close(fd)
+
+    def leftovers(self) -> list[Path]:
+        return [p for p in self.path.rglob("*") if any(m in p.name for m in TEMP_MARKS)]
+
+
+def _mount_tmpfs(path: Path, size: str) -> str | None:
+    """Mount a tmpfs at `path`; None when done, else why it cannot be."""
+    if not sys.platform.startswith("linux"):
+        return "size-limited tmpfs mounts need Linux"
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot run mount ({exc})"
+    if proc.returncode != 0:
+        return (
+            "cannot mount a size-limited tmpfs (needs root or CAP_SYS_ADMIN): "
+            + proc.stderr.strip()
+        )
+    return None
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """A fresh 256 KiB tmpfs, or a skip naming the capability that is missing."""
+    path = tmp_path / "small-disk"
+    why = _mount_tmpfs(path, "256k")
+    if why is not None:
+        if Path("/dev/full").exists():
+            pytest.skip(f"{why}; the path-taking writers are tested against /dev/full")
+        pytest.skip(f"{why}, and there is no /dev/full")
+    try:
+        yield Disk(path)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def _bounded(fn: Callable[[], object]) -> None:
+    """Run `fn` under the corpus's bounds: 5 s (SIGALRM) and 1 GiB of added peak memory."""
+    import signal
+
+    def _alarm(signum, frame):
+        raise TimeoutError("the write took longer than 5 s")
+
+    measured = False
+    if os.path.exists("/proc/self/clear_refs"):
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+            measured = True
+        except OSError:
+            pass
+    rss0 = _status_kib("VmRSS") if measured else 0
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 5.0)
+    try:
+        fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        if measured:
+            assert (_status_kib("VmHWM") - rss0) / 1024 < PEAK_LIMIT_MIB
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _refused(disk: Disk, target: Path, write: Callable[[], object], *, errtype=OSError, named=None):
+    """Write `target` on the full `disk`: refused, naming it and ENOSPC; nothing changed."""
+    (disk.path / "filler").unlink(missing_ok=True)  # room for the earlier file
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        target.write_bytes(EARLIER)
+    before = target.read_bytes()
+    disk.fill()
+    with pytest.raises(errtype) as info:
+        _bounded(write)
+    msg = str(info.value)
+    assert str(named or target) in msg, msg
+    assert "No space left on device" in msg, msg
+    if isinstance(info.value, OSError):
+        assert info.value.errno == errno.ENOSPC
+    assert target.read_bytes() == before
+    assert disk.leftovers() == []
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """A TissueResult and a NucleiResult of a small synthetic slide."""
+    from napari_slidescope import detect_tissue, segment_nuclei
+    from napari_slidescope.sample_data import write_sample_slide
+
+    path = tmp_path_factory.mktemp("results") / "small.svs"
+    write_sample_slide(path, shape=(512, 768), mpp=0.5, seed=3, tile=128)
+    tissue = detect_tissue(path)
+    nuclei = segment_nuclei(path, segmenter="builtin", tissue=False)
+    assert tissue.polygons and nuclei.count > 0
+    return tissue, nuclei
+
+
+@pytest.mark.parametrize("writer", ["tissue.geojson", "nuclei.geojson", "nuclei.csv"])
+def test_full_disk_result_exports(disk, results, writer):
+    tissue, nuclei = results
+    target = disk.path / f"out-{writer}"
+    write = {
+        "tissue.geojson": lambda: tissue.to_geojson(target),
+        "nuclei.geojson": lambda: nuclei.to_geojson(target),
+        "nuclei.csv": lambda: nuclei.to_csv(target),
+    }[writer]
+    _refused(disk, target, write)
+
+
+@pytest.mark.parametrize("writer", ["tissue.geojson", "nuclei.geojson", "nuclei.csv"])
+def test_dev_full_result_exports(results, writer):
+    """A stream that cannot take the data: refused, and /dev/full stays a device."""
+    import stat
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    tissue, nuclei = results
+    target = Path("/dev/full")
+    write = {
+        "tissue.geojson": lambda: tissue.to_geojson(target),
+        "nuclei.geojson": lambda: nuclei.to_geojson(target),
+        "nuclei.csv": lambda: nuclei.to_csv(target),
+    }[writer]
+    with pytest.raises(OSError, match=r"cannot write /dev/full: No space left on device"):
+        _bounded(write)
+    assert stat.S_ISCHR(os.stat(target).st_mode)
+
+
+def test_full_disk_batch_outputs(disk):
+    pytest.importorskip("pyarrow")
+    from napari_slidescope.batch import outputs
+    from napari_slidescope.batch.tasks import TileOut
+
+    slide_dir = disk.path / "slide"
+    slide_dir.mkdir()
+    # a part written while there is room, then each writer on the full disk
+    tile = TileOut(0, 0.1, {"id": np.arange(1, 4), "area_um2": np.ones(3)}, [b"\0" * 21] * 3)
+    part = outputs.write_part(slide_dir, tile, "digest")
+    outputs.write_manifest(slide_dir, {"state": "running"})
+    manifest = slide_dir / "manifest.json"
+    _refused(disk, manifest, lambda: outputs.write_manifest(slide_dir, {"state": "x" * 99999}))
+    rng = np.random.default_rng(0)
+    big = TileOut(0, 0.2, {"id": np.arange(1, 20001), "area_um2": rng.random(20000)}, [])
+    big.wkb = [rng.bytes(64) for _ in range(20000)]
+    _refused(disk, part, lambda: outputs.write_part(slide_dir, big, "digest"))
+    summary = disk.path / "summary.csv"
+    rows = [{"slide": "s" * 50_000}]
+    _refused(disk, summary, lambda: outputs.write_summary(summary, rows))
+    tissue = slide_dir / "tissue.geojson"
+    ring = rng.random((20_000, 2)) * 1000
+    _refused(disk, tissue, lambda: outputs.write_tissue(slide_dir, [ring], [[]]))
+
+
+def test_full_disk_label_pyramid_chunk(tmp_path):
+    from napari_slidescope.pipeline.label_pyramid import LabelPyramid
+
+    path = tmp_path / "pyramid-disk"
+    why = _mount_tmpfs(path, "2m")
+    if why is not None:
+        pytest.skip(why)
+    try:
+        pyr = LabelPyramid((512, 512), chunk=256, root=path, cache_bytes=0)
+        first = np.zeros((256, 256), np.int32)
+        first[10:20, 10:20] = 7
+        pyr.paste((0, 0, 256, 256), first)
+        chunk = next(p for p in pyr.path.iterdir() if not p.name.endswith(".tmp"))
+        before = chunk.read_bytes()
+        Disk(path).fill()
+        noise = np.random.default_rng(0).integers(1, 2**31 - 1, (256, 256), dtype=np.int32)
+        with pytest.raises(OSError) as info:
+            _bounded(lambda: pyr.paste((0, 0, 256, 256), noise))
+        assert info.value.errno == errno.ENOSPC
+        assert str(pyr.path) in str(info.value) and "No space left" in str(info.value)
+        assert chunk.read_bytes() == before
+        assert not [p for p in pyr.path.iterdir() if p.name.endswith(".tmp")]
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def test_full_disk_sample_slide(disk):
+    from napari_slidescope.sample_data import write_sample_slide
+
+    target = disk.path / "sample.svs"
+    _refused(disk, target, lambda: write_sample_slide(target, shape=(512, 512), tile=128))
+
+
+def test_full_disk_model_install(disk):
+    from napari_slidescope.segmenters.instanseg import InstallError, install_models, model_folder
+
+    models = os.environ.get("SLIDESCOPE_MODELS")
+    source = Path(models) / "instanseg" if models else None
+    if source is None or not (source / "brightfield_nuclei").is_dir():
+        pytest.skip("SLIDESCOPE_MODELS holds no InstanSeg model to install from")
+    folder = model_folder("brightfield_nuclei", disk.path)
+    folder.mkdir(parents=True)
+    target = folder / "instanseg.pt"
+    _refused(
+        disk,
+        target,
+        lambda: install_models(source, disk.path, models=("brightfield_nuclei",)),
+        errtype=InstallError,
+        named=folder,
+    )

@@ -139,6 +139,11 @@ def read_slide(
     filesystem (napari's own open passes none: credentials then come from the
     environment and the backend's config files).
 
+    A damaged tile reads as blank, never silently: in a viewer it is outlined in a
+    ``"<slide> damaged tiles"`` Shapes layer and a warning notification names the file,
+    level and tiles (:mod:`napari_slidescope._napari.damage`); outside one, a
+    :class:`~napari_slidescope.SlidescopeWarning` does.
+
     Raises
     ------
     SlideError
@@ -150,6 +155,7 @@ def read_slide(
     if isinstance(path, list):
         path = path[0]
     slide = open_slide(path, on_error="blank", storage_options=storage_options)
+    _watch_damage(slide)  # before any pixel is read
     data = layer_data(slide)
     if slide.source.is_remote:
         _SOURCES[slide.source.display] = slide.source
@@ -181,6 +187,17 @@ def add_slide_layers(
         added = viewer.add_image(data, **kwargs)
         layers += added if isinstance(added, list) else [added]
     return layers
+
+
+def _watch_damage(slide: Any) -> None:
+    """In a viewer, outline damaged tiles and notify (else the library warns)."""
+    import napari
+
+    viewer = napari.current_viewer()
+    if viewer is not None:
+        from napari_slidescope._napari.damage import watch
+
+        watch(viewer, slide)
 
 
 #: Slides opened by the reader that a viewer's layers may still show.
@@ -218,6 +235,10 @@ def _on_layer_removed(event: Any) -> None:
     for slide in [s for s in _OPEN if s._owner == key]:
         _OPEN.remove(slide)
         slide.close()
+    from napari_slidescope._napari.damage import damage_layers
+
+    for overlay in damage_layers(event.source, key):  # its damaged-tile outlines
+        event.source.remove(overlay)
 
 
 def layer_data(slide: Any) -> LayerData:

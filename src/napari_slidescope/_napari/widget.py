@@ -159,6 +159,27 @@ def default_settings() -> WidgetSettings:
     )
 
 
+def settings_error(path: str) -> OSError:
+    """Why Qt could not write the settings file `path` (it reports no errno itself)."""
+    import errno
+    import shutil
+
+    folder = os.path.dirname(path) or "."
+    while folder and not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        full = shutil.disk_usage(folder).free == 0
+    except OSError:
+        full = False
+    if full:
+        return OSError(
+            errno.ENOSPC, f"cannot write {path}: No space left on device (the disk is full)"
+        )
+    if not os.access(folder, os.W_OK):
+        return PermissionError(errno.EACCES, f"cannot write {path}: permission denied")
+    return OSError(errno.EIO, f"cannot write {path}: Qt could not save the settings file")
+
+
 def settings_store() -> QSettings:
     """Qt's per-user settings file of this plugin (INI; tests move it with ``setPath``)."""
     return QSettings(
@@ -214,6 +235,7 @@ class SlideAnalysisWidget(Container):
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
         self.controller = session.controller_for(self._viewer)
         self._loading = False  # True while settings are applied (nothing is saved)
+        self._settings_failed = False  # the settings file could not be written
         self._thumb_token = 0
         self._shown_stage, self._shown_at = "", 0.0
         self._associated: dict[str, np.ndarray] = {}
@@ -474,13 +496,22 @@ class SlideAnalysisWidget(Container):
         self.apply_settings(WidgetSettings(**values))
 
     def save_settings(self) -> None:
-        """Remember the parameters shown now."""
+        """Remember the parameters shown now.
+
+        Raises
+        ------
+        OSError
+            ``cannot write PATH: CAUSE`` when the settings file cannot be written (a full
+            disk, no permission); Qt writes it atomically, so the earlier file is kept.
+        """
         store = settings_store()
         store.beginGroup(_SETTINGS_GROUP)
         for name, value in dataclasses.asdict(self.settings()).items():
             store.setValue(name, value)
         store.endGroup()
         store.sync()
+        if store.status() != QSettings.Status.NoError:
+            raise settings_error(store.fileName())
 
     def reset_settings(self) -> None:
         """Show the documented defaults (clamped to the slide's pixels) and remember them."""
@@ -490,7 +521,14 @@ class SlideAnalysisWidget(Container):
 
     def _on_setting_changed(self, _value: Any = None) -> None:
         if not self._loading:
-            self.save_settings()
+            try:
+                self.save_settings()
+            except OSError as exc:  # the run can go on; say once why nothing is remembered
+                from napari.utils.notifications import show_warning
+
+                if not self._settings_failed:
+                    self._settings_failed = True
+                    show_warning(f"{exc}; parameters are not remembered")
 
     # -- shortcuts ----------------------------------------------------------------------------
 
@@ -785,10 +823,14 @@ class SlideAnalysisWidget(Container):
         if result is None:
             show_warning(f"Slide analysis: no {kind if kind != 'csv' else 'nuclei'} to export")
             return None
-        if kind == "csv":
-            result.to_csv(target)
-        else:
-            result.to_geojson(target)
+        try:
+            if kind == "csv":
+                result.to_csv(target)
+            else:
+                result.to_geojson(target)
+        except OSError as exc:  # a full disk: nothing written, an earlier file kept
+            show_warning(f"Slide analysis: export failed: {exc}")
+            return None
         show_info(f"Slide analysis: wrote {target}")
         return target
 

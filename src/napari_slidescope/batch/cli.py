@@ -257,6 +257,8 @@ def _storage_options(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"{source}: expected a JSON object {{...}}")
     return value
+
+
 def _one_line_warning(
     message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any
 ) -> None:

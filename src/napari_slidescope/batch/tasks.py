@@ -288,6 +288,8 @@ def _keep(key: tuple[Any, ...], slide: Any) -> None:
     while len(_slides) > MAX_OPEN_SLIDES:
         # dropped, not closed: a thread may still read it; the file closes with it
         _slides.popitem(last=False)
+
+
 def _resolve(params: BatchParams, slide: Any) -> tuple[BatchParams, str | None]:
     """`params` with ``"auto"`` resolved for the slide's stain, and what auto has to say.
 

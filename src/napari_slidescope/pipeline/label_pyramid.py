@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from napari_slidescope._io import write_error
 from napari_slidescope._types import Box
 
 __all__ = ["DEFAULT_CHUNK", "LabelPyramid", "PyramidLevel", "default_store_dir"]
@@ -235,13 +236,22 @@ class LabelPyramid:
 
         Not through ``_io.atomic_write``: the store is a cache that dies with the process,
         so the rename (readers see a whole old or new chunk) is kept and the fsync skipped.
+        A chunk that cannot be written (a full disk) raises ``OSError("cannot write
+        CHUNK: CAUSE")`` and leaves the chunk's earlier file.
         """
         data = zlib.compress(arr.tobytes(), 1)
-        fd, tmp = tempfile.mkstemp(dir=self.path, suffix=".tmp")
+        target = self._file(key)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.path, suffix=".tmp")
+        except OSError as exc:
+            raise write_error(target, exc) from exc
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
-            os.replace(tmp, self._file(key))
+            os.replace(tmp, target)
+        except OSError as exc:  # a full disk: the chunk file keeps its earlier content
+            Path(tmp).unlink(missing_ok=True)
+            raise write_error(target, exc) from exc
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 from skimage import segmentation
 
+from napari_slidescope._io import atomic_copy
 from napari_slidescope.segmenters.base import Input, ModelSegmenter, SegmenterUnavailableError
 
 __all__ = [
@@ -172,7 +173,9 @@ def _fetch(url: str, into: Path) -> Path:
                 out.write(block)
                 got += len(block)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise InstallError(f"{url}: download failed ({exc}); nothing installed") from exc
+        raise InstallError(
+            f"{url}: download failed ({exc}; writing {target}); nothing installed"
+        ) from exc
     if expected is not None and got != int(expected):
         raise InstallError(
             f"{url}: download truncated ({got} of {expected} bytes); nothing installed"
@@ -217,7 +220,15 @@ def _collect(src: Path, tmp: Path) -> dict[str, Path]:
                     if m.startswith(prefix) and m[len(prefix) :] in wanted:
                         with zf.open(m) as fin, open(out / m[len(prefix) :], "wb") as fout:
                             shutil.copyfileobj(fin, fout)
-            except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
+            except OSError as exc:
+                if exc.errno is None:  # zipfile's own errors about the archive
+                    raise InstallError(
+                        f"{src}: archive damaged ({exc}); nothing installed"
+                    ) from exc
+                raise InstallError(
+                    f"{src}: cannot extract into {out} ({exc.strerror or exc}); nothing installed"
+                ) from exc
+            except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
                 raise InstallError(f"{src}: archive damaged ({exc}); nothing installed") from exc
             found[name] = out
     return found
@@ -225,17 +236,26 @@ def _collect(src: Path, tmp: Path) -> dict[str, Path]:
 
 def _place(folder: Path, target: Path, name: str) -> None:
     """Copy the model's files into a temporary folder next to `target`, then rename it."""
-    target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.installing-{uuid.uuid4().hex[:8]}"
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    moved = False
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
         for f in (_WEIGHTS, *_KEEP, f"{name}_README.md"):
-            if (folder / f).is_file():
-                shutil.copyfile(folder / f, staging / f)
+            if (folder / f).is_file():  # each file flushed and fsynced (atomic_copy)
+                atomic_copy(folder / f, staging / f)
         if target.exists():
             os.replace(target, old)
+            moved = True
         os.replace(staging, target)
+    except OSError as exc:  # a full disk: the model installed before stays
+        if moved and not target.exists():
+            os.replace(old, target)
+        raise InstallError(
+            f"{target}: cannot install {name} ({exc.strerror or exc}); nothing installed, "
+            "the model there before (if any) is kept"
+        ) from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)

@@ -1,5 +1,6 @@
 """Opening whole-slide images: the only package that imports tifffile and zarr."""
 
+from napari_slidescope.slide._levels import DamageLog, damage_message
 from napari_slidescope.slide.cache import set_cache_bytes, tile_cache
 from napari_slidescope.slide.chunking import DEFAULT_CHUNK_BYTES, choose_chunks
 from napari_slidescope.slide.errors import SlideError
@@ -10,11 +11,13 @@ from napari_slidescope.slide.slide import ArraySlide, Slide, open_slide
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "ArraySlide",
+    "DamageLog",
     "Slide",
     "SlideError",
     "SlideProbe",
     "choose_chunks",
     "coarsest_level_not_coarser",
+    "damage_message",
     "nearest_level",
     "open_slide",
     "probe",

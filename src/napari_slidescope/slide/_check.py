@@ -186,6 +186,8 @@ class _Walker:
             self.countsize, self.nextsize, self.inline = 2, 8 if self.ndpi else 4, 4
         self.layout = Layout(size, self.bo, self.big, self.ndpi)
         self.seen: dict[int, int] = {}
+        #: Offsets of the directories of the main chain (not SubIFDs).
+        self.top: set[int] = set()
 
     def _read(self, offset: int, n: int) -> bytes:
         self.fh.seek(offset)
@@ -205,10 +207,19 @@ class _Walker:
         self._chain(self.first, top=True)
         return self.layout
 
-    def _chain(self, offset: int, *, top: bool) -> None:
+    def _chain(self, offset: int, *, top: bool, parent: int | None = None) -> None:
         number = 0
         while offset:
             if offset in self.seen:
+                if not top and offset in self.top:
+                    # a SubIFD that is a main-chain directory (its parent, or another):
+                    # tifffile would show that image again as a pyramid level
+                    raise SlideError(
+                        self.path,
+                        f"is damaged: a SubIFD of image directory {parent} points back to "
+                        f"image directory {self.seen[offset]} (byte {_n(offset)}) of the main "
+                        "chain, so its pyramid levels cannot be trusted",
+                    )
                 if not top:  # SubIFDs are both listed and chained: a revisit ends the walk
                     return
                 raise SlideError(
@@ -235,6 +246,8 @@ class _Walker:
                 )
                 return
             self.seen[offset] = len(self.seen)
+            if top:
+                self.top.add(offset)
             nxt = self._ifd(offset, top=top and number == 0)
             if nxt is None:
                 return
@@ -306,7 +319,7 @@ class _Walker:
                     subs = body[start : start + total]
                 dtype = np.dtype(self.bo + ("u8" if itemsize == 8 else "u4"))
                 for sub in np.frombuffer(subs, dtype).tolist():
-                    self._chain(int(sub), top=False)
+                    self._chain(int(sub), top=False, parent=self.seen.get(offset))
         if len(body) < nbytes + self.nextsize:
             return None
         tail = body[nbytes:]
@@ -323,6 +336,8 @@ class PageReport:
     errors: list[str] = field(default_factory=list)
     cut: int = 0
     total: int = 0
+    #: native chunks whose byte count is 0 (missing from the file)
+    empty: int = 0
 
 
 _VALID_BITS = {"u": (8, 16, 32), "i": (8, 16, 32), "f": (16, 32, 64)}
@@ -435,6 +450,7 @@ def check_page(page: Any, size: int) -> PageReport:
         return rep
     ends = offsets + counts
     rep.cut = int(np.count_nonzero(present & (ends > size)))
+    rep.empty = int(offsets.size - np.count_nonzero(present))
     # partial overlaps (identical duplicates are a legitimate way to share a blank tile)
     order = np.argsort(offsets[present], kind="stable")
     so, se = offsets[present][order], ends[present][order]

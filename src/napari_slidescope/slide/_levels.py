@@ -26,6 +26,7 @@ import itertools
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -82,8 +83,98 @@ def new_owner() -> int:
         return next(_uid)
 
 
-_warned: set[tuple[str, int]] = set()
-_warned_lock = threading.Lock()
+#: A damaged native chunk shown blank: (level, ((row0, row1), (col0, col1))) in level px.
+DamagedTile = tuple[int, tuple[tuple[int, int], tuple[int, int]]]
+DamageListener = Callable[[list[DamagedTile]], None]
+
+
+class DamageLog:
+    """The native tiles of one open slide that were shown blank because they are damaged.
+
+    Every :class:`LevelReader` of a slide opened with ``on_error="blank"`` reports here.
+    The first report warns once for the whole file (a :class:`SlidescopeWarning` naming
+    the file, the level and the tiles), unless a listener connected with
+    ``replaces_warning=True`` (the napari reader's, which notifies in the viewer
+    instead) takes the warning over; every report is passed to the listeners, from
+    whatever thread decoded the tile.
+
+    Parameters
+    ----------
+    path : str
+        The file, for messages.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._tiles: dict[DamagedTile, str] = {}
+        self._warned = False
+        self._listeners: list[DamageListener] = []
+        self._replaced = False
+
+    def tiles(self) -> list[DamagedTile]:
+        """Return every damaged tile shown blank so far, in the order they were met."""
+        with self._lock:
+            return list(self._tiles)
+
+    def reasons(self) -> dict[DamagedTile, str]:
+        """Return why each damaged tile could not be decoded."""
+        with self._lock:
+            return dict(self._tiles)
+
+    def connect(self, listener: DamageListener, *, replaces_warning: bool = False) -> None:
+        """Call `listener` with the new damaged tiles of every later report.
+
+        The tiles already logged are passed to it at once. With `replaces_warning` the
+        listener tells the user itself and the log no longer warns.
+        """
+        with self._lock:
+            self._listeners.append(listener)
+            self._replaced = self._replaced or replaces_warning
+            known = list(self._tiles)
+        if known:
+            listener(known)
+
+    def report(self, level: int, bad: list[tuple[DamagedTile, str]]) -> None:
+        """Log damaged native chunks of `level` (their level-pixel boxes and reasons)."""
+        new: list[DamagedTile] = []
+        with self._lock:
+            for key, reason in bad:
+                if key not in self._tiles:
+                    self._tiles[key] = reason
+                    new.append(key)
+            first = bool(new) and not self._warned
+            self._warned = self._warned or first
+            listeners, replaced = list(self._listeners), self._replaced
+        if not new:
+            return
+        if first and not replaced:
+            # no registry: the same file opened again warns again (warnings.warn would
+            # stay silent for a message already shown from the same line)
+            warnings.warn_explicit(
+                damage_message(self.path, new, self.reasons()[new[0]]),
+                SlidescopeWarning,
+                __file__,
+                DamageLog.report.__code__.co_firstlineno,
+                module=__name__,
+                registry=None,
+            )
+        for listener in listeners:
+            listener(new)
+
+
+def damage_message(path: str, tiles: list[DamagedTile], reason: str = "") -> str:
+    """One sentence naming the file, the level and the first damaged tiles (and why)."""
+    level = tiles[0][0]
+    shown = ", ".join(
+        f"rows {r0}:{r1} cols {c0}:{c1}" for lv, ((r0, r1), (c0, c1)) in tiles[:4] if lv == level
+    )
+    more = f" and {len(tiles) - 4} more" if len(tiles) > 4 else ""
+    return (
+        f"{path}: level {level}: damaged tile(s) ({shown}{more}) cannot be decoded"
+        f"{reason} and are shown blank; they are not glass. Later damaged tiles of this "
+        "file are not warned about again (Slide.damage lists them all)."
+    )
 
 
 class LevelReader:
@@ -99,13 +190,26 @@ class LevelReader:
         Level index, for messages and cache keys.
     on_error : {"raise", "blank"}
         A native chunk that fails to decode raises a :class:`SlideError` naming the file,
-        level and pixels, or (``"blank"``) reads as zeros with one warning per level.
+        level and pixels, or (``"blank"``) reads as zeros and is reported to `damage`
+        (which warns once per file).
     owner : int
         Id of the open slide (see :func:`new_owner`).
+    spatial : (int, int)
+        Indices of the row and column axes.
+    damage : DamageLog, optional
+        Where damaged chunks shown blank are reported (a fresh log when None).
     """
 
     def __init__(
-        self, source: _tiff.NativeChunks, *, path: str, level: int, on_error: OnError, owner: int
+        self,
+        source: _tiff.NativeChunks,
+        *,
+        path: str,
+        level: int,
+        on_error: OnError,
+        owner: int,
+        spatial: tuple[int, int] = (0, 1),
+        damage: DamageLog | None = None,
     ) -> None:
         self._source = source
         self.shape: tuple[int, ...] = tuple(source.shape)
@@ -114,6 +218,8 @@ class LevelReader:
         self.native: tuple[int, ...] = tuple(source.chunks)
         self._path, self._level, self._on_error = path, level, on_error
         self._key = (owner, level)
+        self._spatial = spatial
+        self.damage = damage if damage is not None else DamageLog(path)
 
     # dask's getter calls this for each chunk: decode on the calling (dask) thread
     def __getitem__(self, key: Any) -> np.ndarray:
@@ -184,25 +290,27 @@ class LevelReader:
         box: AxisRanges,
         indices: list[tuple[int, ...]],
         raw: dict[tuple[int, ...], bytes] | None = None,
-    ) -> list[str]:
-        """Decode `indices` into `out`; return the names of native chunks shown blank."""
+    ) -> list[tuple[DamagedTile, str]]:
+        """Decode `indices` into `out`; return the native chunks shown blank and why."""
         cache = tile_cache()
-        bad: list[str] = []
+        bad: list[tuple[DamagedTile, str]] = []
         for start in range(0, len(indices), _BATCH):
             batch = indices[start : start + _BATCH]
             for idx, chunk in zip(batch, self._source.read(batch, raw), strict=True):
                 if isinstance(chunk, BaseException):
-                    where = _fmt(self._chunk_box(idx))
+                    chunk_box = self._chunk_box(idx)
+                    where = _fmt(chunk_box)
+                    reason = (
+                        f": {chunk}"
+                        if isinstance(chunk, _tiff.ChunkError)
+                        else f" ({_tiff.describe_exception(chunk)})"
+                    )
                     if self._on_error == "raise":
-                        reason = (
-                            f": {chunk}"
-                            if isinstance(chunk, _tiff.ChunkError)
-                            else f" ({_tiff.describe_exception(chunk)})"
-                        )
                         raise SlideError(
                             self._path, f"level {self._level}: cannot decode pixels {where}{reason}"
                         ) from chunk
-                    bad.append(where)
+                    yi, xi = self._spatial
+                    bad.append(((self._level, (chunk_box[yi], chunk_box[xi])), reason))
                     chunk = np.zeros(
                         tuple(b - a for a, b in self._chunk_box(idx)), dtype=self.dtype
                     )
@@ -227,17 +335,8 @@ class LevelReader:
             src.append(slice(lo - i * c, hi - i * c))
         out[tuple(dst)] = chunk[tuple(src)]
 
-    def _warn_blank(self, bad: list[str]) -> None:
-        with _warned_lock:
-            first = (self._path, self._level) not in _warned
-            _warned.add((self._path, self._level))
-        if first:
-            warnings.warn(
-                f"{self._path}: level {self._level}: damaged tile(s) "
-                f"{', '.join(bad[:4])} shown as blank",
-                SlidescopeWarning,
-                stacklevel=4,
-            )
+    def _warn_blank(self, bad: list[tuple[DamagedTile, str]]) -> None:
+        self.damage.report(self._level, bad)
 
 
 class _Job:
@@ -248,7 +347,7 @@ class _Job:
         self._cv = threading.Condition()
         self._busy = 0
         self._errors: list[BaseException] = []
-        self._bad: list[str] = []
+        self._bad: list[tuple[DamagedTile, str]] = []
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -274,7 +373,7 @@ class _Job:
                 self._busy -= 1
                 self._cv.notify_all()
 
-    def wait(self) -> list[str]:
+    def wait(self) -> list[tuple[DamagedTile, str]]:
         """Wait until no batch is left or in flight; raise the first error, else return blanks."""
         with self._cv:
             self._cv.wait_for(lambda: self._busy == 0 and (not self._batches or self._errors))
@@ -464,6 +563,7 @@ def wrap_level(
     on_error: OnError,
     owner: int,
     fetch: Any = None,
+    damage: DamageLog | None = None,
 ) -> tuple[LevelArray, str, LevelReader]:
     """Wrap one zarr level as a :class:`LevelArray`; drop singleton axes other than C, Y, X, S.
 
@@ -507,7 +607,14 @@ def wrap_level(
         else _tiff.zarr_chunks(z, index)
     )
     arr, reader = wrap_native(
-        source, out_axes, budget, path=path, level=level, on_error=on_error, owner=owner
+        source,
+        out_axes,
+        budget,
+        path=path,
+        level=level,
+        on_error=on_error,
+        owner=owner,
+        damage=damage,
     )
     return arr, out_axes, reader
 
@@ -521,6 +628,7 @@ def wrap_native(
     level: int,
     on_error: OnError,
     owner: int,
+    damage: DamageLog | None = None,
 ) -> tuple[LevelArray, LevelReader]:
     """Wrap any native-chunk reader (TIFF, DICOM, OME-Zarr, OpenSlide) as a :class:`LevelArray`.
 
@@ -532,10 +640,20 @@ def wrap_native(
         Axes of `source`.
     budget : int
         Dask chunk budget in bytes (see :func:`choose_chunks`).
+    damage : DamageLog, optional
+        Where tiles shown blank are recorded (the slide's ``damage``).
     """
     out_axes = axes
-    reader = LevelReader(source, path=path, level=level, on_error=on_error, owner=owner)
     spatial = (out_axes.index("Y"), out_axes.index("X"))
+    reader = LevelReader(
+        source,
+        path=path,
+        level=level,
+        on_error=on_error,
+        owner=owner,
+        spatial=spatial,
+        damage=damage,
+    )
     chunks = choose_chunks(
         reader.shape, reader.native, reader.dtype.itemsize, spatial=spatial, budget=budget
     )

@@ -219,12 +219,81 @@ def decode_error_types() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
+def codec_problem(page: Any) -> str | None:
+    """Why the pixels of `page` cannot be decoded by any codec installed, or None.
+
+    Looks the page's Compression tag up in tifffile's decoders (imagecodecs); no pixel
+    is decoded.
+    """
+    raw = page.keyframe.tags.get("Compression")
+    code = int(raw.value) if raw is not None else 1
+    try:
+        tifffile.TIFF.DECOMPRESSORS[code]
+    except KeyError:
+        return f"its Compression tag names codec {code}, which no installed decoder knows"
+    except Exception as exc:  # a known codec whose decoder is not installed
+        return f"its codec {code} cannot be decoded here ({describe_exception(exc)})"
+    return None
+
+
 #: TIFF compression codes whose segments are whole JPEG or JPEG 2000 streams.
 _EOI_CODECS = (7, 33003, 33004, 33005, 34712)
 
 
 class ChunkError(ValueError):
     """A native chunk whose bytes are missing or damaged (the reader names file and level)."""
+
+
+def check_jpeg(
+    data: bytes,
+    tables: bytes | None = None,
+    header: bytes | None = None,
+    *,
+    frame: tuple[int, int] | None = None,
+) -> None:
+    """Raise :class:`ChunkError` when a JPEG segment's entropy-coded data is corrupt.
+
+    libjpeg (through imagecodecs) decodes garbage in place of a tile's Huffman-coded
+    data without an error, into plausible blocks of wrong pixels; it only warns. This
+    decodes the segment once more with libjpeg-turbo in strict mode (simplejpeg), which
+    raises on those warnings, at 1/8 scale (the whole entropy-coded stream is decoded,
+    the inverse DCT mostly skipped: about half the time of a full decode).
+
+    Parameters
+    ----------
+    data : bytes
+        The segment as stored (an abbreviated JPEG stream, or an NDPI restart band).
+    tables : bytes, optional
+        The page's JPEGTables (SVS and other tiled JPEG TIFFs).
+    header : bytes, optional
+        The NDPI JPEG header a restart band is decoded with.
+    frame : (int, int), optional
+        The native tile's (rows, cols): a JPEG frame larger than that is refused before
+        anything is decoded (an impossible frame size would allocate gigabytes).
+    """
+    import simplejpeg
+
+    if header is not None:
+        stream = b"".join((header, data, b"\xff\xd9"))
+    elif tables is not None and len(tables) > 4 and data[:2] == b"\xff\xd8":
+        stream = b"".join((tables[:-2], data[2:]))
+    else:
+        stream = data
+    try:
+        if frame is not None:
+            rows, cols = simplejpeg.decode_jpeg_header(stream)[:2]
+            if rows > frame[0] or cols > frame[1]:
+                raise ChunkError(
+                    f"its JPEG frame is {cols:,} x {rows:,} px, larger than the "
+                    f"{frame[1]:,} x {frame[0]:,} px tile it should hold"
+                )
+        simplejpeg.decode_jpeg(
+            stream, colorspace="GRAY", min_height=1, min_width=1, min_factor=8, strict=True
+        )
+    except ValueError as exc:
+        if isinstance(exc, ChunkError):
+            raise
+        raise ChunkError(f"its JPEG data is corrupt ({exc})") from exc
 
 
 class NativeChunks(Protocol):
@@ -376,6 +445,15 @@ class _PageChunks:
         # a whole JPEG / JPEG 2000 stream per segment ends with an end marker (FFD9);
         # a byte count cut short would otherwise decode as plausible garbage
         self._eoi = compression in _EOI_CODECS and self._keyframe.jpegheader is None
+        # libjpeg decodes garbage entropy data without an error (it only warns): every
+        # 8-bit JPEG segment is checked by a strict entropy-decoding pass as well
+        self._jpeg = compression == 7 and int(self._keyframe.bitspersample) == 8
+        kf = self._keyframe
+        self._frame = (
+            (int(kf.tilelength), int(kf.tilewidth))
+            if tiled
+            else (int(kf.rowsperstrip), int(kf.imagewidth))
+        )
 
     @classmethod
     def create(
@@ -453,8 +531,21 @@ class _PageChunks:
             per_page.setdefault(page, []).append((n, seg))
         out: list[np.ndarray | BaseException] = [None] * len(indices)  # type: ignore[list-item]
         errors = decode_error_types()
-        for page, items in per_page.items():
+        for page, all_items in per_page.items():
             offsets, counts = self._offsets[page], self._counts[page]
+            # a 0 byte count is a missing tile; kept out of read_segments, which would
+            # hand the following segments the wrong bytes (tifffile 2026.3)
+            items = []
+            for n, seg in all_items:
+                if counts[seg] > 0:
+                    items.append((n, seg))
+                    continue
+                try:
+                    self._check_bytes(None, offsets[seg], counts[seg])
+                except ChunkError as exc:
+                    out[n] = exc
+            if not items:
+                continue
             segs = [s for _, s in items]
             if raw is not None:
                 got = [(raw.get(indices[n]), k) for k, (n, _) in enumerate(items)]
@@ -500,7 +591,9 @@ class _PageChunks:
 
     def _check_bytes(self, data: bytes | None, offset: int, count: int) -> None:
         if count <= 0:
-            return
+            raise ChunkError(
+                f"its byte count is {count} (at byte {offset:,}): the tile is missing from the file"
+            )
         if offset + count > self._size:
             raise ChunkError(
                 f"its {count:,} bytes at byte {offset:,} lie past the end of the file "
@@ -527,6 +620,8 @@ class _PageChunks:
         samples = self.shape[2] if not self._channels and len(self.shape) == 3 else 1
         if data is None or not data:
             return np.full(self._chunk_shape(rows, cols, samples), self._nodata, self.dtype)
+        if self._jpeg:  # before decoding: a forged frame size must not allocate anything
+            check_jpeg(data, kwargs.get("jpegtables"), kwargs.get("jpegheader"), frame=self._frame)
         decoded = self._decode(data, seg, **kwargs)[0]
         if decoded is None:
             return np.full(self._chunk_shape(rows, cols, samples), self._nodata, self.dtype)

@@ -258,6 +258,8 @@ class Slide(_BaseSlide):
             raise ValueError(f"on_error must be 'raise' or 'blank', got {on_error!r}")
         budget = default_chunk_bytes() if chunk_bytes is None else parse_bytes(chunk_bytes)
         self._owner = _levels.new_owner()
+        #: Damaged tiles shown blank (``on_error="blank"``), see :class:`DamageLog`.
+        self.damage = _levels.DamageLog(self.source.display)
         self._tif: Any = None
         self._remote: RemoteFile | None = None
         self._source: _source.SlideSource | None = None
@@ -309,7 +311,8 @@ class Slide(_BaseSlide):
         main = _check_series(path, all_series, layout, on_error, notes)
         axes = main.axes
         info: FormatInfo = describe(self._tif, main, path)
-        keep = _check_levels(path, main, layout, on_error, notes)
+        empty: dict[int, int] = {}
+        keep = _check_levels(path, main, layout, on_error, notes, empty)
         if layout.truncated is not None and on_error == "raise":
             raise SlideError(path, f"is truncated: {layout.truncated}")
         zarrs = _tiff.open_levels(main, path)
@@ -319,6 +322,8 @@ class Slide(_BaseSlide):
         elif len(keep) != len(zarrs):  # levels that cannot be delivered are left out
             zarrs = [zarrs[i] for i in keep]
             series_levels = [series_levels[i] for i in keep]
+        # the file's level index of each level shown (for what _check_levels counted)
+        original = keep if len(keep) == len(zarrs) else list(range(len(zarrs)))
         self.format = info.format
         self.mpp = info.mpp
         self.magnification = info.magnification
@@ -337,9 +342,17 @@ class Slide(_BaseSlide):
                 on_error=on_error,
                 owner=self._owner,
                 fetch=fetch,
+                damage=self.damage,
             )
             self.levels.append(arr)
             self._readers.append(reader)
+            missing = empty.get(original[i], 0)
+            if missing and not reader._source.fast:
+                # the zarr fallback reads a 0-byte tile as fill value, without a word
+                what = f"{missing:,} level-{i} tiles have a byte count of 0 (missing)"
+                if on_error == "raise":
+                    raise SlideError(path, f"is damaged: {what}")
+                notes.append(f"{what} and are shown blank")
         nch = self.levels[0].shape[0] if self.axes == "CYX" else 0
         self.channel_names = list(info.channel_names) if nch else []
         if nch and len(self.channel_names) != nch:
@@ -394,7 +407,14 @@ class Slide(_BaseSlide):
         self.levels, self._readers = [], []
         for i, native in enumerate(src.levels):
             arr, reader = _levels.wrap_native(
-                native, src.axes, budget, path=path, level=i, on_error=on_error, owner=self._owner
+                native,
+                src.axes,
+                budget,
+                path=path,
+                level=i,
+                on_error=on_error,
+                owner=self._owner,
+                damage=self.damage,
             )
             self.levels.append(arr)
             self._readers.append(reader)
@@ -557,8 +577,12 @@ def open_slide(
         What a tile whose compressed bytes are corrupt does when read: ``"raise"`` a
         :class:`SlideError` naming the file, level and tile (the default, so analysis never
         runs on invented pixels), or ``"blank"``: return zeros for that native tile only
-        and warn once per level (what the napari reader uses, so panning keeps working).
-        A network failure always raises, whatever `on_error` says.
+        and warn once per file, naming the level and the tiles (what the napari reader
+        uses, so panning keeps working; it outlines the tiles on the canvas). A tile whose
+        byte count is 0 is damaged too. Either way ``slide.damage`` lists the damaged
+        tiles shown blank. A level whose compression no installed codec decodes is left
+        out with a warning naming it, or refused when it is level 0. A network failure
+        always raises, whatever `on_error` says.
     backend : {"tifffile", "dicom", "ome-zarr", "openslide"}, optional
         Read through this backend instead of the one the path implies (e.g.
         ``"openslide"`` for an SVS file). DICOM needs the ``[dicom]`` extra, OpenSlide
@@ -623,10 +647,19 @@ def _check_series(
 
 
 def _check_levels(
-    path: str, main: Any, layout: _check.Layout, on_error: OnError, notes: list[str]
+    path: str,
+    main: Any,
+    layout: _check.Layout,
+    on_error: OnError,
+    notes: list[str],
+    empty: dict[int, int] | None = None,
 ) -> list[int]:
-    """Check every pyramid level; return the indices of the levels to show."""
+    """Check every pyramid level; return the indices of the levels to show.
+
+    `empty` receives, per level index, the number of native chunks with no bytes.
+    """
     keep: list[int] = []
+    prev: tuple[int, int] | None = None
     for i, level in enumerate(_tiff.series_levels(main)):
         errors: list[str] = []
         cut = total = 0
@@ -636,12 +669,28 @@ def _check_levels(
             rep = _check.check_page(page, layout.size)
             errors += rep.errors
             cut += rep.cut
+            if empty is not None:
+                empty[i] = empty.get(i, 0) + rep.empty
             total += rep.total
+        key = level.pages[0] if level.pages else None
+        if not errors and key is not None:
+            codec = _tiff.codec_problem(key)
+            if codec is not None:
+                errors.append(codec)
+        shape = _level_shape(level)
+        if not errors and prev is not None and shape is not None:
+            if shape[0] * shape[1] >= prev[0] * prev[1]:
+                errors.append(
+                    f"it is {shape[1]:,} x {shape[0]:,} px, not smaller than the level "
+                    f"before it ({prev[1]:,} x {prev[0]:,} px): the pyramid's layout is "
+                    "damaged"
+                )
         if errors:
             if i == 0:
                 raise SlideError(path, f"is damaged: level 0: {'; '.join(errors)}")
             notes.append(f"pyramid level {i} ({'; '.join(errors)})")
             continue
+        prev = shape
         if cut:
             what = (
                 f"{cut:,} of {total:,} level-{i} tiles lie past the end of the file "
@@ -656,6 +705,14 @@ def _check_levels(
                 continue
         keep.append(i)
     return keep
+
+
+def _level_shape(level: Any) -> tuple[int, int] | None:
+    """(rows, cols) of a pyramid level, or None when its axes have no Y and X."""
+    shape = dict(zip(level.axes, level.shape, strict=True))
+    if "Y" not in shape or "X" not in shape:
+        return None
+    return int(shape["Y"]), int(shape["X"])
 
 
 def _associated_problem(series: Any, size: int) -> str | None:

@@ -175,10 +175,7 @@ def main() -> None:
     print("| open | median ms | requests | round trips' time (open / RTT) |")
     print("|---|---|---|---|")
     print(f"| local file (parse baseline) | {mo_l * ms:.1f} | - | - |")
-    print(
-        f"| URL | {mo_r * ms:.1f} | {statistics.median(open_requests):.0f} | "
-        f"{mo_r / rtt:.1f} |"
-    )
+    print(f"| URL | {mo_r * ms:.1f} | {statistics.median(open_requests):.0f} | {mo_r / rtt:.1f} |")
     print(f"| URL - local | {(mo_r - mo_l) * ms:.1f} | | {(mo_r - mo_l) / rtt:.1f} |")
     print(
         f"target: open <= 4 round trips ({4 * rtt * ms:.0f} ms): "

@@ -157,3 +157,54 @@ def test_sigkill_mid_run_then_resume_from_url_equals_uninterrupted(cohort, clien
     got = pq.read_table(out / "a.svs" / "nuclei.parquet").sort_by("id")
     want = pq.read_table(ref / "a.svs" / "nuclei.parquet").sort_by("id")
     assert got.equals(want)
+
+
+def test_resume_redoes_an_object_whose_etag_changed(remote_server, client, tmp_path):
+    """Resume keeps a slide whose store stamp is unchanged and redoes one that changed."""
+    import shutil
+
+    from napari_slidescope.sample_data import write_sample_slide
+
+    folder = tmp_path / "web"
+    folder.mkdir()
+    write_sample_slide(folder / "c.svs", shape=(1024, 1024), mpp=0.5, seed=7, tile=128)
+    out = tmp_path / "out"
+    with remote_server.serve(folder) as server:
+        url = server.url("c.svs")
+        first = analyze_slides(url, out, tasks=["tissue"], client=client)
+        stamp = json.loads((out / "c.svs" / "manifest.json").read_text())["slide_stamp"]
+        kept = analyze_slides(url, out, tasks=["tissue"], client=client, resume=True)
+        assert kept == first
+        seen: list[int] = []
+        write_sample_slide(folder / "new.svs", shape=(1024, 1024), mpp=0.5, seed=8, tile=128)
+        shutil.move(folder / "new.svs", folder / "c.svs")  # same name, new content
+        again = analyze_slides(
+            url,
+            out,
+            tasks=["tissue"],
+            client=client,
+            resume=True,
+            progress=lambda s: seen.append(s.slides_done),
+        )
+    new_stamp = json.loads((out / "c.svs" / "manifest.json").read_text())["slide_stamp"]
+    assert new_stamp["etag"] != stamp["etag"]
+    assert again[0]["status"] == "done"
+    assert again[0]["tissue_area_mm2"] != first[0]["tissue_area_mm2"]
+
+
+def test_output_to_a_url_is_a_usage_error(cohort, tmp_path):
+    _, server = cohort
+    res = _cli(
+        "batch", server.url("a.svs"), "-o", "s3://bucket/out", "--tasks", "tissue", cwd=tmp_path
+    )
+    assert res.returncode == 2
+    assert "writing outputs to a URL is not supported" in res.stderr
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_bad_storage_options_is_a_usage_error(cohort, tmp_path):
+    _, server = cohort
+    args = ["batch", server.url("a.svs"), "-o", "x", "--storage-options", "{not json"]
+    res = _cli(*args, cwd=tmp_path)
+    assert res.returncode == 2
+    assert "--storage-options: not valid JSON" in res.stderr

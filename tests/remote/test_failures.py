@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 import pytest
+
 from napari_slidescope.slide import SlideError, open_slide
 
 #: Generous bound for a failure (timeout 1 s, 2 retries): the test only checks nothing hangs.

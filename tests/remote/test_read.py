@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from napari_slidescope.slide import SlideError, open_slide
 from napari_slidescope.slide.source import UrlPath, redact, resolve
 
@@ -42,7 +43,10 @@ def test_http_pixels_equal_local_every_level(web, served, name):
 @pytest.mark.parametrize("name", ["CMU-1-Small-Region.svs", "test3-DAPI-2-387.ndpi", "sample.svs"])
 def test_s3_pixels_equal_local_every_level(s3, served, name):
     options, prefix, _ = s3
-    with open_slide(prefix + name, storage_options=options) as remote, open_slide(served / name) as local:
+    with (
+        open_slide(prefix + name, storage_options=options) as remote,
+        open_slide(served / name) as local,
+    ):
         _same_levels(remote, local)
 
 
@@ -89,3 +93,29 @@ def test_redact_strips_credentials_and_tokens():
     assert source.name == "a.svs"
     text = source.scrub(f"failed for {url} with key abc")
     assert "pw" not in text and "xyz" not in text
+
+
+def test_open_reads_the_header_in_one_burst_and_stamps_the_object(web):
+    """Size, first MiB and last 256 KiB at once; a small slide needs nothing else."""
+    with open_slide(web.url("sample.svs")) as slide:
+        requests = list(web.log)
+        stamp = slide.remote_stamp
+    assert len(requests) <= 3
+    assert ("GET", "/sample.svs", "bytes=-262144") in requests
+    assert stamp is not None and stamp["size"] > 0 and stamp["etag"]
+
+
+def test_local_slide_has_no_remote_stamp(served):
+    with open_slide(served / "sample.svs") as slide:
+        assert slide.remote_stamp is None
+        assert slide.source.is_remote is False
+
+
+def test_stat_remote_of_an_object_and_of_a_prefix(s3):
+    from napari_slidescope.slide.remote import stat_remote
+
+    options, prefix, _ = s3
+    obj = stat_remote(resolve(prefix + "sample.svs", options))
+    assert obj["size"] > 0 and obj["etag"]
+    folder = stat_remote(resolve(prefix.rstrip("/"), options))  # an OME-Zarr-like prefix
+    assert folder["size"] == 0

@@ -59,10 +59,11 @@ class SlideSource:
 
     def open(self) -> Any:
         """Open the slide (call on the worker thread); close it when done."""
+        from napari_slidescope._napari.reader import source_for
         from napari_slidescope.slide import ArraySlide, open_slide
 
         if self.path is not None:
-            return open_slide(self.path)
+            return open_slide(source_for(self.path))
         return ArraySlide(self.array, mpp=self.mpp, name=self.name)
 
 

@@ -93,7 +93,7 @@ def _is_url(path: Any) -> bool:
 
 
 def _wants_url(url: str) -> bool:
-    """A URL whose path ends like a slide or a TIFF (its query string aside)."""
+    """Tell whether a URL's path ends like a slide or a TIFF (its query string aside)."""
     from napari_slidescope.slide.source import redact
 
     name = redact(url).lower().rstrip("/")
@@ -151,8 +151,25 @@ def read_slide(
         path = path[0]
     slide = open_slide(path, on_error="blank", storage_options=storage_options)
     data = layer_data(slide)
+    if slide.source.is_remote:
+        _SOURCES[slide.source.display] = slide.source
     _close_with_layers(slide)
     return [data]
+
+
+#: The sources (URL as given, storage options) of the URLs the reader opened, by the
+#: credential-free URL the layers show: the widget reopens a layer's slide through them.
+_SOURCES: dict[str, Any] = {}
+
+
+def source_for(path: str) -> Any:
+    """Return what to open for a layer's ``metadata["path"]``.
+
+    For a URL the reader opened, the :class:`~napari_slidescope.slide.source.Source` it
+    was opened from (with its credentials and storage options, which the layer does not
+    show); else `path` itself.
+    """
+    return _SOURCES.get(path, path)
 
 
 def add_slide_layers(

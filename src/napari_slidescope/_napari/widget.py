@@ -832,10 +832,11 @@ def _preview(img: np.ndarray, px: int) -> np.ndarray:
 
 def _load_associated(path: str) -> dict[str, np.ndarray]:
     """Read the slide's label and macro images (worker thread)."""
+    from napari_slidescope._napari.reader import source_for
     from napari_slidescope.slide import open_slide
 
     out = {}
-    with open_slide(path) as slide:
+    with open_slide(source_for(path)) as slide:
         for key in ("label", "macro"):
             if key in slide.associated:
                 out[key] = np.ascontiguousarray(np.asarray(slide.associated[key])[..., :3])

@@ -163,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_storage_options,
         metavar="JSON",
         help="fsspec storage options for the URLs, a JSON object or @FILE holding one, e.g. "
-        '\'{"anon": true}\' (default: none; credentials are best left to the environment '
+        "'{\"anon\": true}' (default: none; credentials are best left to the environment "
         "and the store's config files; never written to outputs)",
     )
     b.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")

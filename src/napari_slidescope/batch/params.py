@@ -263,7 +263,7 @@ def find_slides(
 
 
 def _list_prefix(source: Any) -> list[str]:
-    """The slide URLs under a URL prefix, sorted."""
+    """Return the slide URLs under a URL prefix, sorted."""
     from napari_slidescope.slide.errors import SlideError
 
     fs, path = source.filesystem()
@@ -278,14 +278,14 @@ def _list_prefix(source: Any) -> list[str]:
 
 
 def slide_name(slide: Path | str) -> str:
-    """The file name of a slide path or URL (its output folder's name)."""
+    """Return the file name of a slide path or URL (its output folder's name)."""
     from napari_slidescope.slide.source import resolve
 
     return slide.name if isinstance(slide, Path) else resolve(slide).name
 
 
 def shown_path(slide: Path | str) -> str:
-    """What manifests and summaries show: the absolute path, or the URL without credentials."""
+    """Return what manifests show: the absolute path, or the URL without credentials."""
     from napari_slidescope.slide.source import redact
 
     return str(slide.resolve()) if isinstance(slide, Path) else redact(slide)
@@ -316,7 +316,16 @@ def check_writable(out: str | os.PathLike[str]) -> Path:
     ------
     OSError
         If the folder cannot be created or written to.
+    ValueError
+        If `out` is a URL: outputs go to a local or mounted folder.
     """
+    from napari_slidescope.slide.source import is_url, redact
+
+    if is_url(out):
+        raise ValueError(
+            f"{redact(str(out))}: writing outputs to a URL is not supported; give a local "
+            "or mounted folder (slides may be URLs)"
+        )
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
     probe = path / f".slidescope-write-test-{os.getpid()}"

@@ -2,8 +2,9 @@
 
 A task carries a slide path or URL, its stamp, the parameters (with the storage options
 of URLs) and tile indices, never pixels or an open file: a worker opens the slide
-itself. Each worker process keeps a few slides open and a few prepared nuclei runs (plan, tissue tiles, prepared segmenter) in small bounded caches, so a slide of
-thousands of tiles is opened and prepared once per worker, not once per tile.
+itself. Each worker process keeps a few slides open and a few prepared nuclei runs
+(plan, tissue tiles, prepared segmenter) in small bounded caches, so a slide of thousands
+of tiles is opened and prepared once per worker, not once per tile.
 """
 
 from __future__ import annotations
@@ -189,7 +190,12 @@ def _open(path: str, stamp: tuple[Any, ...], options: dict[str, Any] | None = No
     from napari_slidescope.batch.params import remote_identity
 
     slide = open_slide(path, storage_options=options)
-    now = slide.remote_stamp or {}
+    now = getattr(slide, "remote_stamp", None)
+    if now is None:  # a backend that does not keep it: ask the store
+        from napari_slidescope.slide.remote import stat_remote
+        from napari_slidescope.slide.source import resolve
+
+        now = stat_remote(resolve(path, options))
     if (int(now.get("size", -1)), 0, remote_identity(now)) != tuple(stamp):
         slide.close()
         raise RuntimeError(

@@ -6,8 +6,8 @@ the fetcher the level readers take tile bytes from:
 * Opening costs one round trip for the size, the first :data:`HEAD_BYTES` and the last
   :data:`TAIL_BYTES` (a suffix range; all three asked for concurrently), where most
   writers put the directories and tag values; header reads outside them fetch
-  :data:`BLOCK_BYTES`-aligned blocks, kept in a small cache; :meth:`RemoteFile.prefetch` fetches many header ranges (tile offset
-  tables) at once.
+  :data:`BLOCK_BYTES`-aligned blocks, kept in a small cache; :meth:`RemoteFile.prefetch`
+  fetches many header ranges (tile offset tables) at once.
 * :meth:`RemoteFile.cat_ranges` fetches many byte ranges (a viewport's tiles) in one
   concurrent burst, merging ranges that touch or nearly touch.
 * Every request runs under a timeout; transient failures (refused or dropped connection,
@@ -20,6 +20,7 @@ the fetcher the level readers take tile bytes from:
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
@@ -228,7 +229,10 @@ class RemoteFile:
                 calls.append(lambda: self._suffix(TAIL_BYTES))
         info, first, last = (*self._run(calls), b"", b"")[:3]
         if info.get("type") == "directory":
-            raise SlideError(self.display, "is a folder, not a slide file")
+            if head:
+                raise SlideError(self.display, "is a folder, not a slide file")
+            self.size, self.stamp = 0, _stamp(info, 0)  # a folder-like slide (OME-Zarr...)
+            return
         size = info.get("size")
         if size is None:  # the server gave no length: ask for it
             raise SlideError(self.display, "the server does not say the object's size")
@@ -252,8 +256,10 @@ class RemoteFile:
         # the first header read past the head also fetches the tail, where many writers
         # put the last directories (macro, label) and their tag values
         self._tail = [
-            b for b in range(max(HEAD_BYTES, self.size - TAIL_BYTES) // BLOCK_BYTES,
-                             -(-self.size // BLOCK_BYTES))
+            b
+            for b in range(
+                max(HEAD_BYTES, self.size - TAIL_BYTES) // BLOCK_BYTES, -(-self.size // BLOCK_BYTES)
+            )
             if b * BLOCK_BYTES >= HEAD_BYTES and not last
         ]
 
@@ -328,7 +334,7 @@ class RemoteFile:
         return self._checked(self._fs.cat_file(self._path, start=start, end=end), start, end)
 
     def _suffix(self, n: int) -> Any:
-        """The last `n` bytes (fewer when the object is smaller), asked as a suffix range."""
+        """Ask for the last `n` bytes (fewer when the object is smaller) as a suffix range."""
 
         async def get() -> bytes:
             return bytes(await self._fs._cat_file(self._path, start=-n, end=None))
@@ -365,7 +371,9 @@ class RemoteFile:
             When a range cannot be fetched after the retries the failure allows.
         """
         wanted = sorted(
-            (int(o), int(o) + int(c), i) for i, (o, c) in enumerate(zip(offsets, counts)) if c > 0
+            (int(o), int(o) + int(c), i)
+            for i, (o, c) in enumerate(zip(offsets, counts, strict=True))
+            if c > 0
         )
         out = [b""] * len(offsets)
         groups: list[tuple[int, int, list[tuple[int, int, int]]]] = []
@@ -381,7 +389,7 @@ class RemoteFile:
                 groups.append((start, end, [(start, end, i)]))
         if not groups:
             return out
-        datas = self._run([lambda g0=g0, g1=g1: self._cat(g0, g1) for g0, g1, _ in groups])
+        datas = self._run([functools.partial(self._cat, g0, g1) for g0, g1, _ in groups])
         for (g0, _, members), data in zip(groups, datas, strict=True):
             view = memoryview(data)
             for start, end, i in members:
@@ -481,11 +489,11 @@ class RemoteFile:
         return self._pos
 
     def seekable(self) -> bool:
-        """Always True."""
+        """Return True: the file is seekable."""
         return True
 
     def readable(self) -> bool:
-        """Always True."""
+        """Return True: the file is readable."""
         return True
 
     def close(self) -> None:
@@ -507,6 +515,7 @@ def stat_remote(
 ) -> dict[str, Any]:
     """Ask the store about an object: ``size``, ``etag``, ``version_id``, ``last_modified``.
 
+    A folder (an OME-Zarr or DICOM prefix) gives size 0 and what the store says of it.
     One request (with the timeout and retries of :class:`RemoteFile`); what the store
     does not say is None.
 
@@ -521,7 +530,7 @@ def stat_remote(
 
 
 def _stamp(info: dict[str, Any], size: int) -> dict[str, Any]:
-    """What identifies the object's content, from what the store says about it."""
+    """Return what identifies the object's content, from what the store says about it."""
     etag = info.get("ETag") or info.get("etag")
     version = info.get("VersionId") or info.get("version_id") or info.get("generation")
     modified = info.get("LastModified") or info.get("last_modified") or info.get("mtime")

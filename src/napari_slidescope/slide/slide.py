@@ -222,8 +222,7 @@ class Slide(_BaseSlide):
             self.close()
             raise SlideError(
                 self.source.display,
-                "cannot be opened as a slide "
-                f"({self.source.scrub(_tiff.describe_exception(exc))})",
+                f"cannot be opened as a slide ({self.source.scrub(_tiff.describe_exception(exc))})",
             ) from exc
 
     def _open(
@@ -357,8 +356,11 @@ class Slide(_BaseSlide):
 
     @property
     def remote_stamp(self) -> dict[str, Any] | None:
-        """For a URL: its ``size``, ``etag``, ``version_id``, ``last_modified`` (None where
-        the store gives none) as found when opened; None for a local file."""
+        """Return what the store said of a URL's object when opened, else None.
+
+        A dict of ``size``, ``etag``, ``version_id``, ``last_modified`` (None where the
+        store gives none); None for a local file.
+        """
         return None if self._remote is None else dict(self._remote.stamp)
 
     def close(self) -> None:
@@ -521,7 +523,7 @@ def open_slide(
     >>> with open_slide("CMU-1.svs") as slide:  # doctest: +SKIP
     ...     slide.levels[0].shape, slide.mpp
     ((32914, 46000, 3), (0.499, 0.499))
-    >>> slide = open_slide("s3://bucket/CMU-1.svs", storage_options={"anon": True})  # doctest: +SKIP
+    >>> slide = open_slide("s3://bucket/a.svs", storage_options={"anon": True})  # doctest: +SKIP
     """
     return Slide(
         path_or_url,

@@ -45,10 +45,10 @@ _BACKEND_PACKAGES = {
 
 
 def is_url(path_or_url: Any) -> bool:
-    """Return True when `path_or_url` is a string of the form ``scheme://...``.
+    r"""Return True when `path_or_url` is a string of the form ``scheme://...``.
 
     ``file://`` URLs count as URLs too (:func:`resolve` turns them into local paths).
-    A Windows path (``C:\\slides``) or any :class:`os.PathLike` is never a URL.
+    A Windows path (``C:\slides``) or any :class:`os.PathLike` is never a URL.
     """
     return isinstance(path_or_url, str) and _SCHEME.match(path_or_url) is not None
 

@@ -1,0 +1,52 @@
+"""A slide opened from a URL in a real viewer: the layer, and the widget's analysis (xvfb)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """tests/remote_server.py serving a small synthetic slide on 127.0.0.1."""
+    from napari_slidescope.sample_data import write_sample_slide
+
+    spec = importlib.util.spec_from_file_location(
+        "slidescope_remote_server", Path(__file__).parent.parent / "remote_server.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    folder = tmp_path_factory.mktemp("web")
+    write_sample_slide(folder / "web.svs", shape=(1024, 1536), mpp=0.5, seed=2, tile=128)
+    with module.serve(folder) as srv:
+        yield srv, folder / "web.svs"
+
+
+def test_viewer_opens_a_url_and_the_widget_analyses_it(make_napari_viewer, server, qtbot):
+    srv, local = server
+    url = srv.url("web.svs") + "?token=s3cr3t"
+    viewer = make_napari_viewer(show=True)
+    [layer] = viewer.open(url, plugin="napari-slidescope")
+    assert layer.name == "web.svs" and layer.multiscale
+    assert layer.metadata["path"] == srv.url("web.svs")  # no token
+    assert tuple(layer.scale) == pytest.approx((0.5, 0.5))
+    from napari_slidescope.slide import open_slide
+
+    with open_slide(local) as slide:
+        assert np.array_equal(np.asarray(layer.data[1]), np.asarray(slide.levels[1]))
+    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
+    qtbot.wait(10)
+    assert widget.image.value is layer
+    widget.task.value = "tissue"
+    widget.scope.value = "slide"
+    assert widget.run() is not None
+    qtbot.waitUntil(lambda: not widget.controller.busy, timeout=60_000)
+    assert widget.status.value.startswith("Done"), widget.status.value
+    assert any(ly.name.startswith("web.svs") and ly is not layer for ly in viewer.layers)
+    assert all("s3cr3t" not in ly.name for ly in viewer.layers)

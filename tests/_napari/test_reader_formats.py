@@ -85,3 +85,19 @@ def test_openslide_only_extensions_are_claimed(tmp_path):
 def test_plain_folder_is_left_alone(tmp_path):
     (tmp_path / "a.txt").write_text("x")
     assert get_reader(str(tmp_path)) is None
+
+
+@pytest.mark.gui
+def test_viewer_opens_ome_zarr_and_dicom_folders(
+    make_napari_viewer, slide_writers, dicom_slides, tmp_path
+):
+    viewer = make_napari_viewer()
+    path = tmp_path / "slide.ome.zarr"
+    slide_writers.write_ngff(path, slide_writers.rgb_planes((256, 384)), mpp=(0.5, 0.5))
+    [layer] = viewer.open(str(path), plugin="napari-slidescope")
+    assert layer.rgb and layer.multiscale
+    assert tuple(layer.scale) == pytest.approx((0.5, 0.5))
+    folder = dicom_slides["CMU-1-Small-Region.svs"]
+    [layer2] = viewer.open(str(folder), plugin="napari-slidescope")
+    assert layer2.rgb and layer2.data.shape == (2967, 2220, 3)
+    assert tuple(layer2.scale) == pytest.approx((0.499, 0.499))

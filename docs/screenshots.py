@@ -5,6 +5,7 @@ Run (Linux without a display: under ``xvfb-run -a``)::
     python docs/screenshots.py            # writes docs/images/*.png
     python docs/screenshots.py overview   # only overview.png
     python docs/screenshots.py wholeslide # only whole_slide_zoomed.png
+    python docs/screenshots.py real       # only real_slide.png ($SLIDESCOPE_TESTDATA)
 
 Opens the bundled synthetic slide in napari, docks the widget, detects tissue on the
 whole slide, segments the nuclei of the visible region with the default parameters,
@@ -63,6 +64,9 @@ def main() -> int:
     if sys.argv[1:] == ["wholeslide"]:
         _whole_slide_shot()
         return 0
+    if sys.argv[1:] == ["real"]:
+        _real_slide_shot()
+        return 0
     viewer, camera = _analysed(None, center=(1000.0, 900.0), zoom=1.6)  # ~400 x 420 µm
     _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "slide_analysis.png", width=1200)
     camera.zoom = 6.0
@@ -72,12 +76,17 @@ def main() -> int:
     _widget_states()
     _overview_shot()
     _whole_slide_shot()
+    _real_slide_shot()
+    return 0
+
+
+def _real_slide_shot() -> None:
+    """``real_slide.png``: the real 20x slide, with its label and macro previews."""
     real = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/nonexistent")) / "CMU-1-Small-Region.svs"
     if real.is_file():  # a real 20x H&E slide (CC0)
         viewer, _ = _analysed(real, center=(725.0, 475.0), zoom=2.2)  # ~300 µm wide
         _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "real_slide.png", width=1200)
         viewer.close()
-    return 0
 
 
 def _analysed(path: Path | None, *, center: tuple[float, float], zoom: float) -> tuple[Any, Any]:

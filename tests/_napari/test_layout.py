@@ -51,6 +51,21 @@ def test_label_and_macro_previews_appear_in_the_dock(dock_slide, shared_file, qt
     assert scroll.rect().contains(top_left) and top_left.y() + row.height() <= scroll.height()
 
 
+@pytest.mark.parametrize("size", [(1280, 800), (1500, 900)])
+def test_the_docked_form_is_never_cut_off(dock_slide, shared_file, qtbot, size):
+    # docked from the Plugins menu (no launcher layout), parameters shown and hidden
+    viewer, [image], widget = dock_slide(shared_file(SMALL_REGION))
+    viewer.window._qt_window.resize(*size)
+    _wait_for_previews(widget, qtbot)
+    scroll = widget.native
+    for task, advanced in [("nuclei", False), ("nuclei", True), ("tissue", True)]:
+        widget.task.value, widget.show_advanced.value = task, advanced
+        qtbot.wait(50)
+        assert scroll.widget().width() <= scroll.viewport().width(), (task, advanced)
+        assert _clipped(widget) == [], (task, advanced)
+        assert scroll.width() <= MAX_WIDTH
+
+
 @pytest.fixture
 def launched(make_napari_viewer, monkeypatch):
     """Run the launcher as if on a screen of the given size; returns the viewer."""

@@ -214,6 +214,36 @@ class _ClickFilter(QObject):
         return False
 
 
+class _FitWidth(QObject):
+    """Keep a scroll area as wide as its form needs, with a vertical scroll bar beside it.
+
+    At most :data:`MAX_WIDTH` unless the form cannot be narrower (a large font): the form
+    is never cut off at the side. Refitted whenever the form's layout changes.
+    """
+
+    def __init__(self, scroll: QScrollArea, inner: Any) -> None:
+        super().__init__()
+        self._scroll, self._inner = scroll, inner
+
+    def fit(self) -> None:
+        bar = self._scroll.verticalScrollBar()
+        # what the scroll area takes beside the form: the bar and the frame on both sides
+        extent = (bar.sizeHint().width() if bar is not None else 0) + 2 * self._scroll.frameWidth()
+        need = self._inner.minimumSizeHint().width() + extent
+        widest = max(MAX_WIDTH, need)
+        self._scroll.setMinimumWidth(need)
+        self._scroll.setMaximumWidth(widest)
+        self._inner.setMaximumWidth(widest - extent)
+
+    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802 - Qt's name
+        if event.type() in self._REFIT:
+            self.fit()
+        return False
+
+    # the form's layout changed, or a style sheet (napari's theme) changed the frame or bar
+    _REFIT = (QEvent.Type.LayoutRequest, QEvent.Type.StyleChange, QEvent.Type.Polish)
+
+
 _WIDGETS: weakref.WeakValueDictionary[int, SlideAnalysisWidget] = weakref.WeakValueDictionary()
 
 
@@ -424,21 +454,18 @@ class SlideAnalysisWidget(Container):
         """Bound the width, keep the controls at the top, and never clip them sideways."""
         scroll = self.native
         inner = scroll.widget() if isinstance(scroll, QScrollArea) else None
-        bar_widget = scroll.verticalScrollBar() if isinstance(scroll, QScrollArea) else None
-        if inner is None or bar_widget is None:
+        if inner is None:
             self.native.setMaximumWidth(MAX_WIDTH)
             return
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         layout = inner.layout()
         if isinstance(layout, QBoxLayout):
             layout.addStretch(1)  # spare height goes below the controls
-        # wide enough for the form and a vertical scroll bar beside it
-        bar = bar_widget.sizeHint().width()
-        need = inner.minimumSizeHint().width() + bar
-        widest = max(MAX_WIDTH, need)  # a large font may need more: never clip
-        scroll.setMinimumWidth(need)
-        scroll.setMaximumWidth(widest)
-        inner.setMaximumWidth(widest - bar)
+        # the form's least width changes as parameters show and hide: follow it
+        self._width_filter = _FitWidth(scroll, inner)
+        inner.installEventFilter(self._width_filter)
+        scroll.installEventFilter(self._width_filter)
+        self._width_filter.fit()
 
     @property
     def native(self) -> Any:

@@ -244,6 +244,25 @@ class ChunkError(ValueError):
     """A native chunk whose bytes are missing or damaged (the reader names file and level)."""
 
 
+def _jpeg_stream(data: bytes, tables: bytes | None, header: bytes | None) -> bytes:
+    """Return a TIFF JPEG segment as a whole JPEG stream (with its tables or NDPI header)."""
+    if header is not None:
+        return b"".join((header, data, b"\xff\xd9"))
+    if tables is not None and len(tables) > 4 and data[:2] == b"\xff\xd8":
+        return b"".join((tables[:-2], data[2:]))
+    return data
+
+
+def _check_frame(simplejpeg: Any, stream: bytes, frame: tuple[int, int] | None) -> None:
+    if frame is not None:
+        rows, cols = simplejpeg.decode_jpeg_header(stream)[:2]
+        if rows > frame[0] or cols > frame[1]:
+            raise ChunkError(
+                f"its JPEG frame is {cols:,} x {rows:,} px, larger than the "
+                f"{frame[1]:,} x {frame[0]:,} px tile it should hold"
+            )
+
+
 def check_jpeg(
     data: bytes,
     tables: bytes | None = None,
@@ -257,7 +276,9 @@ def check_jpeg(
     data without an error, into plausible blocks of wrong pixels; it only warns. This
     decodes the segment once more with libjpeg-turbo in strict mode (simplejpeg), which
     raises on those warnings, at 1/8 scale (the whole entropy-coded stream is decoded,
-    the inverse DCT mostly skipped: about half the time of a full decode).
+    the inverse DCT mostly skipped: about half the time of a full decode). Segments whose
+    colours libjpeg infers right (YCbCr and grey) skip this: :func:`decode_jpeg_strict`
+    decodes them once, strictly.
 
     Parameters
     ----------
@@ -273,20 +294,9 @@ def check_jpeg(
     """
     import simplejpeg
 
-    if header is not None:
-        stream = b"".join((header, data, b"\xff\xd9"))
-    elif tables is not None and len(tables) > 4 and data[:2] == b"\xff\xd8":
-        stream = b"".join((tables[:-2], data[2:]))
-    else:
-        stream = data
+    stream = _jpeg_stream(data, tables, header)
     try:
-        if frame is not None:
-            rows, cols = simplejpeg.decode_jpeg_header(stream)[:2]
-            if rows > frame[0] or cols > frame[1]:
-                raise ChunkError(
-                    f"its JPEG frame is {cols:,} x {rows:,} px, larger than the "
-                    f"{frame[1]:,} x {frame[0]:,} px tile it should hold"
-                )
+        _check_frame(simplejpeg, stream, frame)
         simplejpeg.decode_jpeg(
             stream, colorspace="GRAY", min_height=1, min_width=1, min_factor=8, strict=True
         )
@@ -294,6 +304,41 @@ def check_jpeg(
         if isinstance(exc, ChunkError):
             raise
         raise ChunkError(f"its JPEG data is corrupt ({exc})") from exc
+
+
+def decode_jpeg_strict(
+    data: bytes,
+    tables: bytes | None,
+    header: bytes | None,
+    *,
+    colorspace: str,
+    frame: tuple[int, int] | None,
+) -> np.ndarray:
+    """Decode a JPEG segment once, strictly, to ``(rows, cols, samples)`` uint8.
+
+    For segments whose colour transform libjpeg infers from the stream itself: YCbCr
+    (TIFF photometric 6, decoded to ``"RGB"``) and grey (``"GRAY"``). The pixels equal
+    tifffile's (the same libjpeg-turbo, islow DCT and fancy upsampling), corrupt entropy
+    data raises instead of decoding into wrong pixels (strict mode), and it is one decode
+    where :func:`check_jpeg` plus tifffile's decode are two (a 1024 x 1024 SVS viewport
+    reads about a third faster: ``benchmarks/reader_speed.py``).
+
+    Raises
+    ------
+    ChunkError
+        The frame is larger than `frame`, or the data is corrupt.
+    """
+    import simplejpeg
+
+    stream = _jpeg_stream(data, tables, header)
+    try:
+        _check_frame(simplejpeg, stream, frame)
+        out = simplejpeg.decode_jpeg(stream, colorspace=colorspace, strict=True)
+    except ValueError as exc:
+        if isinstance(exc, ChunkError):
+            raise
+        raise ChunkError(f"its JPEG data is corrupt ({exc})") from exc
+    return out if out.ndim == 3 else out[:, :, np.newaxis]
 
 
 class NativeChunks(Protocol):
@@ -448,6 +493,18 @@ class _PageChunks:
         # libjpeg decodes garbage entropy data without an error (it only warns): every
         # 8-bit JPEG segment is checked by a strict entropy-decoding pass as well
         self._jpeg = compression == 7 and int(self._keyframe.bitspersample) == 8
+        # ... and where libjpeg infers the colours from the stream (YCbCr, grey), decoded by
+        # that strict pass alone: one decode instead of two (an RGB-coded JPEG, as Aperio
+        # writes some, needs tifffile's explicit colour space)
+        photometric = int(getattr(self._keyframe.photometric, "value", -1))
+        nsamples = int(self._keyframe.samplesperpixel)
+        self._strict_colorspace = (
+            "RGB"
+            if self._jpeg and photometric == 6 and nsamples == 3
+            else "GRAY"
+            if self._jpeg and photometric == 1 and nsamples == 1
+            else None
+        )
         kf = self._keyframe
         self._frame = (
             (int(kf.tilelength), int(kf.tilewidth))
@@ -620,12 +677,23 @@ class _PageChunks:
         samples = self.shape[2] if not self._channels and len(self.shape) == 3 else 1
         if data is None or not data:
             return np.full(self._chunk_shape(rows, cols, samples), self._nodata, self.dtype)
-        if self._jpeg:  # before decoding: a forged frame size must not allocate anything
-            check_jpeg(data, kwargs.get("jpegtables"), kwargs.get("jpegheader"), frame=self._frame)
-        decoded = self._decode(data, seg, **kwargs)[0]
-        if decoded is None:
-            return np.full(self._chunk_shape(rows, cols, samples), self._nodata, self.dtype)
-        tile = decoded[0]  # (length, width, samples)
+        if self._strict_colorspace is not None:
+            tile = decode_jpeg_strict(
+                data,
+                kwargs.get("jpegtables"),
+                kwargs.get("jpegheader"),
+                colorspace=self._strict_colorspace,
+                frame=self._frame,
+            )
+        else:
+            if self._jpeg:  # before decoding: a forged frame size must not allocate anything
+                check_jpeg(
+                    data, kwargs.get("jpegtables"), kwargs.get("jpegheader"), frame=self._frame
+                )
+            decoded = self._decode(data, seg, **kwargs)[0]
+            if decoded is None:
+                return np.full(self._chunk_shape(rows, cols, samples), self._nodata, self.dtype)
+            tile = decoded[0]  # (length, width, samples)
         if tile.shape[0] < rows or tile.shape[1] < cols:  # short data: tifffile pads with nodata
             full = np.full((rows, cols, tile.shape[2]), self._nodata, self.dtype)
             full[: tile.shape[0], : tile.shape[1]] = tile[:rows, :cols]

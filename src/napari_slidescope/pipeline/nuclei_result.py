@@ -45,6 +45,12 @@ class NucleiResult:
         Name of the segmenter used.
     source : Path or None
         Slide path, None for arrays.
+    cells : (M, N) ndarray of int32 or None
+        With ``segment_nuclei(cell_expansion_um=...)``: the cells (same ids as the
+        nuclei) on the grid of ``labels``; None otherwise or when ``labels`` is None.
+    cell_outlines : (list of (K, 2) ndarray, ndarray) or None
+        The cells' level-0 ``(row, col)`` outlines and ids when cells were grown without
+        a label image.
     classes : dict of str to (int, int, int)
         After :func:`~napari_slidescope.pipeline.classify.classify_cells`: every class
         that can occur -> its colour (RGB 0-255), in legend order; ``table["class"]``
@@ -63,6 +69,10 @@ class NucleiResult:
     segmenter: str = ""
     source: Path | None = None
     outlines: tuple[list[np.ndarray], np.ndarray] | None = field(
+        default=None, repr=False, compare=False
+    )
+    cells: np.ndarray | None = field(default=None, repr=False, compare=False)
+    cell_outlines: tuple[list[np.ndarray], np.ndarray] | None = field(
         default=None, repr=False, compare=False
     )
     classes: dict[str, tuple[int, int, int]] = field(default_factory=dict)

@@ -104,3 +104,28 @@ def test_bad_rules_files_stop_before_any_work(hdab_slide, tmp_path, content, mes
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "rules.json" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_batch_cells_write_both_outlines(client, hdab_slide, tmp_path):
+    from shapely import from_wkb
+
+    out = tmp_path / "out"
+    rows = analyze_slides(
+        hdab_slide, out, client=client, segmenter="builtin", tile_size_um=TILE_UM,
+        cell_expansion_um=3.0,
+    )  # fmt: skip
+    assert rows[0]["status"] == "done", rows[0]["error"]
+    pf = pq.ParquetFile(out / hdab_slide.name / "nuclei.parquet")
+    geo = json.loads(pf.metadata.metadata[b"geo"])
+    assert set(geo["columns"]) == {"geometry", "cell_geometry"}
+    table = pf.read().to_pandas()
+    want = segment_nuclei(
+        hdab_slide, segmenter="builtin", tile_size_um=TILE_UM, cell_expansion_um=3.0
+    )
+    assert np.allclose(table["dab_od_cell_mean"], want.table["dab_od_cell_mean"])
+    nuclei = from_wkb(table["geometry"].to_numpy())
+    cells = from_wkb(table["cell_geometry"].to_numpy())
+    assert all(c.buffer(1e-6).contains(n) for c, n in zip(cells, nuclei, strict=True))
+    assert np.mean([c.area > n.area for c, n in zip(cells, nuclei, strict=True)]) > 0.95
+    objects = read_objects(out / hdab_slide.name / "nuclei.geojson.gz")
+    assert {o.object_type for o in objects} == {"cell"} and all(o.nucleus for o in objects)

@@ -102,6 +102,8 @@ def write_part(slide_dir: Path, tile: TileOut, digest: str) -> Path:
 
     cols = {k: pa.array(np.asarray(v)) for k, v in tile.table.items()}
     cols["geometry"] = pa.array(tile.wkb, type=pa.binary())
+    if tile.cell_wkb is not None:
+        cols["cell_geometry"] = pa.array(tile.cell_wkb, type=pa.binary())
     meta = {"tile": str(tile.index), "seconds": repr(tile.seconds), "params_sha256": digest}
     table = pa.table(cols).replace_schema_metadata({f"slidescope.{k}": v for k, v in meta.items()})
     path = part_path(slide_dir, tile.index)
@@ -197,7 +199,7 @@ def classify_parts(
     offset = 0
     for index in tiles:
         part = pq.read_table(part_path(slide_dir, index))
-        cols = [c for c in part.column_names if c != "geometry"]
+        cols = [c for c in part.column_names if c not in ("geometry", "cell_geometry")]
         t = {c: part.column(c).to_numpy() for c in cols}
         t["id"] = t["id"].astype(np.int64) + offset
         offset += part.num_rows
@@ -250,7 +252,10 @@ def write_nuclei(
 
     summary = SlideSummary()
     ns = uuid.uuid5(uuid.NAMESPACE_URL, feature_ns)
-    file_meta = {"geo": json.dumps(_GEO), "slidescope": json.dumps(file_metadata, sort_keys=True)}
+    geo: dict[str, Any] = json.loads(json.dumps(_GEO))
+    if file_metadata.get("parameters", {}).get("cell_expansion_um") is not None:
+        geo["columns"]["cell_geometry"] = dict(geo["columns"]["geometry"])
+    file_meta = {"geo": json.dumps(geo), "slidescope": json.dumps(file_metadata, sort_keys=True)}
     pq_path, gj_path = slide_dir / "nuclei.parquet", slide_dir / "nuclei.geojson.gz"
     with atomic_write(pq_path, "wb") as pq_fh, atomic_write(gj_path, "wb") as gj_fh:
         writer: Any = None
@@ -261,6 +266,9 @@ def write_nuclei(
             for index in tiles:
                 part = pq.read_table(part_path(slide_dir, index))
                 table, rings, measures = _nuclei_table(part, index, offset, units)
+                cell_rings = None
+                if "cell_geometry" in table.column_names:
+                    cell_rings = [wkb_ring(b) for b in table.column("cell_geometry").to_pylist()]
                 names = None
                 if classes is not None:
                     n = table.num_rows
@@ -280,11 +288,13 @@ def write_nuclei(
                     meas = {c: float(v[k]) for c, v in measures.items()}
                     meas["id"] = float(ids[k])
                     name = "Nucleus" if names is None else str(names[k])
+                    nucleus = rings[k][:-1, ::-1]
                     yield polygon_feature(
-                        rings[k][:-1, ::-1],
+                        nucleus if cell_rings is None else cell_rings[k][:-1, ::-1],
                         name=name,
                         color=_NUCLEUS_COLOR if classes is None else classes.colors[name],
-                        object_type="detection",
+                        object_type="detection" if cell_rings is None else "cell",
+                        nucleus=None if cell_rings is None else nucleus,
                         measurements=meas,
                         feature_id=str(uuid.uuid5(ns, str(int(ids[k])))),
                     )
@@ -317,7 +327,9 @@ def _nuclei_table(
         [[r[:, 1].min(), r[:, 0].min(), r[:, 1].max(), r[:, 0].max()] for r in rings], np.float64
     ).reshape(n, 4)
     measures = {
-        c: part.column(c).to_numpy() for c in part.column_names if c not in ("id", "geometry")
+        c: part.column(c).to_numpy()
+        for c in part.column_names
+        if c not in ("id", "geometry", "cell_geometry")
     }
     cols: dict[str, Any] = {
         "id": pa.array(part.column("id").to_numpy().astype(np.int64) + offset),
@@ -327,6 +339,8 @@ def _nuclei_table(
     for j, c in enumerate(("bbox_row0", "bbox_col0", "bbox_row1", "bbox_col1")):
         cols[c] = pa.array(box[:, j])
     cols["geometry"] = wkb
+    if "cell_geometry" in part.column_names:
+        cols["cell_geometry"] = part.column("cell_geometry")
     fields = []
     for name, col in cols.items():
         unit = units.get(name) or NUCLEI_COLUMNS.get(name)

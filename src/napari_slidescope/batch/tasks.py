@@ -117,12 +117,15 @@ class TileOut:
         Measurement columns; ``id`` is local to the tile (``1 .. n``).
     wkb : list of bytes
         Each nucleus's outline, a WKB polygon in level-0 pixel ``(x, y)``.
+    cell_wkb : list of bytes or None
+        Each nucleus's cell outline (``cell_expansion_um``), else None.
     """
 
     index: int
     seconds: float
     table: dict[str, np.ndarray]
     wkb: list[bytes]
+    cell_wkb: list[bytes] | None = None
 
 
 @dataclass
@@ -319,15 +322,17 @@ def _tile_out(plan: Any, res: Any, t0: float) -> TileOut:
 
     dy, dx = plan.downsample
     y0, x0 = res.tile.box[:2]
-    polys, ids = labels_to_polygons(
-        res.labels,
-        downsample=plan.downsample,
-        origin=(plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx),
-    )
+    origin = (plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx)
+    polys, ids = labels_to_polygons(res.labels, downsample=plan.downsample, origin=origin)
     by_id = dict(zip(ids.tolist(), polys, strict=True))
     table = {k: np.asarray(v) for k, v in res.table.items()}
     wkb = [wkb_polygon(by_id[int(i)]) for i in table["id"]]
-    return TileOut(res.tile.index, time.perf_counter() - t0, table, wkb)
+    cell_wkb = None
+    if getattr(res, "cells", None) is not None:
+        polys, ids = labels_to_polygons(res.cells, downsample=plan.downsample, origin=origin)
+        cells = dict(zip(ids.tolist(), polys, strict=True))
+        cell_wkb = [wkb_polygon(cells[int(i)]) for i in table["id"]]
+    return TileOut(res.tile.index, time.perf_counter() - t0, table, wkb, cell_wkb)
 
 
 def wkb_polygon(ring: np.ndarray) -> bytes:

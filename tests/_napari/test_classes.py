@@ -71,3 +71,38 @@ def test_cells_layer_and_classified_geojson_read_back(make_napari_viewer, tmp_pa
     assert np.allclose(
         det.colormap.map(int(feats["index"][row]))[:3], np.array(res.classes["3+"]) / 255, atol=1e-3
     )
+
+
+def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer, tmp_path, qtbot):
+    from napari_slidescope._napari.classify_widget import ClassifyWidget
+    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope.pipeline.classify import load_rules
+    from napari_slidescope.sample_cells import make_hdab
+
+    path = make_hdab(seed=9, shape=(256, 256)).write(tmp_path / "ki67.ome.tif")
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(path), plugin="napari-slidescope")
+    ctl = controller_for(viewer)
+    viewer.reset_view()
+    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
+    dock = ClassifyWidget(viewer)
+    res = dock.apply()
+    assert set(res.table["class"]) <= {"Negative", "1+", "2+", "3+"} and res.count > 20
+    layer = viewer.layers[f"{image.name} nuclei"]
+    assert "class" in layer.features
+    # thresholds out of order are refused, named in the status line
+    dock.thresholds[0].setValue(0.5)
+    with pytest.raises(ValueError, match="must increase"):
+        dock.apply()
+    assert "must increase" in dock.status.text()
+    dock.thresholds[0].setValue(0.1)
+    saved = dock.save(tmp_path / "rules.json")
+    assert load_rules(saved).dab["thresholds"] == (0.1, 0.4, 0.6)
+    other = ClassifyWidget(viewer)
+    other.load(saved)
+    assert other.current_rules() == load_rules(saved)
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match="not JSON"):
+        other.load(tmp_path / "bad.json")
+    assert "not JSON" in other.status.text()

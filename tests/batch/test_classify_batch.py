@@ -129,3 +129,20 @@ def test_batch_cells_write_both_outlines(client, hdab_slide, tmp_path):
     assert np.mean([c.area > n.area for c, n in zip(cells, nuclei, strict=True)]) > 0.95
     objects = read_objects(out / hdab_slide.name / "nuclei.geojson.gz")
     assert {o.object_type for o in objects} == {"cell"} and all(o.nucleus for o in objects)
+
+
+def test_batch_writes_cells_h5ad_on_request(client, hdab_slide, tmp_path):
+    anndata = pytest.importorskip("anndata", reason="the scverse extra is not installed")
+    rules = PhenotypeRules.of(dab=True).save(tmp_path / "rules.json")
+    out = tmp_path / "out"
+    rows = analyze_slides(
+        hdab_slide, out, client=client, segmenter="builtin", tile_size_um=TILE_UM,
+        cell_expansion_um=3.0, classify=rules, anndata=True,
+    )  # fmt: skip
+    assert rows[0]["status"] == "done", rows[0]["error"]
+    adata = anndata.read_h5ad(out / hdab_slide.name / "cells.h5ad")
+    table = pq.read_table(out / hdab_slide.name / "nuclei.parquet").to_pandas()
+    assert adata.n_obs == len(table) and "DAB" not in adata.var_names  # stains, by name
+    assert list(adata.var_names) == ["hematoxylin_od", "dab_od"]
+    assert list(adata.obs["class"].astype(str)) == table["class"].tolist()
+    assert np.allclose(adata.obsm["spatial"][:, 0], table["centroid_x_um"])

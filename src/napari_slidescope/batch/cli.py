@@ -171,6 +171,12 @@ def _parser() -> argparse.ArgumentParser:
         "or PhenotypeRules.save) or a learned classifier's file; adds a class column, "
         "QuPath classes and per-class counts / H-score to summary.csv (default: none)",
     )
+    b.add_argument(
+        "--anndata",
+        action="store_true",
+        help="also write cells.h5ad per slide: cells x markers for scanpy / squidpy "
+        "(needs the scverse extra; default: off)",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
     return parser
 
@@ -261,6 +267,7 @@ def _batch(args: argparse.Namespace) -> int:
                 tile_size_um=args.tile_size_um,
                 cell_expansion_um=args.cell_expansion_um,
                 classify=args.classify,
+                anndata=args.anndata,
                 client=client,
                 workers=args.workers,
                 resume=args.resume,

@@ -114,6 +114,7 @@ def analyze_slides(
     tile_size_um: float = 512.0,
     cell_expansion_um: float | None = None,
     classify: str | os.PathLike[str] | None = None,
+    anndata: bool = False,
     client: Any = None,
     workers: int | None = None,
     resume: bool = False,
@@ -151,6 +152,9 @@ def analyze_slides(
         and the positivity columns, the GeoJSON features their class and colour, and
         ``summary.csv`` the counts per class and the IHC figures. The rules' content is
         hashed into the parameters.
+    anndata : bool
+        Also write ``cells.h5ad`` per slide (cells x markers, as ``result.to_anndata()``;
+        needs the ``scverse`` extra).
     client : distributed.Client, optional
         Run on this client's cluster; default a local cluster of ``workers`` processes,
         closed at the end.
@@ -209,7 +213,15 @@ def analyze_slides(
         float(tile_size_um),
         None if cell_expansion_um is None else float(cell_expansion_um),
         descriptor,
+        bool(anndata),
     )
+    if anndata:
+        try:
+            import anndata as _anndata  # noqa: F401
+        except ImportError as e:
+            raise ValueError(
+                'anndata=True needs anndata: pip install "napari-slidescope[scverse]"'
+            ) from e
     if params.nuclei:
         from napari_slidescope.segmenters import missing_reason
 
@@ -436,6 +448,8 @@ class _Batch:
         kept = [s.folder / "tissue.geojson"]
         if self.params.nuclei:
             kept += [s.folder / "nuclei.parquet", s.folder / "nuclei.geojson.gz"]
+            if self.params.anndata:
+                kept.append(s.folder / "cells.h5ad")
         if (
             same
             and old is not None
@@ -602,11 +616,11 @@ class _Batch:
     def _finish(self, s: _Slide) -> None:
         assert s.info is not None and s.stamp is not None
         summary = None
+        classes = None
         if self.params.nuclei:
             from napari_slidescope import __version__
             from napari_slidescope.analysis.measure import COLUMNS
 
-            classes = None
             if self.params.classify is not None:
                 area = s.info.tissue_area_um2
                 classes = outputs.classify_parts(
@@ -633,6 +647,14 @@ class _Batch:
                 },
                 units={k: v for k, v in COLUMNS.items() if k != "id"},
                 feature_ns=f"{s.name}/{s.stamp.head_sha256}/{self.digest}",
+            )
+        if self.params.nuclei and self.params.anndata:
+            outputs.write_anndata(
+                s.folder,
+                s.tiles,
+                slide=s.name,
+                mpp=s.info.mpp or 1.0,
+                classes=classes,
             )
         s.status = "done"
         s.row = self._row(s, summary)

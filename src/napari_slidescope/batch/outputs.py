@@ -18,6 +18,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
@@ -208,6 +209,52 @@ def classify_parts(
     res = classify_table(table, classification_from(descriptor))
     extra = {k: np.asarray(v) for k, v in res.table.items() if k not in table}
     return SlideClasses(extra, dict(res.classes), class_summary(res, area_mm2=area_mm2))
+
+
+def write_anndata(
+    slide_dir: Path,
+    tiles: Sequence[int],
+    *,
+    slide: str,
+    mpp: Any,
+    classes: SlideClasses | None = None,
+) -> Path:
+    """Write ``cells.h5ad``: the slide's cells x markers (``to_anndata``), atomically.
+
+    Read from the parts (measurements only), ids as in ``nuclei.parquet``, with the class
+    and positivity columns when the slide was classified.
+    """
+    import pyarrow.parquet as pq
+
+    from napari_slidescope.analysis.measure import concat_tables
+    from napari_slidescope.pipeline.nuclei_result import NucleiResult
+    from napari_slidescope.pipeline.scverse import to_anndata
+
+    tables = []
+    offset = 0
+    for index in tiles:
+        part = pq.read_table(part_path(slide_dir, index))
+        cols = [c for c in part.column_names if c not in ("geometry", "cell_geometry")]
+        t = {c: part.column(c).to_numpy() for c in cols}
+        t["id"] = t["id"].astype(np.int64) + offset
+        offset += part.num_rows
+        tables.append(t)
+    table = concat_tables(tables)
+    colors: dict[str, tuple[int, int, int]] = {}
+    if classes is not None:
+        table.update(classes.columns)
+        colors = classes.colors
+    n = int(np.asarray(table["id"]).size)
+    res = NucleiResult(None, mpp, (0, 0), (1.0, 1.0), n, table, (0, 0, 0, 0), classes=colors)
+    adata = to_anndata(res, slide=slide)
+    path = slide_dir / "cells.h5ad"
+    tmp = slide_dir / f".cells.h5ad.{os.getpid()}.tmp"
+    try:
+        adata.write_h5ad(tmp)  # h5py writes a path; renamed into place when complete
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 def write_nuclei(

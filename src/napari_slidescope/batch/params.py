@@ -62,6 +62,8 @@ class BatchParams:
         :func:`~napari_slidescope.pipeline.classify.load_classification`'s descriptor
         (rules with their content, or a classifier's path and SHA-256), or None: a
         changed rules file changes the digest, so ``resume`` never mixes rule sets.
+    anndata : bool
+        Also write ``cells.h5ad`` per slide (cells x markers, ``to_anndata``).
     """
 
     tasks: tuple[str, ...] = TASKS
@@ -70,6 +72,7 @@ class BatchParams:
     tile_size_um: float = 512.0
     cell_expansion_um: float | None = None
     classify: str | None = None
+    anndata: bool = False
 
     def __post_init__(self) -> None:
         tasks = tuple(t for t in TASKS if t in set(self.tasks))
@@ -102,8 +105,8 @@ class BatchParams:
 
         d = asdict(self)
         d["tasks"] = list(self.tasks)
-        for key in ("cell_expansion_um", "classify"):  # unset: the digest of earlier versions
-            if d[key] is None:
+        for key in ("cell_expansion_um", "classify", "anndata"):  # unset: earlier digests
+            if d[key] in (None, False):
                 del d[key]
         if self.classify is not None:
             d["classify"] = json.loads(self.classify)

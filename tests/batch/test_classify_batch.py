@@ -146,3 +146,23 @@ def test_batch_writes_cells_h5ad_on_request(client, hdab_slide, tmp_path):
     assert list(adata.var_names) == ["hematoxylin_od", "dab_od"]
     assert list(adata.obs["class"].astype(str)) == table["class"].tolist()
     assert np.allclose(adata.obsm["spatial"][:, 0], table["centroid_x_um"])
+
+
+def test_rules_naming_an_unknown_marker_fail_the_slide_before_any_tile(
+    client, hdab_slide, tmp_path
+):
+    rules = PhenotypeRules.of(markers={"CD8": 10.0}).save(tmp_path / "rules.json")
+    out = tmp_path / "out"
+    rows = analyze_slides(
+        hdab_slide, out, client=client, segmenter="builtin", tile_size_um=TILE_UM, classify=rules
+    )
+    assert rows[0]["status"] == "failed"
+    assert "unknown marker 'CD8'" in rows[0]["error"] and "DAB" in rows[0]["error"]
+    assert not list((out / hdab_slide.name).glob("parts/*.parquet"))
+    # a compartment the slide will have is accepted before the run
+    ok = PhenotypeRules.of(dab={"thresholds": [0.2, 0.4, 0.6], "compartment": "cell"})
+    rows = analyze_slides(
+        hdab_slide, out, client=client, segmenter="builtin", tile_size_um=TILE_UM,
+        classify=ok.save(tmp_path / "ok.json"), cell_expansion_um=3.0,
+    )  # fmt: skip
+    assert rows[0]["status"] == "done", rows[0]["error"]

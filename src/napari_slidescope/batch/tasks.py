@@ -238,6 +238,7 @@ def slide_task(path: str, stamp: tuple[int, int], params: BatchParams) -> SlideI
     if params.nuclei:
         info.grid = TissueGrid(tissue.mask, tissue.downsample, tissue.origin)
         run = _prepare(path, stamp, params, info.grid)
+        _check_rules(params, run)
         plan = run.plan
         info.tiles = [t.index for t in run.tiles]
         info.plan = {
@@ -251,6 +252,26 @@ def slide_task(path: str, stamp: tuple[int, int], params: BatchParams) -> SlideI
         }
     info.seconds = time.perf_counter() - t0
     return info
+
+
+def _check_rules(params: BatchParams, run: Any) -> None:
+    """Refuse rules that name a marker (or compartment) this slide's table will not have.
+
+    Runs in the slide task, before any tile is segmented.
+    """
+    if params.classify is None:
+        return
+    import json
+
+    descriptor = json.loads(params.classify)
+    if descriptor.get("kind") != "rules":
+        return
+    from napari_slidescope.pipeline.classify import PhenotypeRules, check_rules
+
+    rules = PhenotypeRules.from_dict(descriptor["rules"], where="--classify rules")
+    columns = run.columns()
+    if columns:
+        check_rules(rules, {c: np.zeros(0) for c in columns})
 
 
 def summary_of(info: SlideInfo) -> SlideInfo:

@@ -46,6 +46,7 @@ __all__ = [
     "RULES_KIND",
     "CellClassifier",
     "PhenotypeRules",
+    "check_rules",
     "class_summary",
     "classification_from",
     "classify_cells",

@@ -400,9 +400,9 @@ def _measure(
         if columns:
             names = [c.removesuffix("_mean") for c in columns.values()]
             values = pixels[..., list(columns)]
-        elif od is not None:
+        elif stains is not None:
             names = ["hematoxylin_od", f"{second}_od"]
-            values = od[..., :2]
+            values = od[..., :2] if od is not None else np.zeros((*nuclei.shape, 2), np.float32)
         else:
             names, values = [], np.zeros((*nuclei.shape, 0), np.float32)
         out = compartment_means(nuclei, cells, ids, values, names)
@@ -842,6 +842,18 @@ class PreparedNuclei:
                 yield res
         finally:
             gen.close()
+
+    def columns(self) -> list[str]:
+        """The table columns this run's tiles will have (one tile read, nothing segmented)."""
+        if not self._run.tiles:
+            return []
+        tile = self._run.tiles[0]
+        pixels = self._read(tile)
+        empty = np.zeros(pixels.shape[:2], np.int32)
+        measure: Any = self._run.measure
+        if getattr(measure, "cell_distance_px", 0):
+            return list(measure(empty, pixels, tile, empty))
+        return list(measure(empty, pixels, tile))
 
     def _tile(self, index: int) -> Tile:
         for t in self._run.tiles:

@@ -35,7 +35,13 @@ from skimage import filters, measure, morphology, segmentation, transform
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis._builtin_method import BuiltinMethod
 from napari_slidescope.analysis.checks import check_nuclei_params, check_rgb
-from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, rgb_to_od
+from napari_slidescope.analysis.stains import (
+    StainMatrix,
+    estimate_stains,
+    for_stain,
+    rgb_to_od,
+    stain_kind,
+)
 
 __all__ = ["RAW_CHANNELS", "BuiltinSegmenter", "NucleiParams", "segment_nuclei_array"]
 
@@ -196,8 +202,13 @@ class BuiltinSegmenter(BuiltinMethod[NucleiParams]):
         check_rgb(ref, "reference_rgb", ndim=3)
         if not self._fixed_stains:
             self.stains = estimate_stains(ref)
+            # IHC: DAB lies on hematoxylin in positive nuclei, so Macenko's second vector
+            # is a mix of the two and unmixing with it takes hematoxylin away from them;
+            # the reference DAB vector gives their hematoxylin back (see `for_stain`)
+            if stain_kind(self.stains) == "H-DAB":
+                self.stains = for_stain(self.stains, "H-DAB")
+        assert self.stains is not None  # set just above, or fixed at construction
         if self.params.threshold is None:
-            assert self.stains is not None  # set just above, or fixed at construction
             h = self.stains.separate(ref)[..., 0]
             if mpp is not None and self.params.sigma_um / _check_mpp(mpp) > 0.5:
                 h = ndi.gaussian_filter(h, self.params.sigma_um / mpp, truncate=3.0)

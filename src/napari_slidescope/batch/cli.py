@@ -185,6 +185,26 @@ def _parser() -> argparse.ArgumentParser:
         "'{\"anon\": true}' (default: none; credentials are best left to the environment "
         "and the store's config files; never written to outputs)",
     )
+    b.add_argument(
+        "--cell-expansion-um",
+        type=_positive(float),
+        metavar="UM",
+        help="grow each nucleus into a cell by up to UM µm, never into a neighbour; tables "
+        "gain {channel}_{nucleus,cytoplasm,cell}_mean (default: nuclei only)",
+    )
+    b.add_argument(
+        "--classify",
+        metavar="FILE",
+        help="classify each slide's cells: a phenotype rules JSON file (saved by the widget, "
+        "or PhenotypeRules.save) or a learned classifier's file; adds a class column, "
+        "QuPath classes and per-class counts / H-score to summary.csv (default: none)",
+    )
+    b.add_argument(
+        "--anndata",
+        action="store_true",
+        help="also write cells.h5ad per slide: cells x markers for scanpy / squidpy "
+        "(needs the scverse extra; default: off)",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
     b.add_argument(
         "--dashboard",
@@ -287,6 +307,10 @@ def _batch(args: argparse.Namespace) -> int:
             args.tile_size_um,
             storage_options=args.storage_options,
         )
+        if args.classify is not None:  # a bad rules file stops here, before any work
+            from napari_slidescope.pipeline.classify import load_classification
+
+            load_classification(args.classify)
         if params.nuclei:
             from napari_slidescope.segmenters import missing_reason
 
@@ -337,6 +361,9 @@ def _batch(args: argparse.Namespace) -> int:
                 segmenter=args.segmenter,
                 nuclei_mpp=args.nuclei_mpp,
                 tile_size_um=args.tile_size_um,
+                cell_expansion_um=args.cell_expansion_um,
+                classify=args.classify,
+                anndata=args.anndata,
                 client=client,
                 workers=args.workers,
                 resume=args.resume,

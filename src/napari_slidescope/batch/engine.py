@@ -11,6 +11,7 @@ arrive (a part per tile), so an interrupted run loses only the tiles in flight a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -129,6 +130,9 @@ def analyze_slides(
     segmenter: str = "auto",
     nuclei_mpp: float | None = None,
     tile_size_um: float = 512.0,
+    cell_expansion_um: float | None = None,
+    classify: str | os.PathLike[str] | None = None,
+    anndata: bool = False,
     client: Any = None,
     workers: int | None = None,
     resume: bool = False,
@@ -159,6 +163,19 @@ def analyze_slides(
         finer than the slide (as :func:`~napari_slidescope.segment_nuclei`).
     tile_size_um : float
         Size of the part of each tile it owns, µm (tiles add the segmenter's overlap).
+    cell_expansion_um : float, optional
+        Grow nuclei into cells (see :func:`~napari_slidescope.segment_nuclei`); the
+        tables gain the per-compartment means.
+    classify : str or PathLike, optional
+        A phenotype rules JSON file (``"kind": "slidescope-phenotype-rules"``) or a
+        learned classifier's file: once a slide's tiles are all in, its cells are
+        classified (thresholds see the whole slide), ``nuclei.parquet`` gains ``class``
+        and the positivity columns, the GeoJSON features their class and colour, and
+        ``summary.csv`` the counts per class and the IHC figures. The rules' content is
+        hashed into the parameters.
+    anndata : bool
+        Also write ``cells.h5ad`` per slide (cells x markers, as ``result.to_anndata()``;
+        needs the ``scverse`` extra).
     client : distributed.Client, optional
         Run on this client's cluster; default a local cluster of ``workers`` processes,
         closed at the end.
@@ -220,9 +237,28 @@ def analyze_slides(
     >>> rows = analyze_slides("cohort/", "results/", workers=8)  # doctest: +SKIP
     >>> [r["nuclei"] for r in rows if r["status"] == "done"]  # doctest: +SKIP
     """
+    descriptor = None
+    if classify is not None:
+        from napari_slidescope.pipeline.classify import load_classification
+
+        descriptor = json.dumps(load_classification(classify)[1], sort_keys=True)
     params = BatchParams(
-        tuple(tasks), segmenter, nuclei_mpp, float(tile_size_um), storage_options=storage_options
+        tuple(tasks),
+        segmenter,
+        nuclei_mpp,
+        float(tile_size_um),
+        None if cell_expansion_um is None else float(cell_expansion_um),
+        descriptor,
+        bool(anndata),
+        storage_options=storage_options,
     )
+    if anndata:
+        try:
+            import anndata as _anndata  # noqa: F401
+        except ImportError as e:
+            raise ValueError(
+                'anndata=True needs anndata: pip install "napari-slidescope[scverse]"'
+            ) from e
     if params.nuclei:
         from napari_slidescope.segmenters import missing_reason
 
@@ -465,6 +501,8 @@ class _Batch:
         kept = [s.folder / "tissue.geojson"]
         if self.params.nuclei:
             kept += [s.folder / "nuclei.parquet", s.folder / "nuclei.geojson.gz"]
+            if self.params.anndata:
+                kept.append(s.folder / "cells.h5ad")
         if (
             same
             and old is not None
@@ -666,13 +704,23 @@ class _Batch:
     def _finish(self, s: _Slide) -> None:
         assert s.info is not None and s.stamp is not None
         summary = None
+        classes = None
         if self.params.nuclei:
             from napari_slidescope import __version__
             from napari_slidescope.analysis.measure import COLUMNS
 
+            if self.params.classify is not None:
+                area = s.info.tissue_area_um2
+                classes = outputs.classify_parts(
+                    s.folder,
+                    s.tiles,
+                    json.loads(self.params.classify),
+                    None if area is None else area / 1e6,
+                )
             summary = outputs.write_nuclei(
                 s.folder,
                 s.tiles,
+                classes=classes,
                 file_metadata={
                     "slide": s.name,
                     "path": shown_path(s.path),
@@ -690,8 +738,18 @@ class _Batch:
                 units={k: v for k, v in COLUMNS.items() if k != "id"},
                 feature_ns=f"{s.name}/{s.stamp.head_sha256}/{s.digest}",
             )
+        if self.params.nuclei and self.params.anndata:
+            outputs.write_anndata(
+                s.folder,
+                s.tiles,
+                slide=s.name,
+                mpp=s.info.mpp or 1.0,
+                classes=classes,
+            )
         s.status = "done"
         s.row = self._row(s, summary)
+        if self.params.nuclei and classes is not None:
+            s.row.update(classes.row())
         s.manifest.update(status="done", error=None, summary=s.row)
         self._write_manifest(s, force=True)
         outputs.remove_parts(s.folder)

@@ -18,6 +18,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
@@ -62,6 +63,10 @@ SUMMARY_COLUMNS = (
     "nuclei_per_mm2",
     "mean_nucleus_area_um2",
     "seconds",
+    "classes",
+    "positive_percent",
+    "h_score",
+    "positive_per_mm2",
     "path",
 )
 
@@ -98,6 +103,8 @@ def write_part(slide_dir: Path, tile: TileOut, digest: str) -> Path:
 
     cols = {k: pa.array(np.asarray(v)) for k, v in tile.table.items()}
     cols["geometry"] = pa.array(tile.wkb, type=pa.binary())
+    if tile.cell_wkb is not None:
+        cols["cell_geometry"] = pa.array(tile.cell_wkb, type=pa.binary())
     meta = {"tile": str(tile.index), "seconds": repr(tile.seconds), "params_sha256": digest}
     table = pa.table(cols).replace_schema_metadata({f"slidescope.{k}": v for k, v in meta.items()})
     path = part_path(slide_dir, tile.index)
@@ -140,6 +147,116 @@ def _read_parts(slide_dir: Path, tiles: Sequence[int]) -> Iterator[tuple[int, An
         yield index, pq.read_table(part_path(slide_dir, index))
 
 
+@dataclass
+class SlideClasses:
+    """A slide's cell classes, made once all its tiles are in (``--classify``).
+
+    Attributes
+    ----------
+    columns : dict of str to (K,) ndarray
+        ``class`` and the positivity / score columns, one row per nucleus in slide order.
+    colors : dict of str to (int, int, int)
+        Class -> colour.
+    summary : dict
+        :func:`~napari_slidescope.pipeline.classify.class_summary` of the slide.
+    """
+
+    columns: dict[str, np.ndarray]
+    colors: dict[str, tuple[int, int, int]]
+    summary: dict[str, Any]
+
+    def row(self) -> dict[str, Any]:
+        """The ``summary.csv`` fields: counts per class (``name: n; ...``) and IHC figures."""
+        counts = "; ".join(
+            f"{k.removesuffix('_count')}: {v}"
+            for k, v in self.summary.items()
+            if k.endswith("_count")
+        )
+        out: dict[str, Any] = {"classes": counts}
+        for k in ("positive_percent", "h_score", "positive_per_mm2"):
+            if k in self.summary:
+                out[k] = self.summary[k]
+        return out
+
+
+def classify_parts(
+    slide_dir: Path, tiles: Sequence[int], descriptor: dict[str, Any], area_mm2: float | None
+) -> SlideClasses:
+    """Classify a slide's nuclei from its parts: thresholds see the whole slide's cells.
+
+    Only the measurement columns are read (never the outlines), tile by tile in plan
+    order, with the ids :func:`write_nuclei` gives them.
+    """
+    import pyarrow.parquet as pq
+
+    from napari_slidescope.analysis.measure import concat_tables
+    from napari_slidescope.pipeline.classify import (
+        class_summary,
+        classification_from,
+        classify_table,
+    )
+
+    tables = []
+    offset = 0
+    for index in tiles:
+        part = pq.read_table(part_path(slide_dir, index))
+        cols = [c for c in part.column_names if c not in ("geometry", "cell_geometry")]
+        t = {c: part.column(c).to_numpy() for c in cols}
+        t["id"] = t["id"].astype(np.int64) + offset
+        offset += part.num_rows
+        tables.append(t)
+    table = concat_tables(tables)
+    res = classify_table(table, classification_from(descriptor))
+    extra = {k: np.asarray(v) for k, v in res.table.items() if k not in table}
+    return SlideClasses(extra, dict(res.classes), class_summary(res, area_mm2=area_mm2))
+
+
+def write_anndata(
+    slide_dir: Path,
+    tiles: Sequence[int],
+    *,
+    slide: str,
+    mpp: Any,
+    classes: SlideClasses | None = None,
+) -> Path:
+    """Write ``cells.h5ad``: the slide's cells x markers (``to_anndata``), atomically.
+
+    Read from the parts (measurements only), ids as in ``nuclei.parquet``, with the class
+    and positivity columns when the slide was classified.
+    """
+    import pyarrow.parquet as pq
+
+    from napari_slidescope.analysis.measure import concat_tables
+    from napari_slidescope.pipeline.nuclei_result import NucleiResult
+    from napari_slidescope.pipeline.scverse import to_anndata
+
+    tables = []
+    offset = 0
+    for index in tiles:
+        part = pq.read_table(part_path(slide_dir, index))
+        cols = [c for c in part.column_names if c not in ("geometry", "cell_geometry")]
+        t = {c: part.column(c).to_numpy() for c in cols}
+        t["id"] = t["id"].astype(np.int64) + offset
+        offset += part.num_rows
+        tables.append(t)
+    table = concat_tables(tables)
+    colors: dict[str, tuple[int, int, int]] = {}
+    if classes is not None:
+        table.update(classes.columns)
+        colors = classes.colors
+    n = int(np.asarray(table["id"]).size)
+    res = NucleiResult(None, mpp, (0, 0), (1.0, 1.0), n, table, (0, 0, 0, 0), classes=colors)
+    adata = to_anndata(res, slide=slide)
+    path = slide_dir / "cells.h5ad"
+    tmp = slide_dir / f".cells.h5ad.{os.getpid()}.tmp"
+    try:
+        adata.write_h5ad(tmp)  # h5py writes a path; renamed into place when complete
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def write_nuclei(
     slide_dir: Path,
     tiles: Sequence[int],
@@ -147,6 +264,7 @@ def write_nuclei(
     file_metadata: dict[str, Any],
     units: dict[str, str],
     feature_ns: str,
+    classes: SlideClasses | None = None,
 ) -> SlideSummary:
     """Join a slide's parts into ``nuclei.parquet`` and ``nuclei.geojson.gz``.
 
@@ -167,6 +285,9 @@ def write_nuclei(
         Unit of each measurement column (Parquet field metadata ``unit``).
     feature_ns : str
         Seed of the GeoJSON feature ids (a UUID-5 per nucleus, the same on every run).
+    classes : SlideClasses, optional
+        Adds the ``class`` and positivity columns to the Parquet rows and each class and
+        its colour to the GeoJSON features' classification.
 
     Returns
     -------
@@ -178,7 +299,10 @@ def write_nuclei(
 
     summary = SlideSummary()
     ns = uuid.uuid5(uuid.NAMESPACE_URL, feature_ns)
-    file_meta = {"geo": json.dumps(_GEO), "slidescope": json.dumps(file_metadata, sort_keys=True)}
+    geo: dict[str, Any] = json.loads(json.dumps(_GEO))
+    if file_metadata.get("parameters", {}).get("cell_expansion_um") is not None:
+        geo["columns"]["cell_geometry"] = dict(geo["columns"]["geometry"])
+    file_meta = {"geo": json.dumps(geo), "slidescope": json.dumps(file_metadata, sort_keys=True)}
     pq_path, gj_path = slide_dir / "nuclei.parquet", slide_dir / "nuclei.geojson.gz"
     with atomic_write(pq_path, "wb") as pq_fh, atomic_write(gj_path, "wb") as gj_fh:
         writer: Any = None
@@ -189,6 +313,14 @@ def write_nuclei(
             for index in tiles:
                 part = pq.read_table(part_path(slide_dir, index))
                 table, rings, measures = _nuclei_table(part, index, offset, units)
+                cell_rings = None
+                if "cell_geometry" in table.column_names:
+                    cell_rings = [wkb_ring(b) for b in table.column("cell_geometry").to_pylist()]
+                names = None
+                if classes is not None:
+                    n = table.num_rows
+                    table = _with_classes(table, classes, offset, n)
+                    names = classes.columns["class"][offset : offset + n]
                 if writer is None:
                     writer = pq.ParquetWriter(
                         pq_fh, table.schema.with_metadata(file_meta), compression="zstd"
@@ -202,11 +334,14 @@ def write_nuclei(
                 for k in range(n):
                     meas = {c: float(v[k]) for c, v in measures.items()}
                     meas["id"] = float(ids[k])
+                    name = "Nucleus" if names is None else str(names[k])
+                    nucleus = rings[k][:-1, ::-1]
                     yield polygon_feature(
-                        rings[k][:-1, ::-1],
-                        name="Nucleus",
-                        color=_NUCLEUS_COLOR,
-                        object_type="detection",
+                        nucleus if cell_rings is None else cell_rings[k][:-1, ::-1],
+                        name=name,
+                        color=_NUCLEUS_COLOR if classes is None else classes.colors[name],
+                        object_type="detection" if cell_rings is None else "cell",
+                        nucleus=None if cell_rings is None else nucleus,
                         measurements=meas,
                         feature_id=str(uuid.uuid5(ns, str(int(ids[k])))),
                     )
@@ -219,6 +354,8 @@ def write_nuclei(
             write_features(text, features())
         if writer is None:  # a slide without nuclei: an empty table with every column
             empty = _nuclei_table(_empty_part(), 0, 0, units)[0]
+            if classes is not None:
+                empty = _with_classes(empty, classes, 0, 0)
             writer = pq.ParquetWriter(pq_fh, empty.schema.with_metadata(file_meta))
         writer.close()
     return summary
@@ -237,7 +374,9 @@ def _nuclei_table(
         [[r[:, 1].min(), r[:, 0].min(), r[:, 1].max(), r[:, 0].max()] for r in rings], np.float64
     ).reshape(n, 4)
     measures = {
-        c: part.column(c).to_numpy() for c in part.column_names if c not in ("id", "geometry")
+        c: part.column(c).to_numpy()
+        for c in part.column_names
+        if c not in ("id", "geometry", "cell_geometry")
     }
     cols: dict[str, Any] = {
         "id": pa.array(part.column("id").to_numpy().astype(np.int64) + offset),
@@ -247,12 +386,29 @@ def _nuclei_table(
     for j, c in enumerate(("bbox_row0", "bbox_col0", "bbox_row1", "bbox_col1")):
         cols[c] = pa.array(box[:, j])
     cols["geometry"] = wkb
+    if "cell_geometry" in part.column_names:
+        cols["cell_geometry"] = part.column("cell_geometry")
     fields = []
     for name, col in cols.items():
         unit = units.get(name) or NUCLEI_COLUMNS.get(name)
         f = pa.field(name, col.type)
         fields.append(f.with_metadata({"unit": unit}) if unit else f)
     return pa.Table.from_arrays(list(cols.values()), schema=pa.schema(fields)), rings, measures
+
+
+def _with_classes(table: Any, classes: SlideClasses, offset: int, n: int) -> Any:
+    """Rows ``offset .. offset + n`` of the class columns added before ``geometry``."""
+    import pyarrow as pa
+
+    at = table.column_names.index("geometry")
+    for name, col in classes.columns.items():
+        values = np.asarray(col)[offset : offset + n]
+        array = (
+            pa.array(values.tolist(), pa.string()) if values.dtype.kind == "U" else pa.array(values)
+        )
+        table = table.add_column(at, name, array)
+        at += 1
+    return table
 
 
 def _empty_part() -> Any:

@@ -189,12 +189,15 @@ class TileOut:
         Measurement columns; ``id`` is local to the tile (``1 .. n``).
     wkb : list of bytes
         Each nucleus's outline, a WKB polygon in level-0 pixel ``(x, y)``.
+    cell_wkb : list of bytes or None
+        Each nucleus's cell outline (``cell_expansion_um``), else None.
     """
 
     index: int
     seconds: float
     table: dict[str, np.ndarray]
     wkb: list[bytes]
+    cell_wkb: list[bytes] | None = None
 
 
 @dataclass
@@ -369,6 +372,7 @@ def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: Tissu
                 tissue=grid,
                 segmenter=_make_segmenter(params),
                 tile_size_um=params.tile_size_um,
+                cell_expansion_um=params.cell_expansion_um,
             )
             _prepared[key] = run
             while len(_prepared) > MAX_PREPARED:
@@ -402,6 +406,7 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
     if params.nuclei:
         info.grid = TissueGrid(tissue.mask, tissue.downsample, tissue.origin)
         run = _prepare(path, stamp, params, info.grid)
+        _check_rules(params, run)
         plan = run.plan
         info.tiles = [t.index for t in run.tiles]
         info.plan = {
@@ -416,6 +421,26 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
         info.resolved.update(run.parameters)
     info.seconds = time.perf_counter() - t0
     return info
+
+
+def _check_rules(params: BatchParams, run: Any) -> None:
+    """Refuse rules that name a marker (or compartment) this slide's table will not have.
+
+    Runs in the slide task, before any tile is segmented.
+    """
+    if params.classify is None:
+        return
+    import json
+
+    descriptor = json.loads(params.classify)
+    if descriptor.get("kind") != "rules":
+        return
+    from napari_slidescope.pipeline.classify import PhenotypeRules, check_rules
+
+    rules = PhenotypeRules.from_dict(descriptor["rules"], where="--classify rules")
+    columns = run.columns()
+    if columns:
+        check_rules(rules, {c: np.zeros(0) for c in columns})
 
 
 def summary_of(info: SlideInfo | TaskFailed) -> SlideInfo | TaskFailed:
@@ -495,15 +520,17 @@ def _tile_out(plan: Any, res: Any, t0: float) -> TileOut:
 
     dy, dx = plan.downsample
     y0, x0 = res.tile.box[:2]
-    polys, ids = labels_to_polygons(
-        res.labels,
-        downsample=plan.downsample,
-        origin=(plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx),
-    )
+    origin = (plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx)
+    polys, ids = labels_to_polygons(res.labels, downsample=plan.downsample, origin=origin)
     by_id = dict(zip(ids.tolist(), polys, strict=True))
     table = {k: np.asarray(v) for k, v in res.table.items()}
     wkb = [wkb_polygon(by_id[int(i)]) for i in table["id"]]
-    return TileOut(res.tile.index, time.perf_counter() - t0, table, wkb)
+    cell_wkb = None
+    if getattr(res, "cells", None) is not None:
+        polys, ids = labels_to_polygons(res.cells, downsample=plan.downsample, origin=origin)
+        cells = dict(zip(ids.tolist(), polys, strict=True))
+        cell_wkb = [wkb_polygon(cells[int(i)]) for i in table["id"]]
+    return TileOut(res.tile.index, time.perf_counter() - t0, table, wkb, cell_wkb)
 
 
 def wkb_polygon(ring: np.ndarray) -> bytes:

@@ -1,0 +1,144 @@
+"""The "Cell classification" dock: IHC scoring or phenotype rules, saved and loaded as JSON.
+
+A thin Qt layer over :func:`~napari_slidescope._napari.classes.classify`: the IHC
+thresholds and compartment, or a rules file, become
+:class:`~napari_slidescope.pipeline.classify.PhenotypeRules`; **Apply** classifies the
+active slide's nuclei layer (class colours and the "Cell classes" legend); **Save rules...**
+and **Load rules...** write and read the same JSON ``slidescope batch --classify`` takes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from qtpy.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from napari_slidescope.pipeline.classify import PhenotypeRules, load_rules
+
+__all__ = ["ClassifyWidget"]
+
+
+class ClassifyWidget(QWidget):
+    """Classify the active slide's cells by IHC score or by loaded phenotype rules."""
+
+    def __init__(self, napari_viewer: Any) -> None:
+        super().__init__()
+        self.viewer = napari_viewer
+        self.rules: PhenotypeRules | None = None  # rules loaded from a file
+        box = QVBoxLayout(self)
+        form = QFormLayout()
+        self.mode = QComboBox()
+        self.mode.addItems(["IHC (DAB score)", "Rules file"])
+        form.addRow("Classify by", self.mode)
+        self.thresholds = []
+        for name, value in zip(("1+ from DAB OD", "2+ from", "3+ from"), (0.2, 0.4, 0.6)):
+            spin = QDoubleSpinBox()
+            spin.setRange(0.0, 3.0)
+            spin.setDecimals(3)
+            spin.setSingleStep(0.05)
+            spin.setValue(value)
+            form.addRow(name, spin)
+            self.thresholds.append(spin)
+        self.compartment = QComboBox()
+        self.compartment.addItems(["nucleus", "cell", "cytoplasm"])
+        self.compartment.setToolTip(
+            "nucleus for nuclear markers (Ki-67, ER, PR); cell for membrane markers (HER2)"
+        )
+        form.addRow("Compartment", self.compartment)
+        box.addLayout(form)
+        row = QHBoxLayout()
+        self.load_button = QPushButton("Load rules...")
+        self.save_button = QPushButton("Save rules...")
+        row.addWidget(self.load_button)
+        row.addWidget(self.save_button)
+        box.addLayout(row)
+        self.apply_button = QPushButton("Apply")
+        box.addWidget(self.apply_button)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        box.addWidget(self.status)
+        box.addStretch(1)
+        self.load_button.clicked.connect(self._on_load)
+        self.save_button.clicked.connect(self._on_save)
+        self.apply_button.clicked.connect(self._on_apply)
+
+    def current_rules(self) -> PhenotypeRules:
+        """The rules the widget shows: a loaded file's, or IHC from the thresholds.
+
+        Raises
+        ------
+        ValueError
+            Thresholds out of order, or "Rules file" without a loaded file.
+        """
+        if self.mode.currentIndex() == 1:
+            if self.rules is None:
+                raise ValueError("no rules file loaded: press Load rules...")
+            return self.rules
+        t = [s.value() for s in self.thresholds]
+        return PhenotypeRules.of(
+            dab={"thresholds": t, "compartment": self.compartment.currentText()},
+            where="IHC thresholds",
+        )
+
+    def load(self, path: str | Path) -> PhenotypeRules:
+        """Load a rules file and switch to it (errors are shown, then raised)."""
+        try:
+            self.rules = load_rules(path)
+        except ValueError as exc:
+            self.status.setText(str(exc))
+            raise
+        self.mode.setCurrentIndex(1)
+        names = ", ".join(self.rules.markers_needed())
+        self.status.setText(f"Rules from {Path(path).name}: {names}")
+        return self.rules
+
+    def save(self, path: str | Path) -> Path:
+        """Save the current rules as JSON."""
+        out = self.current_rules().save(path)
+        self.status.setText(f"Saved {out.name}")
+        return out
+
+    def apply(self) -> Any:
+        """Classify the active slide's nuclei with the current rules; return the result."""
+        from napari_slidescope._napari.classes import classify
+
+        try:
+            result = classify(self.viewer, rules=self.current_rules())
+        except ValueError as exc:
+            self.status.setText(str(exc))
+            raise
+        self.status.setText(f"{result.count} cells classified")
+        return result
+
+    def _on_load(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load rules", "", "JSON (*.json)")
+        if path:
+            try:
+                self.load(path)
+            except ValueError:
+                pass  # shown in the status line
+
+    def _on_save(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save rules", "rules.json", "JSON (*.json)")
+        if path:
+            try:
+                self.save(path)
+            except ValueError as exc:
+                self.status.setText(str(exc))
+
+    def _on_apply(self) -> None:
+        try:
+            self.apply()
+        except ValueError:
+            pass  # shown in the status line

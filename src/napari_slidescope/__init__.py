@@ -30,12 +30,22 @@ _LAZY = {
     "segment_nuclei": "napari_slidescope.pipeline.nuclei",
     "NucleiResult": "napari_slidescope.pipeline.nuclei",
     "analyze_slides": "napari_slidescope.batch",
+    "classify_cells": "napari_slidescope.pipeline.classify",
+    "CellClassifier": "napari_slidescope.pipeline.classify",
+    "PhenotypeRules": "napari_slidescope.pipeline.classify",
+    "load_rules": "napari_slidescope.pipeline.classify",
 }
 
 __all__ = ["SlidescopeWarning", "__version__", *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.batch import analyze_slides
+    from napari_slidescope.pipeline.classify import (
+        CellClassifier,
+        PhenotypeRules,
+        classify_cells,
+        load_rules,
+    )
     from napari_slidescope.pipeline.nuclei import NucleiResult, segment_nuclei
     from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
     from napari_slidescope.slide import ArraySlide, Slide, SlideError, open_slide

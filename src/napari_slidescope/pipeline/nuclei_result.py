@@ -45,6 +45,12 @@ class NucleiResult:
         Name of the segmenter used.
     source : Path or None
         Slide path, None for arrays.
+    classes : dict of str to (int, int, int)
+        After :func:`~napari_slidescope.pipeline.classify.classify_cells`: every class
+        that can occur -> its colour (RGB 0-255), in legend order; ``table["class"]``
+        holds each row's class. Empty when unclassified.
+    classification : dict or None
+        How the classes were made (resolved thresholds, the rules), or None.
     """
 
     labels: np.ndarray | None
@@ -59,6 +65,8 @@ class NucleiResult:
     outlines: tuple[list[np.ndarray], np.ndarray] | None = field(
         default=None, repr=False, compare=False
     )
+    classes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    classification: dict[str, Any] | None = field(default=None, repr=False)
 
     def to_pandas(self) -> Any:
         """Return the table as a ``pandas.DataFrame`` (needs pandas)."""

@@ -1,0 +1,155 @@
+"""classify_cells: positivity, IHC scores, phenotype rules, rules JSON, bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from napari_slidescope import CellClassifier, PhenotypeRules, classify_cells, load_rules
+from napari_slidescope.analysis.phenotypes import auto_threshold, dab_scores, ihc_summary
+from napari_slidescope.pipeline.classify import RULES_KIND, class_summary
+from napari_slidescope.pipeline.nuclei_result import NucleiResult
+
+
+def _result(**columns: np.ndarray) -> NucleiResult:
+    n = len(next(iter(columns.values())))
+    table = {"id": np.arange(1, n + 1, dtype=np.int32), **columns}
+    return NucleiResult(None, 0.5, (0, 0), (1.0, 1.0), n, table, (0, 0, 100, 100))
+
+
+def _multiplex(seed: int = 0) -> tuple[NucleiResult, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    n = 400
+    cd3 = rng.random(n) < 0.3
+    cd8 = cd3 & (rng.random(n) < 0.5)
+    level = lambda pos: np.where(pos, rng.lognormal(6, 0.3, n), rng.lognormal(3, 0.3, n))  # noqa: E731
+    return _result(CD3_cell_mean=level(cd3), CD8_cell_mean=level(cd8)), cd3, cd8
+
+
+def test_auto_threshold_separates_two_log_normal_populations():
+    res, cd3, _ = _multiplex()
+    t = auto_threshold(res.table["CD3_cell_mean"])
+    assert np.array_equal(res.table["CD3_cell_mean"] > t, cd3)
+
+
+def test_phenotypes_take_the_first_rule_a_cell_matches_else_other():
+    res, cd3, cd8 = _multiplex()
+    out = classify_cells(
+        res, phenotypes={"Cytotoxic T": "CD3+ CD8+", "T cell": "CD3+", "T helper": "CD3+ CD8-"}
+    )
+    cls = out.table["class"]
+    assert np.array_equal(cls == "Cytotoxic T", cd3 & cd8)
+    assert np.array_equal(cls == "T cell", cd3 & ~cd8)  # before "T helper": first match
+    assert not (cls == "T helper").any()
+    assert np.array_equal(cls == "Other", ~cd3)
+    assert np.array_equal(out.table["CD3_positive"], cd3)
+    assert list(out.classes) == ["Cytotoxic T", "T cell", "T helper", "Other"]
+    assert out.classification["compartment"] == "cell"
+    assert "class" not in res.table  # the input is not changed
+
+
+def test_a_numeric_threshold_moves_classes():
+    res = _result(CD8_nucleus_mean=np.array([1.0, 5.0, 10.0]))
+    low = classify_cells(res, markers={"CD8": 2.0})
+    high = classify_cells(res, markers={"CD8": 7.0})
+    assert low.table["class"].tolist() == ["Negative", "CD8", "CD8"]
+    assert high.table["class"].tolist() == ["Negative", "Negative", "CD8"]
+    assert high.classification["thresholds"] == {"CD8": 7.0}
+
+
+def test_ihc_scores_positive_percent_and_h_score():
+    od = np.array([0.05, 0.1, 0.25, 0.45, 0.45, 0.7, 0.2, 0.6])
+    out = classify_cells(_result(dab_od_mean=od), dab=True)
+    assert out.table["dab_score"].tolist() == [0, 0, 1, 2, 2, 3, 1, 3]
+    assert out.table["class"].tolist() == ["Negative", "Negative", "1+", "2+", "2+", "3+", "1+", "3+"]
+    s = class_summary(out, area_mm2=0.5)
+    assert s["positive_percent"] == pytest.approx(75.0)
+    assert s["h_score"] == pytest.approx(1 * 25 + 2 * 25 + 3 * 25)
+    assert s["positive_per_mm2"] == pytest.approx(12.0)
+    assert s["3+_count"] == 2
+    moved = classify_cells(_result(dab_od_mean=od), dab=(0.3, 0.5, 0.65))
+    assert moved.table["dab_score"].tolist() == [0, 0, 0, 1, 1, 3, 0, 2]
+
+
+def test_ihc_summary_edge_cases():
+    assert dab_scores(np.array([np.nan, 0.2])).tolist() == [0, 1]
+    assert np.isnan(ihc_summary(np.zeros(0, int))["h_score"])
+
+
+def test_dab_on_the_cell_compartment_for_membrane_markers():
+    res = _result(dab_od_mean=np.array([0.0, 0.0]), dab_od_cell_mean=np.array([0.1, 0.5]))
+    out = classify_cells(res, dab={"thresholds": [0.2, 0.4, 0.6], "compartment": "cell"})
+    assert out.table["class"].tolist() == ["Negative", "2+"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"markers": {"CD4": 1.0}}, "unknown marker 'CD4'"),
+        ({"markers": {"CD3": "10"}}, "must be a number or 'auto'"),
+        ({"markers": {"CD3": True}}, "must be a number or 'auto'"),
+        ({"dab": (0.5, 0.2, 0.6)}, "must increase"),
+        ({"dab": (0.2, 0.4)}, "three"),
+        ({"phenotypes": {"T": "CD3"}}, "needs a + or -"),
+        ({"phenotypes": {"T": "CD4+"}}, "unknown marker 'CD4'"),
+        ({}, "no marker"),
+        ({"markers": {"CD3": 1.0}, "compartment": "membrane"}, "compartment"),
+        ({"markers": {"CD3": 1.0}, "compartment": "cytoplasm"}, "no cytoplasm measurement"),
+        ({"dab": True}, "no DAB measurements"),
+    ],
+)
+def test_bad_rules_are_refused_naming_the_problem(kwargs, message):
+    res = _result(CD3_mean=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        classify_cells(res, **kwargs)
+
+
+def test_rules_json_round_trip_and_digest(tmp_path):
+    rules = PhenotypeRules.of(
+        markers={"CD3": 12.5, "PanCK": {"threshold": "auto", "compartment": "cytoplasm"}},
+        phenotypes={"Tumour": "PanCK+", "T cell": "CD3+"},
+    )
+    path = rules.save(tmp_path / "rules.json")
+    data = json.loads(path.read_text())
+    assert data["kind"] == RULES_KIND
+    back = load_rules(path)
+    assert back == rules and back.digest() == rules.digest()
+    other = PhenotypeRules.of(markers={"CD3": 13.0}, phenotypes={"T cell": "CD3+"})
+    assert other.digest() != rules.digest()
+    res = _result(
+        CD3_cell_mean=np.array([1.0, 20.0]), PanCK_cytoplasm_mean=np.array([900.0, 5.0])
+    )
+    assert classify_cells(res, rules=path).table["class"].tolist() == ["Tumour", "T cell"]
+
+
+def test_bad_rules_files(tmp_path):
+    (tmp_path / "a.json").write_text("{not json")
+    with pytest.raises(ValueError, match="a.json: not JSON"):
+        load_rules(tmp_path / "a.json")
+    (tmp_path / "b.json").write_text(json.dumps({"kind": RULES_KIND}))
+    with pytest.raises(ValueError, match="b.json: no marker"):
+        load_rules(tmp_path / "b.json")
+    (tmp_path / "c.json").write_text(json.dumps({"markers": {"CD3": 1}}))
+    with pytest.raises(ValueError, match="not slidescope phenotype rules"):
+        load_rules(tmp_path / "c.json")
+
+
+class _Fixed:
+    def predict_classes(self, result):
+        n = result.count
+        names = np.array(["Tumour", "Stroma"] * (n // 2))
+        return names, np.full(n, 0.9), {"Tumour": (200, 0, 0), "Stroma": (0, 200, 0)}
+
+
+def test_a_classifier_plugs_in_through_the_protocol():
+    res = _result(CD3_mean=np.arange(4.0))
+    assert isinstance(_Fixed(), CellClassifier)
+    out = classify_cells(res, classifier=_Fixed())
+    assert out.table["class"].tolist() == ["Tumour", "Stroma", "Tumour", "Stroma"]
+    assert out.table["class_probability"].tolist() == [0.9] * 4
+    assert out.classes == {"Tumour": (200, 0, 0), "Stroma": (0, 200, 0)}
+    with pytest.raises(ValueError, match="not both"):
+        classify_cells(res, classifier=_Fixed(), markers=["CD3"])

@@ -183,6 +183,10 @@ class ObjectClassifier:
         """SHA-256 of the classifier's content (trees, features, classes, colours)."""
         return _digest(self._meta(), self._arrays)
 
+    def digest(self) -> str:
+        """Return :attr:`sha256` (the batch parameters hash it: a changed classifier reruns)."""
+        return self.sha256
+
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the classifier to `path` (``.npz``), atomically; return the path.
 

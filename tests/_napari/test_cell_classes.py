@@ -1,0 +1,135 @@
+"""The "Cell classes" dock: examples by clicking, live training, preview, legend, saving."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture(scope="module")
+def cells_slide(tmp_path_factory):
+    """A synthetic H&E slide with three nucleus populations (256 µm at 0.5 µm/px)."""
+    import tifffile
+
+    from napari_slidescope.sample_cells import make_cells_image
+
+    rgb, truth = make_cells_image(256, mpp=0.5, seed=3)
+    path = tmp_path_factory.mktemp("cells") / "cells.svs"
+    desc = (
+        "Aperio Image Library v12.0.15 \r\n512x512 [0,0 512x512] (128x128) JPEG/RGB Q=90"
+        "|AppMag = 20|MPP = 0.5000|Filename = cells"
+    )
+    with tifffile.TiffWriter(path) as tif:
+        tif.write(rgb, tile=(128, 128), photometric="rgb", description=desc, metadata=None)
+        tif.write(rgb[::4, ::4], photometric="rgb", description=desc, metadata=None)
+    return path, truth
+
+
+class _Click:
+    """What napari hands a mouse callback, for a press at a world position."""
+
+    def __init__(self, position):
+        self.position = position
+        self.view_direction = None
+        self.dims_displayed = [0, 1]
+
+
+def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_path):
+    from napari.utils.colormaps import DirectLabelColormap
+
+    from napari_slidescope.pipeline.cell_classifier import load_classifier
+    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope.sample_cells import CLASS_NAMES
+
+    path, truth = cells_slide
+    viewer, [image], analysis = dock_slide(path)
+    ctl = analysis.controller
+    seg = {"segmenter": "builtin", "target_mpp": 0.5, "workers": 1}
+    ctl.run(image, "nuclei", region=(0, 0, 512, 512), nuclei_options=seg)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
+    _, dock = viewer.window.add_plugin_dock_widget(
+        "napari-slidescope", "Cell classes", tabify=True
+    )
+    layer = dock.layer
+    assert layer is not None and layer.name.endswith("nuclei")
+    # classes: add, rename, remove
+    assert list(dock.classes) == ["Tumor", "Lymphocyte", "Stroma"]
+    dock.rename_class("Stroma", "Spindle")
+    dock.add_class("Necrosis")
+    dock.remove_class("Necrosis")
+    assert list(dock.classes) == ["Tumor", "Lymphocyte", "Spindle"]
+    table = dock._table()
+    cls = truth.class_at(table["centroid_y_um"], table["centroid_x_um"])
+    # examples: clicks on nuclei with the class selected (5 per class)
+    dock.mark_button.setChecked(True)
+    for k, name in enumerate(CLASS_NAMES):
+        dock.select_class(name)
+        for r in np.flatnonzero(cls == k)[:5]:
+            world = image.data_to_world((table["centroid_row"][r], table["centroid_col"][r]))
+            before = len(dock.examples)
+            dock._on_viewer_click(viewer, _Click(tuple(world)))
+            if len(dock.examples) == before:  # the centroid missed its nucleus
+                dock.mark(int(table["id"][r]))
+    assert {c: list(dock.examples.values()).count(c) for c in CLASS_NAMES} == dict.fromkeys(
+        CLASS_NAMES, 5
+    )
+    # the example points, coloured by class
+    points = viewer.layers[f"{layer.name} examples"]
+    assert len(points.data) == 15
+    # live preview: trained after the clicks, nuclei in view coloured by class
+    assert dock.classifier is not None and set(dock.classifier.class_names) == set(CLASS_NAMES)
+    assert isinstance(layer.colormap, DirectLabelColormap)
+    in_view = dock._visible_rows(table)
+    assert 0 < in_view.size < len(table["id"])  # the preview colours the nuclei in view
+    some = int(table["id"][[r for r in in_view if cls[r] == 0][-1]])
+    lym = tuple(v / 255 for v in dock.classes["Lymphocyte"])
+    np.testing.assert_allclose(layer.colormap.color_dict[some][:3], lym)
+    assert "Lymphocyte" in dock.legend.text() and "Tumor" in dock.legend.text()
+    # unmark with a second click, re-mark
+    first = next(iter(dock.examples))
+    name = dock.examples[first]
+    dock.mark(first, name)
+    assert first not in dock.examples
+    dock.mark(first, name)
+    counts = dock.classify_all()
+    viewer.reset_view()
+    qtbot.wait(200)
+    viewer.screenshot(str(tmp_path / "cell_classes.png"), canvas_only=False)
+    viewer.camera.zoom *= 3
+    qtbot.wait(200)
+    viewer.screenshot(str(tmp_path / "cell_classes_zoom.png"), canvas_only=True)
+    # the whole layer: same classes as classify_cells with the same classifier
+    res = classify_cells(canvas_of_layer(layer).to_result(), classifier=dock.classifier)
+    expect = {c: int((res.table["class"] == c).sum()) for c in dock.classifier.class_names}
+    assert counts == expect and sum(counts.values()) == len(table["id"])
+    right = (res.table["class"] == np.asarray(CLASS_NAMES)[cls.clip(0)])[cls >= 0]
+    assert right.mean() > 0.8
+    # saving: the file loads to the same classifier
+    saved = dock.save_classifier(tmp_path / "cells.npz")
+    assert load_classifier(saved).sha256 == dock.classifier.sha256
+    dock.show_plain_colors()
+    assert not isinstance(layer.colormap, DirectLabelColormap) or layer.colormap is not None
+
+
+def canvas_of_layer(layer):
+    from napari_slidescope._napari.layers import canvas_of
+
+    return canvas_of(layer)
+
+
+def test_no_layer_and_bad_names_are_clear(make_napari_viewer, qtbot):
+    from napari_slidescope._napari.cell_classes import CellClassesWidget
+
+    viewer = make_napari_viewer()
+    dock = CellClassesWidget(viewer)
+    assert dock.layer is None
+    with pytest.raises(ValueError, match="already used"):
+        dock.add_class("Tumor")
+    with pytest.raises(ValueError, match="not one of the classes"):
+        dock.mark(3, "Nope")
+    with pytest.raises(ValueError, match="nothing to save"):
+        dock.save_classifier("x.npz")
+    dock.mark(3, "Tumor")
+    dock.mark(4, "Lymphocyte")  # live training finds no nuclei layer: said in the status
+    assert "no nuclei layer" in dock.status.text()

@@ -1,163 +1,216 @@
-"""Synthetic H&E with three nucleus populations of known class, for cell-classifier checks.
+"""Synthetic cell images with known phenotypes: a multiplex fluorescence image and an H-DAB one.
 
-Rendered by the Beer-Lambert law like :mod:`napari_slidescope.sample_data`, at any pixel
-size, from nuclei placed in µm:
-
-- ``Lymphocyte``: small (6-8 µm across), round, dark and even hematoxylin (OD ~1.1);
-- ``Tumor``: large (11-17 µm), slightly oval, pale vesicular chromatin (OD ~0.35) with a
-  darker rim and one or two dark nucleoli (~1.5 µm), in nests;
-- ``Spindle``: elongated (14-24 x 3.5-5 µm), medium OD (~0.7), in the stroma between nests.
-
-Lymphocytes sit mostly in the stroma, some inside the nests. A 20x version of an image is its
-40x rendering averaged over 2 x 2 pixels in intensity, as a scanner's optics would.
+Test fixtures and benchmark inputs for :func:`~napari_slidescope.pipeline.classify.classify_cells`:
+every cell's markers and IHC score are known. GUI-free; numpy, scipy and scikit-image only
+(tifffile to write the OME-TIFF).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from scipy import ndimage as ndi
 
-__all__ = ["CLASS_NAMES", "CellsTruth", "downsample_rgb", "make_cells_image"]
+__all__ = ["CellTruth", "MULTIPLEX_RULES", "make_hdab", "make_multiplex"]
 
-CLASS_NAMES: tuple[str, ...] = ("Lymphocyte", "Tumor", "Spindle")
-
-_H = np.array([0.650, 0.704, 0.286])
-_E = np.array([0.072, 0.990, 0.105])
-_H = (_H / np.linalg.norm(_H)).astype(np.float32)
-_E = (_E / np.linalg.norm(_E)).astype(np.float32)
+#: Phenotype rules of :func:`make_multiplex`'s cells, in priority order.
+MULTIPLEX_RULES = {"Tumour": "PanCK+", "Cytotoxic T": "CD3+ CD8+", "T helper": "CD3+ CD8-"}
 
 
-@dataclass(frozen=True)
-class CellsTruth:
-    """Nuclei of a synthetic image.
+@dataclass
+class CellTruth:
+    """A synthetic image and its truth.
 
     Attributes
     ----------
-    centers_um : (K, 2) ndarray of float
-        Centres ``(y, x)`` in µm from the image's top-left corner.
-    classes : (K,) ndarray of int
-        Index into :data:`CLASS_NAMES`.
-    labels : (M, N) ndarray of int32
-        Nucleus ``k + 1`` where nucleus ``k`` covers a pixel (0 elsewhere), at ``mpp``.
-    mpp : float
-        µm per pixel of ``labels``.
-    """
-
-    centers_um: np.ndarray
-    classes: np.ndarray
-    labels: np.ndarray
-    mpp: float
-
-    def class_at(self, y_um: np.ndarray, x_um: np.ndarray) -> np.ndarray:
-        """Class index at points in µm (-1 where no nucleus is)."""
-        r = np.clip((np.asarray(y_um) / self.mpp).astype(int), 0, self.labels.shape[0] - 1)
-        c = np.clip((np.asarray(x_um) / self.mpp).astype(int), 0, self.labels.shape[1] - 1)
-        k = self.labels[r, c]
-        return np.where(k > 0, self.classes[np.maximum(k - 1, 0)], -1)
-
-
-def _place(rng: np.random.Generator, size_um: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Centres, classes and half-lengths of non-overlapping nuclei in a square of `size_um`."""
-    yy, xx = np.mgrid[0:64, 0:64]
-    field = ndi.gaussian_filter(rng.standard_normal((64, 64)), 6, mode="wrap")
-    field = (field - field.mean()) / field.std()
-    nest = field > 0.3  # tumour nests on ~38 % of the area
-    cand = rng.uniform(0, size_um, (int(size_um**2 / 60), 2))
-    cell = (cand / size_um * 64).astype(int).clip(0, 63)
-    in_nest = nest[cell[:, 0], cell[:, 1]]
-    u = rng.uniform(size=len(cand))
-    cls = np.where(in_nest, np.where(u < 0.85, 1, 0), np.where(u < 0.5, 2, 0))
-    half = np.array([4.5, 8.5, 12.0])[cls]  # longest half-length (µm), for spacing
-    keep: list[int] = []
-    pts = np.zeros((0, 2))
-    reach = np.zeros(0)
-    for k in range(len(cand)):
-        if pts.size:
-            d = np.hypot(*(pts - cand[k]).T)
-            if np.any(d < 0.8 * (reach + half[k])):
-                continue
-        keep.append(k)
-        pts = np.vstack([pts, cand[k]])
-        reach = np.append(reach, half[k])
-    idx = np.array(keep, int)
-    return cand[idx], cls[idx], half[idx]
-
-
-def make_cells_image(
-    size_um: float = 256.0, *, mpp: float = 0.25, seed: int = 0
-) -> tuple[np.ndarray, CellsTruth]:
-    """Render a square synthetic H&E image with lymphocytes, tumour and spindle nuclei.
-
-    Parameters
-    ----------
-    size_um : float
-        Side of the square in µm.
+    image : (C, M, N) ndarray of uint16, or (M, N, 3) ndarray of uint8 (H-DAB)
+        The pixels.
+    channels : tuple of str
+        Channel names (fluorescence).
     mpp : float
         µm per pixel.
-    seed : int
-        Random seed (the same seed gives the same nuclei at any ``mpp``).
-
-    Returns
-    -------
-    rgb : (M, M, 3) ndarray of uint8
-    truth : CellsTruth
+    nuclei, cells : (M, N) ndarray of int32
+        True nuclei and cells (id ``k`` is cell ``k``, row ``k - 1`` of the arrays below).
+    positive : dict of str to (K,) ndarray of bool
+        Per marker, whether each cell is positive (fluorescence).
+    phenotype : (K,) ndarray of str
+        Each cell's phenotype under :data:`MULTIPLEX_RULES` (fluorescence).
+    dab : (K,) ndarray of float
+        Each cell's DAB concentration (optical density) in its stained compartment (H-DAB).
     """
-    rng = np.random.default_rng(seed)
-    centers, classes, _ = _place(rng, size_um)
-    n = len(centers)
-    # per nucleus: semi-axes (µm), angle, and the chromatin pattern's parameters
-    a = np.empty(n)
-    b = np.empty(n)
-    a[classes == 0] = rng.uniform(3.0, 4.0, (classes == 0).sum())
-    b[classes == 0] = a[classes == 0] * rng.uniform(0.85, 1.0, (classes == 0).sum())
-    a[classes == 1] = rng.uniform(5.5, 8.5, (classes == 1).sum())
-    b[classes == 1] = a[classes == 1] * rng.uniform(0.7, 0.95, (classes == 1).sum())
-    a[classes == 2] = rng.uniform(7.0, 12.0, (classes == 2).sum())
-    b[classes == 2] = rng.uniform(1.75, 2.5, (classes == 2).sum())
-    theta = rng.uniform(0, np.pi, n)
-    od = np.array([1.1, 0.55, 0.7])[classes] * rng.uniform(0.9, 1.1, n)
-    nucleoli = [
-        rng.uniform(-0.45, 0.45, (rng.integers(1, 3), 2)) if c == 1 else np.zeros((0, 2))
-        for c in classes
-    ]
-    side = round(size_um / mpp)
-    hema = np.full((side, side), 0.04, np.float32)
-    labels = np.zeros((side, side), np.int32)
-    for k in range(n):
-        cy, cx = centers[k] / mpp
-        r = a[k] / mpp + 2
-        y0, y1 = int(max(cy - r, 0)), int(min(cy + r + 1, side))
-        x0, x1 = int(max(cx - r, 0)), int(min(cx + r + 1, side))
-        if y1 <= y0 or x1 <= x0:
+
+    image: np.ndarray
+    channels: tuple[str, ...]
+    mpp: float
+    nuclei: np.ndarray
+    cells: np.ndarray
+    positive: dict[str, np.ndarray] = field(default_factory=dict)
+    phenotype: np.ndarray = field(default_factory=lambda: np.zeros(0, "<U1"))
+    dab: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        """Write the image as a tiled OME-TIFF (channels named) or RGB TIFF; return the path."""
+        import tifffile
+
+        path = Path(path)
+        if self.image.ndim == 3 and self.image.shape[-1] == 3 and self.image.dtype == np.uint8:
+            tifffile.imwrite(
+                path,
+                self.image,
+                tile=(128, 128),
+                photometric="rgb",
+                compression="zlib",
+                metadata={"axes": "YXS", "PhysicalSizeX": self.mpp, "PhysicalSizeY": self.mpp},
+            )
+            return path
+        tifffile.imwrite(
+            path,
+            self.image,
+            tile=(128, 128),
+            compression="zlib",
+            metadata={
+                "axes": "CYX",
+                "Channel": {"Name": list(self.channels)},
+                "PhysicalSizeX": self.mpp,
+                "PhysicalSizeY": self.mpp,
+            },
+        )
+        return path
+
+
+def _nuclei(
+    rng: np.random.Generator, shape: tuple[int, int], mpp: float, spacing_um: float
+) -> np.ndarray:
+    """Elliptical nuclei (semi-axes 2.5-4.5 µm) at least `spacing_um` apart, centre to centre."""
+    lab = np.zeros(shape, np.int32)
+    yy, xx = np.mgrid[: shape[0], : shape[1]]
+    margin = 6 / mpp
+    centres: list[tuple[float, float]] = []
+    tries = 0
+    target = int(shape[0] * shape[1] * mpp * mpp / spacing_um**2)
+    while len(centres) < target and tries < 20 * target:
+        tries += 1
+        cy, cx = rng.uniform(margin, shape[0] - margin), rng.uniform(margin, shape[1] - margin)
+        if any(np.hypot(cy - y, cx - x) * mpp < spacing_um for y, x in centres):
             continue
-        yy, xx = np.mgrid[y0:y1, x0:x1]
-        dy, dx = (yy + 0.5) * mpp - centers[k, 0], (xx + 0.5) * mpp - centers[k, 1]
-        c, s = np.cos(theta[k]), np.sin(theta[k])
-        u, v = (dx * c + dy * s) / a[k], (-dx * s + dy * c) / b[k]
-        d = np.sqrt(u * u + v * v)
-        inside = np.clip((1.0 - d) * a[k] / 0.5, 0, 1)  # ~0.5 µm soft edge
-        conc = np.full(d.shape, od[k])
-        if classes[k] == 1:  # vesicular: chromatin on the rim, nucleoli inside
-            conc = conc + 0.25 * np.clip((d - 0.7) / 0.3, 0, 1)
-            for ny, nx in nucleoli[k]:
-                dn = np.hypot((u - nx) * a[k], (v - ny) * b[k])
-                conc = np.maximum(conc, 1.2 * np.clip((1.6 - dn) / 0.5, 0, 1))
-        patch = hema[y0:y1, x0:x1]
-        np.maximum(patch, (inside * conc).astype(np.float32), out=patch)
-        labels[y0:y1, x0:x1][d < 1] = k + 1
-    grain = rng.standard_normal((side, side)).astype(np.float32)
-    eosin = 0.3 * (1 + 0.2 * ndi.gaussian_filter(grain, 2.0 / mpp) * 4)
-    hema *= 1 + 0.06 * ndi.gaussian_filter(grain, 0.5 / mpp) * 2
-    odimg = hema[..., None] * _H + np.clip(eosin, 0, None)[..., None] * _E + np.float32(0.03)
-    rgb = 255.0 * 10.0 ** -np.clip(odimg, 0, None) + 1.5 * rng.standard_normal((side, side, 1))
-    truth = CellsTruth(centers, classes, labels, mpp)
-    return np.clip(rgb, 0, 255).astype(np.uint8), truth
+        a, b = rng.uniform(2.5, 4.5) / mpp, rng.uniform(2.5, 4.0) / mpp
+        t = rng.uniform(0, np.pi)
+        y0, y1 = int(max(cy - a - 1, 0)), int(min(cy + a + 2, shape[0]))
+        x0, x1 = int(max(cx - a - 1, 0)), int(min(cx + a + 2, shape[1]))
+        dy, dx = yy[y0:y1, x0:x1] - cy, xx[y0:y1, x0:x1] - cx
+        u, v = dy * np.cos(t) + dx * np.sin(t), -dy * np.sin(t) + dx * np.cos(t)
+        inside = (u / a) ** 2 + (v / b) ** 2 <= 1
+        window = lab[y0:y1, x0:x1]
+        if (window[inside] > 0).any():
+            continue
+        centres.append((cy, cx))
+        window[inside] = len(centres)
+    return lab
 
 
-def downsample_rgb(rgb: np.ndarray, factor: int = 2) -> np.ndarray:
-    """Average RGB intensities over ``factor x factor`` pixels (a lower magnification scan)."""
-    h, w = rgb.shape[0] // factor * factor, rgb.shape[1] // factor * factor
-    blocks = rgb[:h, :w].reshape(h // factor, factor, w // factor, factor, 3).astype(np.float32)
-    return np.round(blocks.mean(axis=(1, 3))).astype(np.uint8)
+def make_multiplex(
+    *,
+    seed: int = 0,
+    shape: tuple[int, int] = (600, 600),
+    mpp: float = 0.5,
+    cell_radius_um: float = 5.0,
+    spill: float = 0.08,
+) -> CellTruth:
+    """A multiplex image: DAPI, CD3 and CD8 (membrane), PanCK (cytoplasm), Ki67 (nucleus).
+
+    Cells are their nuclei grown by `cell_radius_um` (never into a neighbour). Phenotypes:
+    about 40 % tumour (PanCK+), 12 % cytotoxic T (CD3+ CD8+), 18 % T helper (CD3+ CD8-),
+    the rest other; Ki67 marks a quarter of the nuclei at random. A positive cell's level
+    is log-normal (a factor of ~2 either way); the image adds autofluorescence, a
+    `spill` fraction of each marker into the next channel (CD3 -> CD8 -> PanCK -> Ki67),
+    optical blur, shot noise and read noise.
+    """
+    from skimage.segmentation import expand_labels, find_boundaries
+
+    rng = np.random.default_rng(seed)
+    nuclei = _nuclei(rng, shape, mpp, spacing_um=9.0)
+    cells = expand_labels(nuclei, cell_radius_um / mpp).astype(np.int32)
+    k = int(nuclei.max())
+    u = rng.random(k)
+    tumour = u < 0.40
+    cd8_t = (u >= 0.40) & (u < 0.52)
+    helper = (u >= 0.52) & (u < 0.70)
+    positive = {
+        "CD3": cd8_t | helper,
+        "CD8": cd8_t,
+        "PanCK": tumour,
+        "Ki67": rng.random(k) < 0.25,
+    }
+    phenotype = np.full(k, "Other", dtype="<U11")
+    phenotype[tumour], phenotype[cd8_t], phenotype[helper] = "Tumour", "Cytotoxic T", "T helper"
+
+    membrane = find_boundaries(cells, mode="inner") & (cells > 0)
+    membrane = ndi.binary_dilation(membrane) & (cells > 0)
+    cytoplasm = (cells > 0) & (nuclei == 0)
+    where = {"CD3": membrane, "CD8": membrane, "PanCK": cytoplasm, "Ki67": nuclei > 0}
+    channels = ("DAPI", "CD3", "CD8", "PanCK", "Ki67")
+    signal = np.zeros((len(channels), *shape), np.float64)
+    dapi_level = np.r_[0, rng.lognormal(np.log(900), 0.25, k)]
+    texture = 1 + 0.2 * ndi.gaussian_filter(rng.normal(size=shape), 1.5)
+    signal[0] = dapi_level[nuclei] * texture
+    for c, name in enumerate(channels[1:], 1):
+        level = np.r_[0, np.where(positive[name], rng.lognormal(np.log(700), 0.5, k), 0)]
+        signal[c] = np.where(where[name], level[cells], 0)
+    for c in range(len(channels) - 1, 1, -1):  # spill-over into the next channel
+        signal[c] += spill * signal[c - 1]
+    image = np.empty(signal.shape, np.uint16)
+    for c in range(len(channels)):
+        blurred = ndi.gaussian_filter(signal[c], 1.0)
+        auto = 40 + 25 * ndi.gaussian_filter(rng.random(shape), 10)
+        counts = rng.poisson(np.maximum(blurred + auto, 0)).astype(np.float64)
+        image[c] = np.clip(counts + rng.normal(0, 8, shape), 0, 65535).astype(np.uint16)
+    return CellTruth(image, channels, mpp, nuclei, cells, positive, phenotype)
+
+
+#: Stain vectors :func:`make_hdab` renders with (close to, not equal to, Ruifrok's).
+_H = np.array([0.62, 0.72, 0.31])
+_D = np.array([0.30, 0.56, 0.77])
+
+
+def make_hdab(
+    *,
+    seed: int = 0,
+    shape: tuple[int, int] = (600, 600),
+    mpp: float = 0.5,
+    membrane: bool = False,
+) -> CellTruth:
+    """A brightfield hematoxylin-DAB image with nuclei at known DAB levels.
+
+    Each nucleus (or, with `membrane`, its cell's membrane ring, as HER2) carries a DAB
+    concentration from four bands around QuPath's default thresholds: 40 % negative
+    (0.02-0.16), 20 % each of 1+ (0.24-0.36), 2+ (0.44-0.56) and 3+ (0.64-0.90); nuclei
+    carry hematoxylin 0.35-0.7 and the tissue a faint counterstain. Rendered by
+    Beer-Lambert with vectors close to Ruifrok's, slightly blurred, with sensor noise.
+    """
+    from skimage.segmentation import expand_labels, find_boundaries
+
+    rng = np.random.default_rng(seed)
+    nuclei = _nuclei(rng, shape, mpp, spacing_um=10.0)
+    cells = expand_labels(nuclei, 4.0 / mpp).astype(np.int32)
+    k = int(nuclei.max())
+    band = rng.choice(4, size=k, p=[0.4, 0.2, 0.2, 0.2])
+    lo = np.array([0.02, 0.24, 0.44, 0.64])[band]
+    hi = np.array([0.16, 0.36, 0.56, 0.90])[band]
+    dab = rng.uniform(lo, hi)
+    h_level = np.r_[0, rng.uniform(0.35, 0.7, k)]
+    texture = 1 + 0.15 * ndi.gaussian_filter(rng.normal(size=shape), 1.2)
+    conc_h = h_level[nuclei] * texture + 0.04 * (cells > 0)
+    if membrane:
+        ring = ndi.binary_dilation(find_boundaries(cells, mode="inner")) & (cells > 0)
+        conc_d = np.where(ring, np.r_[0, dab][cells], 0.0)
+    else:
+        conc_d = np.r_[0, dab][nuclei] * texture
+    h, d = _H / np.linalg.norm(_H), _D / np.linalg.norm(_D)
+    od = conc_h[..., None] * h + conc_d[..., None] * d
+    od = ndi.gaussian_filter(od, (0.7, 0.7, 0))
+    rgb = 255.0 * 10.0 ** (-od) + rng.normal(0, 2.0, od.shape)
+    image = np.clip(np.round(rgb), 0, 255).astype(np.uint8)
+    return CellTruth(image, ("R", "G", "B"), mpp, nuclei, cells, dab=dab)

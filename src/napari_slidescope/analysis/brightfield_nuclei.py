@@ -35,7 +35,12 @@ from skimage import filters, measure, morphology, segmentation, transform
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis._builtin_method import BuiltinMethod
 from napari_slidescope.analysis.checks import check_nuclei_params, check_rgb
-from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, rgb_to_od
+from napari_slidescope.analysis.stains import (
+    StainMatrix,
+    estimate_stains,
+    rgb_to_od,
+    stain_kind,
+)
 
 __all__ = ["RAW_CHANNELS", "BuiltinSegmenter", "NucleiParams", "segment_nuclei_array"]
 
@@ -196,12 +201,21 @@ class BuiltinSegmenter(BuiltinMethod[NucleiParams]):
         check_rgb(ref, "reference_rgb", ndim=3)
         if not self._fixed_stains:
             self.stains = estimate_stains(ref)
+        assert self.stains is not None  # set just above, or fixed at construction
+        # IHC (hematoxylin-DAB): strongly DAB-positive nuclei show little hematoxylin;
+        # nuclei are found on the sum of both stains (QuPath's "optical density sum")
+        self._stain_sum = stain_kind(self.stains) == "H-DAB"
         if self.params.threshold is None:
-            assert self.stains is not None  # set just above, or fixed at construction
-            h = self.stains.separate(ref)[..., 0]
+            h = self._nuclear_od(self.stains.separate(ref))
             if mpp is not None and self.params.sigma_um / _check_mpp(mpp) > 0.5:
                 h = ndi.gaussian_filter(h, self.params.sigma_um / mpp, truncate=3.0)
             self.threshold = _otsu_tissue(h, self.params.glass_od)
+
+    def _nuclear_od(self, unmixed: np.ndarray) -> np.ndarray:
+        """The image nuclei are found on: hematoxylin, or hematoxylin + DAB on IHC."""
+        if getattr(self, "_stain_sum", False):
+            return unmixed[..., 0] + np.maximum(unmixed[..., 1], 0)
+        return unmixed[..., 0]
 
     def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
         """Model stage: pixel maps of a batch of tiles.
@@ -242,7 +256,7 @@ class BuiltinSegmenter(BuiltinMethod[NucleiParams]):
         sigma = p.sigma_um / mpp
         for b, tile in enumerate(tiles):
             he = rgb_to_od(tile) @ inv
-            h = np.ascontiguousarray(he[..., 0])
+            h = np.ascontiguousarray(self._nuclear_od(he))
             out[b, ..., _H] = ndi.gaussian_filter(h, sigma, truncate=3.0)
             out[b, ..., _E] = ndi.gaussian_filter(he[..., 1], sigma, truncate=3.0)
             out[b, ..., _BLOB] = _blob_response(h, p.seed_radii_um, mpp)

@@ -102,6 +102,7 @@ def polygon_feature(
     object_type: str = "annotation",
     measurements: dict[str, float] | None = None,
     feature_id: str | None = None,
+    nucleus: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """One QuPath GeoJSON ``Feature`` for a polygon (see :func:`write_geojson`).
 
@@ -115,6 +116,9 @@ def polygon_feature(
         As in :func:`write_geojson`; non-finite measurements are left out.
     feature_id : str, optional
         The feature's ``id``; default a random UUID.
+    nucleus : (K, 2) ndarray, optional
+        A cell's nucleus (level-0 ``(row, col)`` ring): written as QuPath's top-level
+        ``nucleusGeometry`` beside the cell's ``geometry`` (use ``object_type="cell"``).
 
     Returns
     -------
@@ -132,12 +136,18 @@ def polygon_feature(
         props["measurements"] = {
             k: float(v) for k, v in measurements.items() if np.isfinite(float(v))
         }
-    return {
+    feature: dict[str, Any] = {
         "type": "Feature",
         "id": feature_id or str(uuid.uuid4()),
         "geometry": {"type": "Polygon", "coordinates": rings},
-        "properties": props,
     }
+    if nucleus is not None and len(nucleus) >= 3:
+        feature["nucleusGeometry"] = {
+            "type": "Polygon",
+            "coordinates": [_closed_xy(nucleus, exterior=True)],
+        }
+    feature["properties"] = props
+    return feature
 
 
 def write_features(fh: IO[str], features: Iterable[dict[str, Any]]) -> int:

@@ -22,10 +22,11 @@ from typing import Any, Literal
 import numpy as np
 
 from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.analysis.cells import compartment_means
 from napari_slidescope.analysis.geometry import labels_to_polygons
 from napari_slidescope.analysis.measure import concat_tables, measure_nuclei
 from napari_slidescope.analysis.resample import resample_nearest
-from napari_slidescope.analysis.stains import estimate_stains
+from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, for_stain
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 from napari_slidescope.pipeline.runner import TileResult, iter_tiles, postprocess_tile
@@ -122,6 +123,8 @@ class _RunOptions:
     segmenter: Any
     tile_size_um: float
     channel: int | str | None
+    cell_expansion_um: float | None
+    stain: str
     segmenter_options: dict[str, Any]
     runner_kwargs: dict[str, Any]
 
@@ -275,8 +278,13 @@ def _work_plan(
     target_mpp: float | None,
     tile_size_um: float,
     is_array: bool,
+    cell_expansion_um: float | None = None,
 ) -> TilePlan:
-    """Plan the tiles at the working resolution (:func:`~.segmenters.working_mpp`)."""
+    """Plan the tiles at the working resolution (:func:`~.segmenters.working_mpp`).
+
+    Cells widen the overlap by twice the expansion: an owned nucleus's cell and every
+    neighbour that could stop its growth then lie inside the tile.
+    """
     from napari_slidescope.pipeline.regions import check_region
 
     region = check_region(region, slide.shape0, name="region")
@@ -295,7 +303,7 @@ def _work_plan(
         slide_mpp=slide_mpp,
         target_mpp=work_mpp,
         tile_size_um=tile_size_um,
-        min_overlap_um=segmenter.min_overlap_um,
+        min_overlap_um=segmenter.min_overlap_um + 2 * (cell_expansion_um or 0.0),
         path=path,
     )
 
@@ -321,6 +329,7 @@ def _prepare_run(
     segmenter: Segmenter,
     kind: ImageKind,
     cancel: Any = None,
+    stain: str = "auto",
 ) -> tuple[Segmenter, ImageKind, Any]:
     """Prepare the segmenter on a working sample; fix the nuclear channel and the stains."""
     if not tiles:
@@ -336,19 +345,32 @@ def _prepare_run(
         stains = getattr(segmenter, "stains", None)  # a segmenter's own (the built-in's)
         if not callable(getattr(stains, "separate", None)):
             stains = estimate_stains(sample[..., :3])
+        if isinstance(stains, StainMatrix):
+            stains = for_stain(stains, stain)
     return segmenter, kind, stains
 
 
 def _measure(
-    plan: TilePlan, kind: ImageKind, stains: Any
-) -> Callable[[np.ndarray, np.ndarray, Tile], dict[str, np.ndarray]]:
-    """Measurements that fit the image: stain ODs (H&E), channel means (fluorescence)."""
-    columns = kind.mean_columns() if kind.input == "fluorescence" else {}
+    plan: TilePlan, kind: ImageKind, stains: Any, cell_expansion_um: float | None = None
+) -> Callable[..., dict[str, np.ndarray]]:
+    """Measurements that fit the image: stain ODs (H&E, H-DAB), channel means (fluorescence).
 
-    def measure(owned_labels: np.ndarray, pixels: np.ndarray, tile: Tile) -> dict[str, np.ndarray]:
+    With cells (``cell_expansion_um``) the table also has every channel's (or stain's)
+    mean per compartment, ``{name}_{nucleus|cytoplasm|cell}_mean``, and the cell and
+    cytoplasm areas.
+    """
+    columns = kind.mean_columns() if kind.input == "fluorescence" else {}
+    second = getattr(stains, "second", "eosin")
+
+    def measure(
+        owned_labels: np.ndarray,
+        pixels: np.ndarray,
+        tile: Tile,
+        cells: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
         dy, dx = plan.downsample
         origin = (plan.origin[0] + tile.box[0] * dy, plan.origin[1] + tile.box[1] * dx)
-        mask = owned_labels > 0
+        mask = owned_labels > 0 if cells is None else cells > 0
         od = None
         if stains is not None and mask.any():  # unmix only the nuclei's pixels
             rgb = pixels[mask][:, :3]
@@ -357,7 +379,7 @@ def _measure(
             ]
             od = np.zeros((*mask.shape, unmixed[0].shape[-1]), np.float32)
             od[mask] = np.concatenate(unmixed)
-        return measure_nuclei(
+        table = measure_nuclei(
             owned_labels,
             mpp=plan.mpp,
             od=od,
@@ -366,7 +388,31 @@ def _measure(
             channels=pixels[..., list(columns)] if columns else None,
             channel_columns=tuple(columns.values()),
         )
+        if second == "dab" and "eosin_od_mean" in table:
+            table = {("dab_od_mean" if k == "eosin_od_mean" else k): v for k, v in table.items()}
+        if cells is not None:
+            table.update(_compartments(owned_labels, cells, table["id"], pixels, od))
+        return table
 
+    def _compartments(
+        nuclei: np.ndarray, cells: np.ndarray, ids: np.ndarray, pixels: np.ndarray, od: Any
+    ) -> dict[str, np.ndarray]:
+        if columns:
+            names = [c.removesuffix("_mean") for c in columns.values()]
+            values = pixels[..., list(columns)]
+        elif od is not None:
+            names = ["hematoxylin_od", f"{second}_od"]
+            values = od[..., :2]
+        else:
+            names, values = [], np.zeros((*nuclei.shape, 0), np.float32)
+        out = compartment_means(nuclei, cells, ids, values, names)
+        px_area = plan.mpp * plan.mpp
+        out["cell_area_um2"] = out.pop("cell_area_px") * px_area
+        out["cytoplasm_area_um2"] = out.pop("cytoplasm_area_px") * px_area
+        return out
+
+    if cell_expansion_um:
+        measure.cell_distance_px = cell_expansion_um / plan.mpp  # type: ignore[attr-defined]
     return measure
 
 
@@ -376,6 +422,9 @@ def _setup(source: Any, options: _RunOptions) -> _Run:
 
     region, polygon = split_region(options.region)
     cancel = options.runner_kwargs.get("cancel")  # the runner checks it too
+    cells_um = _check_cell_expansion(options.cell_expansion_um)
+    if options.stain not in ("auto", "H&E", "H-DAB"):
+        raise ValueError(f"stain: expected 'auto', 'H&E' or 'H-DAB', got {options.stain!r}")
     slide, owned, is_array = _as_source(source, options.mpp)
     try:
         check_cancel(cancel, "set-up")
@@ -390,17 +439,29 @@ def _setup(source: Any, options: _RunOptions) -> _Run:
             target_mpp=options.target_mpp,
             tile_size_um=options.tile_size_um,
             is_array=is_array,
+            cell_expansion_um=cells_um,
         )
         tiles = _tissue_filter(slide, plan, options.tissue, cancel, polygon)
-        seg, kind, stains = _prepare_run(slide, plan, tiles, seg, kind, cancel)
+        seg, kind, stains = _prepare_run(slide, plan, tiles, seg, kind, cancel, options.stain)
     except BaseException:
         if owned:
             slide.close()
         raise
     array_shape = tuple(slide.shape0) if is_array else None
-    measure = _measure(plan, kind, stains)
+    measure = _measure(plan, kind, stains, cells_um)
     runner_kwargs = dict(options.runner_kwargs)
     return _Run(slide, owned, plan, tiles, seg, measure, array_shape, runner_kwargs, polygon)
+
+
+def _check_cell_expansion(value: Any) -> float | None:
+    """``cell_expansion_um``: None (no cells) or a finite distance > 0 in µm."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"cell_expansion_um: expected a distance in µm or None, got {value!r}")
+    if not math.isfinite(float(value)) or value <= 0:
+        raise ValueError(f"cell_expansion_um: expected a finite distance > 0 µm, got {value!r}")
+    return float(value)
 
 
 def _steps(run: _Run) -> Generator[NucleiStep, None, None]:
@@ -436,8 +497,11 @@ def _inside(res: TileResult, polygon: np.ndarray) -> TileResult:
     if keep.all():
         return res
     labels = np.where(np.isin(res.labels, table["id"][~keep]), 0, res.labels).astype(np.int32)
+    cells = res.cells
+    if cells is not None:
+        cells = np.where(np.isin(cells, table["id"][~keep]), 0, cells).astype(np.int32)
     table = {k: np.asarray(v)[keep] for k, v in table.items()}
-    return dataclasses.replace(res, labels=labels, count=int(keep.sum()), table=table)
+    return dataclasses.replace(res, labels=labels, count=int(keep.sum()), table=table, cells=cells)
 
 
 def iter_segment_nuclei(
@@ -452,6 +516,8 @@ def iter_segment_nuclei(
     workers: int | None = None,
     channel: int | str | None = None,
     segmenter_options: dict[str, Any] | None = None,
+    cell_expansion_um: float | None = None,
+    stain: str = "auto",
     **runner_kwargs: Any,
 ) -> Generator[NucleiStep, None, None]:
     """Segment nuclei tile by tile, yielding each finished tile (see :func:`segment_nuclei`).
@@ -485,6 +551,8 @@ def segment_nuclei(
     labels: bool | Literal["auto"] = "auto",
     channel: int | str | None = None,
     segmenter_options: dict[str, Any] | None = None,
+    cell_expansion_um: float | None = None,
+    stain: str = "auto",
     **runner_kwargs: Any,
 ) -> NucleiResult:
     """Segment and measure the nuclei of a region of a slide (H&E or fluorescence).
@@ -541,6 +609,21 @@ def segment_nuclei(
         DAPI, Hoechst..., else the channel carrying the signal of an RGB-encoded scan).
     segmenter_options : dict, optional
         Keyword arguments for the constructor of a segmenter given by name.
+    cell_expansion_um : float, optional
+        Grow each nucleus into a cell by up to this distance (µm), never into a
+        neighbour (each pixel goes to the nearest nucleus, as QuPath's cell expansion).
+        The result then has ``cells`` (or ``cell_outlines``) and the table gains
+        ``cell_area_um2``, ``cytoplasm_area_um2`` and, per channel or stain,
+        ``{name}_nucleus_mean``, ``{name}_cytoplasm_mean`` (cell minus nucleus) and
+        ``{name}_cell_mean`` (``CD3_cell_mean``, ``dab_od_cytoplasm_mean``). The
+        nucleus-only names (``DAPI_mean``, ``hematoxylin_od_mean``) stay as they are.
+        Default None: nuclei only.
+    stain : {"auto", "H&E", "H-DAB"}
+        Brightfield stain: the second stain vector is eosin (``eosin_od_mean``) or DAB
+        (``dab_od_mean``, for IHC scoring with
+        :func:`~napari_slidescope.pipeline.classify.classify_cells`). ``"auto"``: what the
+        slide's estimated vectors show (a pink or a brown second stain,
+        :func:`~napari_slidescope.analysis.stains.stain_kind`).
     **runner_kwargs
         Passed to :func:`~napari_slidescope.pipeline.runner.iter_tiles`.
 
@@ -564,24 +647,34 @@ def segment_nuclei(
     plan = run.plan
     dense = _dense_labels(labels, plan, run.array_shape is not None)
     image = np.zeros(plan.shape, np.int32) if dense else None
+    with_cells = bool(getattr(run.measure, "cell_distance_px", 0))
+    cell_image = np.zeros(plan.shape, np.int32) if dense and with_cells else None
     polys: list[np.ndarray] = []
     poly_ids: list[np.ndarray] = []
+    cell_polys: list[np.ndarray] = []
+    cell_ids: list[np.ndarray] = []
     tables = []
     if progress is not None:
         progress(0, len(run.tiles))
     for step in _steps(run):
+        cells = step.result.cells
         if image is not None:
             paste_owned(image, step.result.labels, step.result.tile)
+            if cell_image is not None and cells is not None:
+                paste_owned(cell_image, cells, step.result.tile)
         else:  # outlines in level-0 px, tile by tile: memory grows with the nuclei only
             dy, dx = plan.downsample
             y0, x0 = step.result.tile.box[:2]
+            tile_origin = (plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx)
             p, i = labels_to_polygons(
-                step.result.labels,
-                downsample=plan.downsample,
-                origin=(plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx),
+                step.result.labels, downsample=plan.downsample, origin=tile_origin
             )
             polys.extend(p)
             poly_ids.append(i)
+            if cells is not None:
+                p, i = labels_to_polygons(cells, downsample=plan.downsample, origin=tile_origin)
+                cell_polys.extend(p)
+                cell_ids.append(i)
         tables.append(step.result.table)
         if progress is not None:
             progress(step.done, step.total)
@@ -590,14 +683,19 @@ def segment_nuclei(
     out_mpp: float | tuple[float, float] = plan.mpp
     if image is not None and run.array_shape is not None and plan.downsample != (1.0, 1.0):
         image = _to_level0(image, plan)
+        if cell_image is not None:
+            cell_image = _to_level0(cell_image, plan)
         downsample = (1.0, 1.0)
         out_mpp = (plan.mpp / plan.downsample[0], plan.mpp / plan.downsample[1])
         if out_mpp[0] == out_mpp[1]:
             out_mpp = out_mpp[0]
-    outlines = None
+    outlines = cell_outlines = None
     if image is None:
         ids = np.concatenate(poly_ids) if poly_ids else np.zeros(0, np.int64)
         outlines = (polys, ids)
+        if with_cells:
+            ids = np.concatenate(cell_ids) if cell_ids else np.zeros(0, np.int64)
+            cell_outlines = (cell_polys, ids)
     return NucleiResult(
         labels=image,
         mpp=out_mpp,
@@ -609,6 +707,8 @@ def segment_nuclei(
         segmenter=run.segmenter.name,
         source=None if plan.path is None else Path(plan.path),
         outlines=outlines,
+        cells=cell_image,
+        cell_outlines=cell_outlines,
     )
 
 
@@ -733,7 +833,12 @@ class PreparedNuclei:
                     shift = np.int32(res.offset)
                     labels = np.where(res.labels > 0, res.labels - shift, 0).astype(np.int32)
                     table = {**res.table, "id": np.asarray(res.table["id"]) - shift}
-                    res = dataclasses.replace(res, labels=labels, table=table, offset=0)
+                    cells = res.cells
+                    if cells is not None:
+                        cells = np.where(cells > 0, cells - shift, 0).astype(np.int32)
+                    res = dataclasses.replace(
+                        res, labels=labels, table=table, offset=0, cells=cells
+                    )
                 yield res
         finally:
             gen.close()
@@ -794,16 +899,19 @@ class PreparedNuclei:
             As :meth:`segment` yields it (ids local to the tile).
         """
         tile = self._tile(index)
-        owned, table = postprocess_tile(
+        owned, table, cells = postprocess_tile(
             self._run.segmenter,
             raw,
             self._read(tile),
             tile,
             mpp=self._run.plan.mpp,
             measure=self._run.measure,
+            with_cells=True,
         )
         count = int(owned.max()) if owned.size else 0
-        return TileResult(tile=tile, labels=owned, count=count, offset=0, table=table)
+        return TileResult(
+            tile=tile, labels=owned, count=count, offset=0, table=table, cells=cells
+        )
 
     def close(self) -> None:
         """Close the slide when :func:`prepare_nuclei` opened it."""
@@ -822,6 +930,8 @@ def prepare_nuclei(
     tile_size_um: float = DEFAULT_TILE_SIZE_UM,
     channel: int | str | None = None,
     segmenter_options: dict[str, Any] | None = None,
+    cell_expansion_um: float | None = None,
+    stain: str = "auto",
     **runner_kwargs: Any,
 ) -> PreparedNuclei:
     """Set up a nuclei run as :func:`segment_nuclei` does, without segmenting.

@@ -45,6 +45,12 @@ class NucleiResult:
         Name of the segmenter used.
     source : Path or None
         Slide path, None for arrays.
+    cells : (M, N) ndarray of int32 or None
+        With ``segment_nuclei(cell_expansion_um=...)``: the cells (same ids as the
+        nuclei) on the grid of ``labels``; None otherwise or when ``labels`` is None.
+    cell_outlines : (list of (K, 2) ndarray, ndarray) or None
+        The cells' level-0 ``(row, col)`` outlines and ids when cells were grown without
+        a label image.
     classes : dict of str to (int, int, int)
         After :func:`~napari_slidescope.pipeline.classify.classify_cells`: every class
         that can occur -> its colour (RGB 0-255), in legend order; ``table["class"]``
@@ -65,6 +71,10 @@ class NucleiResult:
     outlines: tuple[list[np.ndarray], np.ndarray] | None = field(
         default=None, repr=False, compare=False
     )
+    cells: np.ndarray | None = field(default=None, repr=False, compare=False)
+    cell_outlines: tuple[list[np.ndarray], np.ndarray] | None = field(
+        default=None, repr=False, compare=False
+    )
     classes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     classification: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -78,47 +88,103 @@ class NucleiResult:
         """Write the table as CSV (header row of column names); return the path."""
         return write_csv(self.table, path)
 
+    def outlines_of(self, what: str = "nuclei") -> tuple[list[np.ndarray], np.ndarray]:
+        """Level-0 ``(row, col)`` outlines and ids of the nuclei, or of the cells.
+
+        Parameters
+        ----------
+        what : {"nuclei", "cells"}
+            Which outlines.
+
+        Raises
+        ------
+        ValueError
+            If the result has no such outlines (cells need ``cell_expansion_um``).
+        """
+        from napari_slidescope.analysis.geometry import labels_to_polygons
+
+        labels, outlines = (
+            (self.labels, self.outlines) if what == "nuclei" else (self.cells, self.cell_outlines)
+        )
+        if labels is not None:
+            return labels_to_polygons(labels, downsample=self.downsample, origin=self.origin)
+        if outlines is not None:
+            return outlines
+        if what == "cells":
+            raise ValueError(
+                "this result has no cells; segment with segment_nuclei(..., cell_expansion_um=...)"
+            )
+        raise ValueError("this result has neither labels nor outlines to write as polygons")
+
+    @property
+    def has_cells(self) -> bool:
+        """Whether the nuclei were grown into cells (``cell_expansion_um``)."""
+        return self.cells is not None or self.cell_outlines is not None
+
+    def measurements(self, row: int) -> dict[str, float]:
+        """Row `row` of the table as finite numbers (text columns such as ``class`` left out)."""
+        out = {}
+        for c, col in self.table.items():
+            col = np.asarray(col)
+            if col.dtype.kind in "biuf":
+                v = float(col[row])
+                if math.isfinite(v):
+                    out[c] = v
+        return out
+
     def to_geojson(self, path: str | os.PathLike[str]) -> Path:
-        """Write the nuclei as a GeoJSON FeatureCollection QuPath imports as detections.
+        """Write the nuclei (or cells) as a GeoJSON FeatureCollection QuPath imports.
 
         Parameters
         ----------
         path : str or PathLike
-            Output ``.geojson`` file.
+            Output ``.geojson`` file (``.geojson.gz``: gzip-compressed, which QuPath
+            opens too). Features are streamed, one at a time.
 
         Returns
         -------
         path : Path
             One ``Polygon`` feature per nucleus in level-0 pixel ``(x, y)``,
-            ``objectType: "detection"``, class ``"Nucleus"``, the table row as
-            ``measurements``.
+            ``objectType: "detection"``, the table row's numbers as ``measurements``.
+            With cells (``cell_expansion_um``): ``objectType: "cell"``, the cell as
+            ``geometry`` and the nucleus as ``nucleusGeometry``. The classification is the
+            row's class and colour after :func:`~napari_slidescope.pipeline.classify.classify_cells`,
+            else ``"Nucleus"``.
         """
-        from napari_slidescope.analysis.geojson import write_geojson
-        from napari_slidescope.analysis.geometry import labels_to_polygons
+        import gzip
 
-        if self.labels is not None:
-            polys, ids = labels_to_polygons(
-                self.labels, downsample=self.downsample, origin=self.origin
-            )
-        elif self.outlines is not None:
-            polys, ids = self.outlines
-        else:
-            raise ValueError(
-                f"{path}: this result has neither labels nor outlines to write as polygons"
-            )
+        from napari_slidescope._io import atomic_write
+        from napari_slidescope.analysis.geojson import polygon_feature, write_features
+
+        polys, ids = self.outlines_of("nuclei")
+        nucleus_of = {int(i): polys[j] for j, i in enumerate(ids)}
+        cells = self.has_cells
+        if cells:
+            polys, ids = self.outlines_of("cells")
         rows = {int(i): k for k, i in enumerate(self.table["id"])}
-        keep = [j for j, i in enumerate(ids) if int(i) in rows]
-        meas = []
-        for j in keep:
-            k = rows[int(ids[j])]
-            values = {c: float(self.table[c][k]) for c in self.table}
-            meas.append({c: v for c, v in values.items() if math.isfinite(v)})
-        write_geojson(
-            path,
-            [polys[j] for j in keep],
-            name="Nucleus",
-            color=(30, 30, 200),
-            object_type="detection",
-            measurements=meas,
-        )
-        return Path(path)
+        classes = self.table.get("class")
+
+        def features() -> Any:
+            for j, i in enumerate(ids):
+                k = rows.get(int(i))
+                if k is None:
+                    continue
+                name = "Nucleus" if classes is None else str(classes[k])
+                color = self.classes.get(name, (30, 30, 200))
+                yield polygon_feature(
+                    polys[j],
+                    name=name,
+                    color=color,
+                    object_type="cell" if cells else "detection",
+                    measurements=self.measurements(k),
+                    nucleus=nucleus_of.get(int(i)) if cells else None,
+                )
+
+        path = Path(path)
+        if path.name.endswith(".gz"):
+            with atomic_write(path, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as fh:
+                write_features(fh, features())
+        else:
+            with atomic_write(path, "w", encoding="utf-8") as fh:
+                write_features(fh, features())
+        return path

@@ -65,6 +65,9 @@ class TileResult:
         Number of nuclei in the tiles yielded before this one.
     table : dict of str to ndarray
         Measurement columns for the owned nuclei (empty when no ``measure`` given).
+    cells : (M, N) ndarray of int32 or None
+        The owned nuclei's cells (same ids as ``labels``) when the run grows cells
+        (``segment_nuclei(cell_expansion_um=...)``), else None.
     """
 
     tile: Tile
@@ -72,6 +75,7 @@ class TileResult:
     count: int
     offset: int
     table: dict[str, np.ndarray] = field(default_factory=dict)
+    cells: np.ndarray | None = None
 
 
 class _Stop(Exception):
@@ -401,11 +405,19 @@ class _StagedRun:
         except BaseException as exc:  # noqa: BLE001
             self._fail(exc, "model", [it.tile for _, it in batch])
 
-    def _postprocess(self, it: _Item) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Labels the tile owns and their measurements."""
+    def _postprocess(
+        self, it: _Item
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+        """Labels the tile owns, their measurements and their cells."""
         assert it.raw is not None  # set by the model stage
         return postprocess_tile(
-            self.segmenter, it.raw, it.rgb, it.tile, mpp=self.mpp, measure=self.measure
+            self.segmenter,
+            it.raw,
+            it.rgb,
+            it.tile,
+            mpp=self.mpp,
+            measure=self.measure,
+            with_cells=True,
         )
 
     def post_stage(self) -> None:
@@ -416,9 +428,9 @@ class _StagedRun:
                 k, it = entry
                 tile = it.tile
                 self.note("post", "start", tile.index)
-                owned, table = self._postprocess(it)
+                owned, table, cells = self._postprocess(it)
                 self.note("post", "end", tile.index)
-                self.q_out.put(("ok", k, owned, table))
+                self.q_out.put(("ok", k, owned, table, cells))
                 tile = None
         except _Stop:
             pass
@@ -427,7 +439,7 @@ class _StagedRun:
 
     def results(self, cancel: threading.Event | None = None) -> Generator[TileResult, None, None]:
         """Yield finished tiles in plan order with region-unique ids."""
-        pending: dict[int, tuple[np.ndarray, dict]] = {}
+        pending: dict[int, tuple[np.ndarray, dict, np.ndarray | None]] = {}
         offset = 0
         for k in range(len(self.todo)):
             check_cancel(cancel, f"tile {k + 1} of {len(self.todo)}")
@@ -439,9 +451,9 @@ class _StagedRun:
                     continue
                 if msg[0] == "error":
                     raise msg[1]
-                pending[msg[1]] = (msg[2], msg[3])
-            owned, table = pending.pop(k)
-            yield _global_ids(self.todo[k], owned, table, offset)
+                pending[msg[1]] = (msg[2], msg[3], msg[4])
+            owned, table, cells = pending.pop(k)
+            yield _global_ids(self.todo[k], owned, table, offset, cells)
             offset += int(owned.max()) if owned.size else 0
             self.slots.release()
 
@@ -453,9 +465,15 @@ def postprocess_tile(
     tile: Tile,
     *,
     mpp: float,
-    measure: Callable[[np.ndarray, np.ndarray, Tile], dict[str, np.ndarray]] | None = None,
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    measure: Callable[..., dict[str, np.ndarray]] | None = None,
+    with_cells: bool = False,
+) -> Any:
     """Post-process one tile: the labels it owns and their measurements.
+
+    A ``measure`` with a ``cell_distance_px`` attribute > 0 also grows the owned nuclei
+    into cells among all the tile's nuclei
+    (:func:`~napari_slidescope.analysis.cells.owned_cells`) and is called as
+    ``measure(owned, rgb, tile, cells)``.
 
     Parameters
     ----------
@@ -471,6 +489,8 @@ def postprocess_tile(
         Working resolution, µm/px.
     measure : callable, optional
         As in :func:`iter_tiles`.
+    with_cells : bool
+        Return the cells too (a third item, None when no cells are grown).
 
     Returns
     -------
@@ -478,24 +498,42 @@ def postprocess_tile(
         The nuclei the tile owns, local ids ``1 .. count``.
     table : dict of str to ndarray
         Their measurements (empty without ``measure``).
+    cells : (M, N) ndarray of int32 or None
+        Only with ``with_cells``: the owned nuclei's cells.
     """
     labels = np.asarray(segmenter.postprocess(raw, mpp=mpp))
     h, w = tile.shape
     if labels.shape[0] >= h and labels.shape[1] >= w:
         labels = labels[:h, :w]  # segmenters may pad tiles (e.g. to a multiple of 16)
     owned = owned_labels(labels, tile)
-    table = measure(owned, rgb, tile) if measure is not None else {}
-    return owned, table
+    distance = float(getattr(measure, "cell_distance_px", 0) or 0)
+    cells = None
+    if distance > 0:
+        from napari_slidescope.analysis.cells import owned_cells
+
+        cells = owned_cells(labels, owned, distance)
+        table = measure(owned, rgb, tile, cells) if measure is not None else {}
+    else:
+        table = measure(owned, rgb, tile) if measure is not None else {}
+    return (owned, table, cells) if with_cells else (owned, table)
 
 
 def _global_ids(
-    tile: Tile, owned: np.ndarray, table: dict[str, np.ndarray], offset: int
+    tile: Tile,
+    owned: np.ndarray,
+    table: dict[str, np.ndarray],
+    offset: int,
+    cells: np.ndarray | None = None,
 ) -> TileResult:
-    """Shift a tile's local nucleus ids by the count of the tiles before it."""
+    """Shift a tile's local nucleus (and cell) ids by the count of the tiles before it."""
     count = int(owned.max()) if owned.size else 0
     labels = owned
     if offset and count:
         labels = np.where(owned > 0, owned + np.int32(offset), 0).astype(np.int32)
+        if cells is not None:
+            cells = np.where(cells > 0, cells + np.int32(offset), 0).astype(np.int32)
     if "id" in table:
         table = {**table, "id": np.asarray(table["id"]) + offset}
-    return TileResult(tile=tile, labels=labels, count=count, offset=offset, table=table)
+    return TileResult(
+        tile=tile, labels=labels, count=count, offset=offset, table=table, cells=cells
+    )

@@ -12,7 +12,7 @@ def cells_slide(tmp_path_factory):
     """A synthetic H&E slide with three nucleus populations (256 µm at 0.5 µm/px)."""
     import tifffile
 
-    from napari_slidescope.sample_cells import make_cells_image
+    from napari_slidescope.sample_cell_types import make_cells_image
 
     rgb, truth = make_cells_image(256, mpp=0.5, seed=3)
     path = tmp_path_factory.mktemp("cells") / "cells.svs"
@@ -40,7 +40,7 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
 
     from napari_slidescope.pipeline.cell_classifier import load_classifier
     from napari_slidescope.pipeline.classify import classify_cells
-    from napari_slidescope.sample_cells import CLASS_NAMES
+    from napari_slidescope.sample_cell_types import CLASS_NAMES
 
     path, truth = cells_slide
     viewer, [image], analysis = dock_slide(path)

@@ -8,7 +8,7 @@ pytest.importorskip("sklearn")
 from napari_slidescope.pipeline.cell_classifier import train_classifier  # noqa: E402
 from napari_slidescope.pipeline.classify import classify_cells  # noqa: E402
 from napari_slidescope.pipeline.nuclei import segment_nuclei  # noqa: E402
-from napari_slidescope.sample_cells import CLASS_NAMES, downsample_rgb, make_cells_image  # noqa: E402
+from napari_slidescope.sample_cell_types import CLASS_NAMES, downsample_rgb, make_cells_image  # noqa: E402
 
 #: Nuclei that keep their class between the 40x and 20x scan (matched through the truth).
 AGREEMENT_40X_20X = 0.9

@@ -3,10 +3,14 @@
 Rendered by the Beer-Lambert law like :mod:`napari_slidescope.sample_data`, at any pixel
 size, from nuclei placed in µm:
 
-- ``Lymphocyte``: small (6-8 µm across), round, dark and even hematoxylin (OD ~1.1);
-- ``Tumor``: large (11-17 µm), slightly oval, pale vesicular chromatin (OD ~0.35) with a
+- ``Lymphocyte``: small (5.6-8.6 µm across), round, dark and even hematoxylin (OD ~1.0);
+- ``Tumor``: large (9-17 µm), slightly oval, pale vesicular chromatin (OD ~0.6) with a
   darker rim and one or two dark nucleoli (~1.5 µm), in nests;
-- ``Spindle``: elongated (14-24 x 3.5-5 µm), medium OD (~0.7), in the stroma between nests.
+- ``Spindle``: elongated (14-24 x 3.5-5 µm), medium OD (~0.75), in the stroma between nests;
+  a third of them cut across the section, short and roundish (5-10 x 3.5-5 µm).
+
+Sizes and ODs overlap between classes (OD varies by ±20 % per nucleus, lymphocytes reach
+8.6 µm and tumour nuclei go down to 9 µm across).
 
 Lymphocytes sit mostly in the stroma, some inside the nests. A 20x version of an image is its
 40x rendering averaged over 2 x 2 pixels in intensity, as a scanner's optics would.
@@ -110,14 +114,20 @@ def make_cells_image(
     # per nucleus: semi-axes (µm), angle, and the chromatin pattern's parameters
     a = np.empty(n)
     b = np.empty(n)
-    a[classes == 0] = rng.uniform(3.0, 4.0, (classes == 0).sum())
+    a[classes == 0] = rng.uniform(2.8, 4.3, (classes == 0).sum())
     b[classes == 0] = a[classes == 0] * rng.uniform(0.85, 1.0, (classes == 0).sum())
-    a[classes == 1] = rng.uniform(5.5, 8.5, (classes == 1).sum())
+    a[classes == 1] = rng.uniform(4.5, 8.5, (classes == 1).sum())
     b[classes == 1] = a[classes == 1] * rng.uniform(0.7, 0.95, (classes == 1).sum())
-    a[classes == 2] = rng.uniform(7.0, 12.0, (classes == 2).sum())
-    b[classes == 2] = rng.uniform(1.75, 2.5, (classes == 2).sum())
+    spindle = np.flatnonzero(classes == 2)
+    # a spindle cut across (a third of them) looks short and roundish in the section
+    a[spindle] = np.where(
+        rng.uniform(size=spindle.size) < 1 / 3,
+        rng.uniform(2.5, 5.0, spindle.size),
+        rng.uniform(7.0, 12.0, spindle.size),
+    )
+    b[spindle] = rng.uniform(1.75, 2.5, spindle.size)
     theta = rng.uniform(0, np.pi, n)
-    od = np.array([1.1, 0.55, 0.7])[classes] * rng.uniform(0.9, 1.1, n)
+    od = np.array([1.0, 0.6, 0.75])[classes] * rng.uniform(0.8, 1.2, n)
     nucleoli = [
         rng.uniform(-0.45, 0.45, (rng.integers(1, 3), 2)) if c == 1 else np.zeros((0, 2))
         for c in classes

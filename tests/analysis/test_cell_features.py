@@ -47,6 +47,15 @@ def test_smoothed_features_equal_brute_force_mean(radius):
     np.testing.assert_allclose(density, near.sum(1) / (np.pi * radius**2) * 1e6, rtol=1e-5)
 
 
+def test_coincident_points_count_both_ways():
+    pts = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 4.0]])
+    v = np.array([1.0, 2.0, 9.0])
+    m, n = neighbourhood_mean(pts, v, 4.0)
+    assert n.tolist() == [3, 3, 3] and np.allclose(m.ravel(), 4.0)
+    m, n = neighbourhood_mean(pts, v, 4.0, rows=np.array([1]))
+    assert n.tolist() == [3] and np.allclose(m.ravel(), 4.0)
+
+
 def test_rows_subset_sees_all_neighbours():
     t = _table()
     names, full = cell_features(t)

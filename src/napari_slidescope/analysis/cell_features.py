@@ -172,18 +172,28 @@ def neighbourhood_mean(
     ok = np.isfinite(values)
     clean = np.where(ok, values, 0.0)
     tree = cKDTree(points_um)
-    for start in range(0, k, _CHUNK):
-        stop = min(start + _CHUNK, k)
-        sub = cKDTree(query[start:stop])
-        # every pair within the radius, zero distances (the point itself) included
-        pairs = sub.sparse_distance_matrix(tree, radius_um, output_type="ndarray")
-        i = pairs["i"].astype(np.intp)
-        j = pairs["j"].astype(np.intp)
-        n = stop - start
-        counts[start:stop] = np.bincount(i, minlength=n)
+    if rows is None:  # every point: each pair once (i < j), counted both ways, plus itself
+        pairs = tree.query_pairs(radius_um, output_type="ndarray")
+        a = np.concatenate([pairs[:, 0], pairs[:, 1]]).astype(np.intp)
+        b = np.concatenate([pairs[:, 1], pairs[:, 0]]).astype(np.intp)
+        del pairs
+        counts[:] = np.bincount(a, minlength=k) + 1
         for c in range(f):
-            sums[start:stop, c] = np.bincount(i, clean[j, c], minlength=n)
-            finite[start:stop, c] = np.bincount(i, ok[j, c], minlength=n)
+            sums[:, c] = np.bincount(a, clean[b, c], minlength=k) + clean[:, c]
+            finite[:, c] = np.bincount(a, ok[b, c], minlength=k) + ok[:, c]
+    else:
+        for start in range(0, k, _CHUNK):
+            stop = min(start + _CHUNK, k)
+            sub = cKDTree(query[start:stop])
+            # every pair within the radius, zero distances (the point itself) included
+            found = sub.sparse_distance_matrix(tree, radius_um, output_type="ndarray")
+            i = found["i"].astype(np.intp)
+            j = found["j"].astype(np.intp)
+            n = stop - start
+            counts[start:stop] = np.bincount(i, minlength=n)
+            for c in range(f):
+                sums[start:stop, c] = np.bincount(i, clean[j, c], minlength=n)
+                finite[start:stop, c] = np.bincount(i, ok[j, c], minlength=n)
     with np.errstate(divide="ignore", invalid="ignore"):
         means = np.where(finite > 0, sums / np.maximum(finite, 1), np.nan)
     return means, counts

@@ -157,6 +157,20 @@ def _parser() -> argparse.ArgumentParser:
         '--resources "GPU=1"`), one at a time per GPU, reading and post-processing on '
         "CPU threads of that worker while the model runs (default: off)",
     )
+    b.add_argument(
+        "--cell-expansion-um",
+        type=_positive(float),
+        metavar="UM",
+        help="grow each nucleus into a cell by up to UM µm, never into a neighbour; tables "
+        "gain {channel}_{nucleus,cytoplasm,cell}_mean (default: nuclei only)",
+    )
+    b.add_argument(
+        "--classify",
+        metavar="FILE",
+        help="classify each slide's cells: a phenotype rules JSON file (saved by the widget, "
+        "or PhenotypeRules.save) or a learned classifier's file; adds a class column, "
+        "QuPath classes and per-class counts / H-score to summary.csv (default: none)",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
     return parser
 
@@ -205,6 +219,10 @@ def _batch(args: argparse.Namespace) -> int:
 
     try:
         params = BatchParams(args.tasks, args.segmenter, args.nuclei_mpp, args.tile_size_um)
+        if args.classify is not None:  # a bad rules file stops here, before any work
+            from napari_slidescope.pipeline.classify import load_classification
+
+            load_classification(args.classify)
         if params.nuclei:
             from napari_slidescope.segmenters import missing_reason
 
@@ -241,6 +259,8 @@ def _batch(args: argparse.Namespace) -> int:
                 segmenter=args.segmenter,
                 nuclei_mpp=args.nuclei_mpp,
                 tile_size_um=args.tile_size_um,
+                cell_expansion_um=args.cell_expansion_um,
+                classify=args.classify,
                 client=client,
                 workers=args.workers,
                 resume=args.resume,

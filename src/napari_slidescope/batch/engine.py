@@ -11,6 +11,7 @@ arrive (a part per tile), so an interrupted run loses only the tiles in flight a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -111,6 +112,8 @@ def analyze_slides(
     segmenter: str = "auto",
     nuclei_mpp: float | None = None,
     tile_size_um: float = 512.0,
+    cell_expansion_um: float | None = None,
+    classify: str | os.PathLike[str] | None = None,
     client: Any = None,
     workers: int | None = None,
     resume: bool = False,
@@ -138,6 +141,16 @@ def analyze_slides(
         finer than the slide (as :func:`~napari_slidescope.segment_nuclei`).
     tile_size_um : float
         Size of the part of each tile it owns, µm (tiles add the segmenter's overlap).
+    cell_expansion_um : float, optional
+        Grow nuclei into cells (see :func:`~napari_slidescope.segment_nuclei`); the
+        tables gain the per-compartment means.
+    classify : str or PathLike, optional
+        A phenotype rules JSON file (``"kind": "slidescope-phenotype-rules"``) or a
+        learned classifier's file: once a slide's tiles are all in, its cells are
+        classified (thresholds see the whole slide), ``nuclei.parquet`` gains ``class``
+        and the positivity columns, the GeoJSON features their class and colour, and
+        ``summary.csv`` the counts per class and the IHC figures. The rules' content is
+        hashed into the parameters.
     client : distributed.Client, optional
         Run on this client's cluster; default a local cluster of ``workers`` processes,
         closed at the end.
@@ -184,7 +197,19 @@ def analyze_slides(
     >>> rows = analyze_slides("cohort/", "results/", workers=8)  # doctest: +SKIP
     >>> [r["nuclei"] for r in rows if r["status"] == "done"]  # doctest: +SKIP
     """
-    params = BatchParams(tuple(tasks), segmenter, nuclei_mpp, float(tile_size_um))
+    descriptor = None
+    if classify is not None:
+        from napari_slidescope.pipeline.classify import load_classification
+
+        descriptor = json.dumps(load_classification(classify)[1], sort_keys=True)
+    params = BatchParams(
+        tuple(tasks),
+        segmenter,
+        nuclei_mpp,
+        float(tile_size_um),
+        None if cell_expansion_um is None else float(cell_expansion_um),
+        descriptor,
+    )
     if params.nuclei:
         from napari_slidescope.segmenters import missing_reason
 
@@ -581,9 +606,19 @@ class _Batch:
             from napari_slidescope import __version__
             from napari_slidescope.analysis.measure import COLUMNS
 
+            classes = None
+            if self.params.classify is not None:
+                area = s.info.tissue_area_um2
+                classes = outputs.classify_parts(
+                    s.folder,
+                    s.tiles,
+                    json.loads(self.params.classify),
+                    None if area is None else area / 1e6,
+                )
             summary = outputs.write_nuclei(
                 s.folder,
                 s.tiles,
+                classes=classes,
                 file_metadata={
                     "slide": s.name,
                     "path": str(s.path.resolve()),
@@ -601,6 +636,8 @@ class _Batch:
             )
         s.status = "done"
         s.row = self._row(s, summary)
+        if self.params.nuclei and classes is not None:
+            s.row.update(classes.row())
         s.manifest.update(status="done", error=None, summary=s.row)
         self._write_manifest(s, force=True)
         outputs.remove_parts(s.folder)

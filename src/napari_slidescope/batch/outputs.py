@@ -62,6 +62,10 @@ SUMMARY_COLUMNS = (
     "nuclei_per_mm2",
     "mean_nucleus_area_um2",
     "seconds",
+    "classes",
+    "positive_percent",
+    "h_score",
+    "positive_per_mm2",
     "path",
 )
 
@@ -140,6 +144,70 @@ def _read_parts(slide_dir: Path, tiles: Sequence[int]) -> Iterator[tuple[int, An
         yield index, pq.read_table(part_path(slide_dir, index))
 
 
+@dataclass
+class SlideClasses:
+    """A slide's cell classes, made once all its tiles are in (``--classify``).
+
+    Attributes
+    ----------
+    columns : dict of str to (K,) ndarray
+        ``class`` and the positivity / score columns, one row per nucleus in slide order.
+    colors : dict of str to (int, int, int)
+        Class -> colour.
+    summary : dict
+        :func:`~napari_slidescope.pipeline.classify.class_summary` of the slide.
+    """
+
+    columns: dict[str, np.ndarray]
+    colors: dict[str, tuple[int, int, int]]
+    summary: dict[str, Any]
+
+    def row(self) -> dict[str, Any]:
+        """The ``summary.csv`` fields: counts per class (``name: n; ...``) and IHC figures."""
+        counts = "; ".join(
+            f"{k.removesuffix('_count')}: {v}"
+            for k, v in self.summary.items()
+            if k.endswith("_count")
+        )
+        out: dict[str, Any] = {"classes": counts}
+        for k in ("positive_percent", "h_score", "positive_per_mm2"):
+            if k in self.summary:
+                out[k] = self.summary[k]
+        return out
+
+
+def classify_parts(
+    slide_dir: Path, tiles: Sequence[int], descriptor: dict[str, Any], area_mm2: float | None
+) -> SlideClasses:
+    """Classify a slide's nuclei from its parts: thresholds see the whole slide's cells.
+
+    Only the measurement columns are read (never the outlines), tile by tile in plan
+    order, with the ids :func:`write_nuclei` gives them.
+    """
+    import pyarrow.parquet as pq
+
+    from napari_slidescope.analysis.measure import concat_tables
+    from napari_slidescope.pipeline.classify import (
+        class_summary,
+        classification_from,
+        classify_table,
+    )
+
+    tables = []
+    offset = 0
+    for index in tiles:
+        part = pq.read_table(part_path(slide_dir, index))
+        cols = [c for c in part.column_names if c != "geometry"]
+        t = {c: part.column(c).to_numpy() for c in cols}
+        t["id"] = t["id"].astype(np.int64) + offset
+        offset += part.num_rows
+        tables.append(t)
+    table = concat_tables(tables)
+    res = classify_table(table, classification_from(descriptor))
+    extra = {k: np.asarray(v) for k, v in res.table.items() if k not in table}
+    return SlideClasses(extra, dict(res.classes), class_summary(res, area_mm2=area_mm2))
+
+
 def write_nuclei(
     slide_dir: Path,
     tiles: Sequence[int],
@@ -147,6 +215,7 @@ def write_nuclei(
     file_metadata: dict[str, Any],
     units: dict[str, str],
     feature_ns: str,
+    classes: SlideClasses | None = None,
 ) -> SlideSummary:
     """Join a slide's parts into ``nuclei.parquet`` and ``nuclei.geojson.gz``.
 
@@ -167,6 +236,9 @@ def write_nuclei(
         Unit of each measurement column (Parquet field metadata ``unit``).
     feature_ns : str
         Seed of the GeoJSON feature ids (a UUID-5 per nucleus, the same on every run).
+    classes : SlideClasses, optional
+        Adds the ``class`` and positivity columns to the Parquet rows and each class and
+        its colour to the GeoJSON features' classification.
 
     Returns
     -------
@@ -189,6 +261,11 @@ def write_nuclei(
             for index in tiles:
                 part = pq.read_table(part_path(slide_dir, index))
                 table, rings, measures = _nuclei_table(part, index, offset, units)
+                names = None
+                if classes is not None:
+                    n = table.num_rows
+                    table = _with_classes(table, classes, offset, n)
+                    names = classes.columns["class"][offset : offset + n]
                 if writer is None:
                     writer = pq.ParquetWriter(
                         pq_fh, table.schema.with_metadata(file_meta), compression="zstd"
@@ -202,10 +279,11 @@ def write_nuclei(
                 for k in range(n):
                     meas = {c: float(v[k]) for c, v in measures.items()}
                     meas["id"] = float(ids[k])
+                    name = "Nucleus" if names is None else str(names[k])
                     yield polygon_feature(
                         rings[k][:-1, ::-1],
-                        name="Nucleus",
-                        color=_NUCLEUS_COLOR,
+                        name=name,
+                        color=_NUCLEUS_COLOR if classes is None else classes.colors[name],
                         object_type="detection",
                         measurements=meas,
                         feature_id=str(uuid.uuid5(ns, str(int(ids[k])))),
@@ -219,6 +297,8 @@ def write_nuclei(
             write_features(text, features())
         if writer is None:  # a slide without nuclei: an empty table with every column
             empty = _nuclei_table(_empty_part(), 0, 0, units)[0]
+            if classes is not None:
+                empty = _with_classes(empty, classes, 0, 0)
             writer = pq.ParquetWriter(pq_fh, empty.schema.with_metadata(file_meta))
         writer.close()
     return summary
@@ -253,6 +333,21 @@ def _nuclei_table(
         f = pa.field(name, col.type)
         fields.append(f.with_metadata({"unit": unit}) if unit else f)
     return pa.Table.from_arrays(list(cols.values()), schema=pa.schema(fields)), rings, measures
+
+
+def _with_classes(table: Any, classes: SlideClasses, offset: int, n: int) -> Any:
+    """Rows ``offset .. offset + n`` of the class columns added before ``geometry``."""
+    import pyarrow as pa
+
+    at = table.column_names.index("geometry")
+    for name, col in classes.columns.items():
+        values = np.asarray(col)[offset : offset + n]
+        array = pa.array(values.tolist(), pa.string()) if values.dtype.kind == "U" else pa.array(
+            values
+        )
+        table = table.add_column(at, name, array)
+        at += 1
+    return table
 
 
 def _empty_part() -> Any:

@@ -55,12 +55,21 @@ class BatchParams:
         never finer than the slide's pixels (as ``segment_nuclei``).
     tile_size_um : float
         Size of the part of each tile it owns, µm.
+    cell_expansion_um : float or None
+        Grow nuclei into cells by up to this distance (``segment_nuclei``'s), or None.
+    classify : str or None
+        What classifies the cells, as canonical JSON of
+        :func:`~napari_slidescope.pipeline.classify.load_classification`'s descriptor
+        (rules with their content, or a classifier's path and SHA-256), or None: a
+        changed rules file changes the digest, so ``resume`` never mixes rule sets.
     """
 
     tasks: tuple[str, ...] = TASKS
     segmenter: str = "auto"
     nuclei_mpp: float | None = None
     tile_size_um: float = 512.0
+    cell_expansion_um: float | None = None
+    classify: str | None = None
 
     def __post_init__(self) -> None:
         tasks = tuple(t for t in TASKS if t in set(self.tasks))
@@ -74,6 +83,13 @@ class BatchParams:
             raise ValueError(f"tile_size_um: expected a positive number, got {self.tile_size_um!r}")
         if self.nuclei_mpp is not None and not self.nuclei_mpp > 0:
             raise ValueError(f"nuclei_mpp: expected a positive µm/px, got {self.nuclei_mpp!r}")
+        if self.cell_expansion_um is not None and not (
+            isinstance(self.cell_expansion_um, int | float) and self.cell_expansion_um > 0
+        ):
+            raise ValueError(
+                f"cell_expansion_um: expected a positive distance in µm, got "
+                f"{self.cell_expansion_um!r}"
+            )
 
     @property
     def nuclei(self) -> bool:
@@ -86,6 +102,11 @@ class BatchParams:
 
         d = asdict(self)
         d["tasks"] = list(self.tasks)
+        for key in ("cell_expansion_um", "classify"):  # unset: the digest of earlier versions
+            if d[key] is None:
+                del d[key]
+        if self.classify is not None:
+            d["classify"] = json.loads(self.classify)
         d["version"] = __version__
         return d
 

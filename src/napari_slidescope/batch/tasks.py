@@ -208,6 +208,7 @@ def _prepare(path: str, stamp: tuple[int, int], params: BatchParams, grid: Tissu
                 tissue=grid,
                 segmenter=_make_segmenter(params),
                 tile_size_um=params.tile_size_um,
+                cell_expansion_um=params.cell_expansion_um,
             )
             _prepared[key] = run
             while len(_prepared) > MAX_PREPARED:

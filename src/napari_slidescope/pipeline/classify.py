@@ -47,7 +47,10 @@ __all__ = [
     "CellClassifier",
     "PhenotypeRules",
     "class_summary",
+    "classification_from",
     "classify_cells",
+    "classify_table",
+    "load_classification",
     "load_rules",
     "marker_column",
     "markers_of",
@@ -566,3 +569,76 @@ def class_summary(
     if "dab_score" in result.table:
         out.update(ihc_summary(np.asarray(result.table["dab_score"]), area_mm2=area_mm2))
     return out
+
+
+def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
+    """What ``slidescope batch --classify FILE`` applies: rules, or a learned classifier.
+
+    A JSON file whose top-level ``"kind"`` is :data:`RULES_KIND` is phenotype rules;
+    anything else is handed to ``napari_slidescope.classifier.load_classifier(path)``
+    (a learned classifier, when that module is installed).
+
+    Returns
+    -------
+    spec : PhenotypeRules or CellClassifier
+        What :func:`classify_cells` applies (``rules=`` or ``classifier=``).
+    descriptor : dict
+        JSON-ready and content-addressed, for batch parameters: ``{"kind": "rules",
+        "rules": {...}, "sha256": ...}`` or ``{"kind": "classifier", "path": ...,
+        "sha256": ...}`` (the file's bytes, or the classifier's own ``digest()``).
+
+    Raises
+    ------
+    ValueError
+        Unreadable file, invalid rules, or a file that is neither rules nor a classifier
+        this installation can load (the message names the file).
+    """
+    import importlib
+
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the classification file ({e.strerror or e})") from e
+    data: Any = None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = None
+    if isinstance(data, Mapping) and data.get("kind") == RULES_KIND:
+        rules = PhenotypeRules.from_dict(data, where=str(path))
+        return rules, {"kind": "rules", "rules": rules.to_dict(), "sha256": rules.digest()}
+    try:
+        module = importlib.import_module("napari_slidescope.classifier")
+    except ImportError:
+        module = None
+    loader = getattr(module, "load_classifier", None)
+    if loader is None:
+        what = "JSON without" if data is not None else "not JSON, and has no"
+        raise ValueError(
+            f"{path}: not phenotype rules ({what} \"kind\": \"{RULES_KIND}\") and no "
+            "classifier loader is installed (napari_slidescope.classifier.load_classifier)"
+        )
+    classifier = loader(path)
+    if not callable(getattr(classifier, "predict_classes", None)):
+        raise ValueError(f"{path}: the loaded classifier has no predict_classes(result)")
+    digest = getattr(classifier, "digest", None)
+    sha = digest() if callable(digest) else hashlib.sha256(raw).hexdigest()
+    return classifier, {"kind": "classifier", "path": str(path.resolve()), "sha256": str(sha)}
+
+
+def classification_from(descriptor: Mapping[str, Any]) -> Any:
+    """The rules or classifier of a :func:`load_classification` descriptor (on a worker)."""
+    if descriptor.get("kind") == "rules":
+        return PhenotypeRules.from_dict(descriptor["rules"], where="batch parameters")
+    spec, _ = load_classification(descriptor["path"])
+    return spec
+
+
+def classify_table(table: Mapping[str, np.ndarray], spec: Any) -> NucleiResult:
+    """Classify a bare table (no labels, no outlines): what batch does per slide."""
+    n = int(np.asarray(table["id"]).size)
+    res = NucleiResult(None, 1.0, (0, 0), (1.0, 1.0), n, dict(table), (0, 0, 0, 0))
+    if isinstance(spec, PhenotypeRules):
+        return classify_cells(res, rules=spec)
+    return classify_cells(res, classifier=spec)

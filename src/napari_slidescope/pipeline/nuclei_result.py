@@ -132,6 +132,17 @@ class NucleiResult:
                     out[c] = v
         return out
 
+    def to_anndata(self, *, compartment: str = "auto") -> Any:
+        """Cells x markers as ``anndata.AnnData`` (needs the ``scverse`` extra).
+
+        See :func:`~napari_slidescope.pipeline.scverse.to_anndata`: ``X`` the chosen
+        compartment's means, ``var_names`` the channels, ``obs`` the other columns and
+        the class, ``obsm["spatial"]`` the centroids in µm.
+        """
+        from napari_slidescope.pipeline.scverse import to_anndata
+
+        return to_anndata(self, compartment=compartment)
+
     def to_geojson(self, path: str | os.PathLike[str]) -> Path:
         """Write the nuclei (or cells) as a GeoJSON FeatureCollection QuPath imports.
 

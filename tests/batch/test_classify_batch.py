@@ -1,0 +1,106 @@
+"""`slidescope batch --classify rules.json`: the classes of in-process classify_cells, resumable."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from napari_slidescope import PhenotypeRules, analyze_slides, classify_cells, segment_nuclei
+from napari_slidescope.analysis.qupath import read_objects
+from napari_slidescope.sample_cells import make_hdab
+
+TILE_UM = 100.0
+
+
+@pytest.fixture(scope="module")
+def hdab_slide(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ihc")
+    return make_hdab(seed=11, shape=(512, 512)).write(folder / "ki67.ome.tif")
+
+
+def cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "napari_slidescope.batch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _summary(out):
+    with open(out / "summary.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_batch_classes_equal_in_process_and_a_changed_rules_file_is_redone(
+    client, hdab_slide, tmp_path
+):
+    rules = tmp_path / "rules.json"
+    PhenotypeRules.of(dab=True).save(rules)
+    out = tmp_path / "out"
+    rows = analyze_slides(
+        hdab_slide, out, client=client, segmenter="builtin", tile_size_um=TILE_UM, classify=rules
+    )
+    assert rows[0]["status"] == "done", rows[0]["error"]
+    table = pq.read_table(out / hdab_slide.name / "nuclei.parquet").to_pandas()
+    want = classify_cells(
+        segment_nuclei(hdab_slide, segmenter="builtin", tile_size_um=TILE_UM), dab=True
+    )
+    assert np.array_equal(table["id"], want.table["id"])
+    assert table["class"].tolist() == want.table["class"].tolist()
+    assert np.array_equal(table["dab_score"], want.table["dab_score"])
+    row = _summary(out)[0]
+    assert float(row["h_score"]) == pytest.approx(np.mean(want.table["dab_score"]) * 100, rel=1e-4)
+    assert "Negative:" in row["classes"]
+    objects = read_objects(out / hdab_slide.name / "nuclei.geojson.gz")
+    assert {o.class_name for o in objects} <= {"Negative", "1+", "2+", "3+"}
+    assert {o.color for o in objects if o.class_name == "3+"} == {want.classes["3+"]}
+    digest = json.loads((out / hdab_slide.name / "manifest.json").read_text())[
+        "parameters_sha256"
+    ]
+
+    # the same rules again: kept; other thresholds: redone, classes move
+    rows = analyze_slides(
+        hdab_slide, out, client=client, segmenter="builtin", tile_size_um=TILE_UM,
+        classify=rules, resume=True,
+    )
+    manifest = json.loads((out / hdab_slide.name / "manifest.json").read_text())
+    assert manifest["parameters_sha256"] == digest
+    PhenotypeRules.of(dab=(0.1, 0.2, 0.3)).save(rules)
+    rows = analyze_slides(
+        hdab_slide, out, client=client, segmenter="builtin", tile_size_um=TILE_UM,
+        classify=rules, resume=True,
+    )
+    manifest = json.loads((out / hdab_slide.name / "manifest.json").read_text())
+    assert manifest["parameters_sha256"] != digest
+    assert manifest["parameters"]["classify"]["rules"]["dab"]["thresholds"] == [0.1, 0.2, 0.3]
+    moved = pq.read_table(out / hdab_slide.name / "nuclei.parquet").to_pandas()
+    assert (moved["dab_score"].to_numpy() >= table["dab_score"].to_numpy()).all()
+    assert float(_summary(out)[0]["h_score"]) > float(row["h_score"])
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{oops", "not JSON"),
+        (json.dumps({"kind": "slidescope-phenotype-rules"}), "no marker"),
+        (
+            json.dumps({"kind": "slidescope-phenotype-rules", "dab": [0.6, 0.4, 0.2]}),
+            "must increase",
+        ),
+    ],
+)
+def test_bad_rules_files_stop_before_any_work(hdab_slide, tmp_path, content, message):
+    rules = tmp_path / "rules.json"
+    rules.write_text(content)
+    res = cli("batch", hdab_slide, "-o", tmp_path / "out", "--classify", rules)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "rules.json" in lines[0]
+    assert not (tmp_path / "out").exists()

@@ -18,12 +18,13 @@ Lymphocytes sit mostly in the stroma, some inside the nests. A 20x version of an
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import ndimage as ndi
 
-__all__ = ["CLASS_NAMES", "CellsTruth", "downsample_rgb", "make_cells_image"]
+__all__ = ["CLASS_NAMES", "CellsTruth", "downsample_rgb", "make_cells_image", "write_cells_slide"]
 
 CLASS_NAMES: tuple[str, ...] = ("Lymphocyte", "Tumor", "Spindle")
 
@@ -171,3 +172,23 @@ def downsample_rgb(rgb: np.ndarray, factor: int = 2) -> np.ndarray:
     h, w = rgb.shape[0] // factor * factor, rgb.shape[1] // factor * factor
     blocks = rgb[:h, :w].reshape(h // factor, factor, w // factor, factor, 3).astype(np.float32)
     return np.round(blocks.mean(axis=(1, 3))).astype(np.uint8)
+
+
+def write_cells_slide(
+    path: str | os.PathLike[str], size_um: float = 256.0, *, mpp: float = 0.5, seed: int = 0
+) -> CellsTruth:
+    """Write :func:`make_cells_image` as a small Aperio-SVS-like tiled TIFF; return its truth."""
+    import tifffile
+
+    from napari_slidescope._io import atomic_write
+
+    rgb, truth = make_cells_image(size_um, mpp=mpp, seed=seed)
+    h, w = rgb.shape[:2]
+    desc = (
+        f"Aperio Image Library v12.0.15 \r\n{w}x{h} [0,0 {w}x{h}] (128x128) JPEG/RGB Q=90"
+        f"|AppMag = {round(10 / mpp)}|MPP = {mpp:.4f}|Filename = cell types"
+    )
+    with atomic_write(path, "wb") as fh, tifffile.TiffWriter(fh) as tif:
+        tif.write(rgb, tile=(128, 128), photometric="rgb", description=desc, metadata=None)
+        tif.write(rgb[::4, ::4], photometric="rgb", description=desc, metadata=None)
+    return truth

@@ -10,19 +10,10 @@ pytestmark = pytest.mark.gui
 @pytest.fixture(scope="module")
 def cells_slide(tmp_path_factory):
     """A synthetic H&E slide with three nucleus populations (256 µm at 0.5 µm/px)."""
-    import tifffile
+    from napari_slidescope.sample_cell_types import write_cells_slide
 
-    from napari_slidescope.sample_cell_types import make_cells_image
-
-    rgb, truth = make_cells_image(256, mpp=0.5, seed=3)
     path = tmp_path_factory.mktemp("cells") / "cells.svs"
-    desc = (
-        "Aperio Image Library v12.0.15 \r\n512x512 [0,0 512x512] (128x128) JPEG/RGB Q=90"
-        "|AppMag = 20|MPP = 0.5000|Filename = cells"
-    )
-    with tifffile.TiffWriter(path) as tif:
-        tif.write(rgb, tile=(128, 128), photometric="rgb", description=desc, metadata=None)
-        tif.write(rgb[::4, ::4], photometric="rgb", description=desc, metadata=None)
+    truth = write_cells_slide(path, 256, mpp=0.5, seed=3)
     return path, truth
 
 

@@ -147,9 +147,12 @@ def main():
     test_imgs = _images(test_seeds)
     for kind in ("segmented", "true outlines"):
         counts = np.bincount(np.concatenate([i[kind][1] for i in test_imgs]) + 1, minlength=4)
-        print(f"test nuclei, {kind}: " + ", ".join(
-            f"{n} {c}" for n, c in zip(("unmatched", *CLASS_NAMES), counts, strict=True)
-        ))
+        print(
+            f"test nuclei, {kind}: "
+            + ", ".join(
+                f"{n} {c}" for n, c in zip(("unmatched", *CLASS_NAMES), counts, strict=True)
+            )
+        )
     print("\n| nuclei | features | N per class | balanced accuracy, median (min-max) |")
     print("|---|---|---|---|")
     accuracy(train_imgs, test_imgs, repeats=3 if args.quick else 5)

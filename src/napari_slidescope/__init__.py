@@ -40,13 +40,13 @@ __all__ = ["SlidescopeWarning", "__version__", *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.batch import analyze_slides
+    from napari_slidescope.pipeline.cell_classifier import load_classifier, train_classifier
     from napari_slidescope.pipeline.classify import (
         CellClassifier,
         PhenotypeRules,
         classify_cells,
         load_rules,
     )
-    from napari_slidescope.pipeline.cell_classifier import load_classifier, train_classifier
     from napari_slidescope.pipeline.nuclei import NucleiResult, segment_nuclei
     from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
     from napari_slidescope.slide import ArraySlide, Slide, SlideError, open_slide

@@ -38,9 +38,7 @@ def test_smoothed_features_equal_brute_force_mean(radius):
     for col in ("area_um2", "hematoxylin_od_mean", "circularity"):
         v = x[:, names.index(col)].astype(np.float64)
         ok = np.isfinite(v)
-        brute = np.array(
-            [v[row & ok].mean() if (row & ok).any() else np.nan for row in near]
-        )
+        brute = np.array([v[row & ok].mean() if (row & ok).any() else np.nan for row in near])
         got = x[:, names.index(smoothed_name(col, radius))]
         np.testing.assert_allclose(got, brute, rtol=1e-5, equal_nan=True)
     density = x[:, names.index(density_name(radius))]

@@ -43,9 +43,7 @@ def _manifest(out, slide):
     return json.loads((out / slide.name / "manifest.json").read_text())
 
 
-def test_batch_classes_equal_in_process_and_a_changed_classifier_is_redone(
-    client, cells, tmp_path
-):
+def test_batch_classes_equal_in_process_and_a_changed_classifier_is_redone(client, cells, tmp_path):
     slide, truth, res = cells
     path = tmp_path / "cells.npz"
     clf = _train(res, truth, 3, path)
@@ -80,9 +78,20 @@ def test_corrupt_classifier_file_stops_before_any_work(cells, tmp_path):
     bad = tmp_path / "cells.npz"
     bad.write_bytes(b"PK\x03\x04 not really a zip")
     res = subprocess.run(
-        [sys.executable, "-m", "napari_slidescope.batch", "batch", str(slide), "-o",
-         str(tmp_path / "out"), "--classify", str(bad)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "napari_slidescope.batch",
+            "batch",
+            str(slide),
+            "-o",
+            str(tmp_path / "out"),
+            "--classify",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()

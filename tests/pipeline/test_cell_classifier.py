@@ -186,9 +186,7 @@ def test_bad_training_input_is_refused():
     with pytest.raises(ValueError, match="not one of classes"):
         train_classifier(table, {int(ids[0]): "T", int(ids[1]): "L"}, classes=["T", "X"])
     with pytest.raises(ValueError, match="colors"):
-        train_classifier(
-            table, {int(ids[0]): "T", int(ids[1]): "L"}, colors={"T": (300, 0, 0)}
-        )
+        train_classifier(table, {int(ids[0]): "T", int(ids[1]): "L"}, colors={"T": (300, 0, 0)})
     with pytest.raises(ValueError, match="no texture_x column"):
         train_classifier(
             table, {int(ids[0]): "T", int(ids[1]): "L"}, features=["area_um2", "texture_x"]

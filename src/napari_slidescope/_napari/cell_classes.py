@@ -309,9 +309,9 @@ class CellClassesWidget(QWidget):
             [np.asarray(table["centroid_row"])[rows], np.asarray(table["centroid_col"])[rows]]
         ).reshape(-1, 2)
         world = np.asarray(layer.translate, float)[-2:] + s * (level0 - o - d / 2 + 0.5)
-        colors = np.array(
-            [[*(v / 255 for v in self.classes[c]), 1.0] for _, c in marked]
-        ).reshape(-1, 4)
+        colors = np.array([[*(v / 255 for v in self.classes[c]), 1.0] for _, c in marked]).reshape(
+            -1, 4
+        )
         size = float(6 * s.mean())
         name = f"{layer.name} examples"
         if self._points is None or self._points not in self._viewer.layers:

@@ -239,9 +239,7 @@ def cell_features(
     names = tuple(default_features(table, radius_um=radius_um) if features is None else features)
     k = len(table["id"]) if "id" in table else len(next(iter(table.values()), []))
     parsed = [_parse(n) for n in names]
-    missing = sorted(
-        {b for kind, b, _ in parsed if kind != "density" and not _has(table, b)}
-    )
+    missing = sorted({b for kind, b, _ in parsed if kind != "density" and not _has(table, b)})
     if missing:
         raise ValueError(
             f"features: the nuclei table has no {', '.join(missing)} column(s) "

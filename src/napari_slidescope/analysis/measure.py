@@ -189,8 +189,10 @@ def measure_nuclei(
     return table | means
 
 
-def _spread(lab: np.ndarray, values: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Standard deviation and skewness of `values` per label (index = id; 0 for flat ones).
+def _spread(
+    lab: np.ndarray, values: np.ndarray, count: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the standard deviation and skewness of `values` per label (index = id).
 
     The chromatin texture of a nucleus in the hematoxylin channel: a lymphocyte is dark and
     even (small spread), a vesicular tumour nucleus pale with dark rim and nucleoli (large

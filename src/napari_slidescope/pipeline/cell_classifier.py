@@ -22,8 +22,8 @@ import io
 import json
 import os
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,7 +234,7 @@ def _digest(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
 
 
 def _to_arrays(forest: Any) -> dict[str, np.ndarray]:
-    """The forest's trees as flat arrays (nodes of all trees end to end)."""
+    """Return the forest's trees as flat arrays (nodes of all trees end to end)."""
     states = [est.tree_.__getstate__() for est in forest.estimators_]
     nodes = [s["nodes"] for s in states]
     out: dict[str, np.ndarray] = {
@@ -248,7 +248,7 @@ def _to_arrays(forest: Any) -> dict[str, np.ndarray]:
 
 
 def _rebuild(arrays: Mapping[str, np.ndarray], n_features: int, n_classes: int) -> list[Any]:
-    """scikit-learn ``Tree`` objects from the flat arrays of :func:`_to_arrays`."""
+    """Rebuild scikit-learn ``Tree`` objects from the flat arrays of :func:`_to_arrays`."""
     _sklearn("Applying a cell classifier")
     from sklearn.tree._tree import NODE_DTYPE, Tree
 
@@ -347,7 +347,9 @@ def train_classifier(
         shown = ", ".join(map(str, sorted(unknown)[:5])) + (" ..." if len(unknown) > 5 else "")
         raise ValueError(f"labels: {len(unknown)} nucleus id(s) not in the table: {shown}")
     colours = _colours(names, colors)
-    feats = tuple(features) if features is not None else default_features(table, radius_um=radius_um)
+    feats = (
+        tuple(features) if features is not None else default_features(table, radius_um=radius_um)
+    )
     sk = _sklearn("train_classifier")
     rows = np.fromiter((row_of[i] for i in given), np.intp, len(given))
     _, x = cell_features(table, feats, rows=rows)

@@ -201,34 +201,38 @@ class CellClassesWidget(QWidget):
             raise ValueError(f"cannot rename {old!r} to {new!r}")
         self.classes = {(new if k == old else k): v for k, v in self.classes.items()}
         self.examples = {i: (new if c == old else c) for i, c in self.examples.items()}
-        for k in range(self.class_list.count()):
-            if self.class_list.item(k).text() == old:
-                self.class_list.item(k).setText(new)
+        for item in self._items():
+            if item.text() == old:
+                item.setText(new)
         self._changed()
 
     def set_color(self, name: str, rgb: tuple[int, int, int]) -> None:
         """Change a class's colour."""
         self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
-        for k in range(self.class_list.count()):
-            if self.class_list.item(k).text() == name:
-                self.class_list.item(k).setIcon(_icon(self.classes[name]))
+        for item in self._items():
+            if item.text() == name:
+                item.setIcon(_icon(self.classes[name]))
         self._changed()
 
     def remove_class(self, name: str) -> None:
         """Remove a class and its examples."""
         self.classes.pop(name)
         self.examples = {i: c for i, c in self.examples.items() if c != name}
-        for k in range(self.class_list.count()):
-            if self.class_list.item(k).text() == name:
+        for k, item in enumerate(self._items()):
+            if item.text() == name:
                 self.class_list.takeItem(k)
                 break
         self._changed()
 
     def select_class(self, name: str) -> None:
         """Make `name` the class that clicks mark."""
-        for k in range(self.class_list.count()):
-            if self.class_list.item(k).text() == name:
+        for k, item in enumerate(self._items()):
+            if item.text() == name:
                 self.class_list.setCurrentRow(k)
+
+    def _items(self) -> list[QListWidgetItem]:
+        items = (self.class_list.item(k) for k in range(self.class_list.count()))
+        return [item for item in items if item is not None]
 
     @property
     def current_class(self) -> str | None:

@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import zipfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -209,11 +210,9 @@ class ObjectClassifier:
         path = Path(path)
         meta = self._meta() | {"sha256": self.sha256}
         buf = io.BytesIO()
-        np.savez_compressed(
-            buf,
-            meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8),
-            **self._arrays,
-        )
+        arrays = {"meta": np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8)}
+        savez: Any = np.savez_compressed  # (its stubs type **kwds as its own keywords)
+        savez(buf, **arrays, **self._arrays)
         with atomic_write(path, "wb") as fh:
             fh.write(buf.getbuffer())
         return path
@@ -323,8 +322,8 @@ def train_classifier(
     >>> clf = train_classifier(res, {12: "Tumor", 40: "Lymphocyte"})  # doctest: +SKIP
     >>> clf.save("tils.npz")  # doctest: +SKIP
     """
-    from napari_slidescope import __version__
-
+    # the parent package is imported whenever this module is (no import: layers)
+    version = str(sys.modules["napari_slidescope"].__version__)
     table = getattr(result, "table", result)
     ids = np.asarray(table["id"])
     given = {int(k): str(v) for k, v in dict(labels).items()}
@@ -365,7 +364,7 @@ def train_classifier(
         class_names=names,
         colors=colours,
         examples=counts,
-        software_version=__version__,
+        software_version=version,
         _arrays=_to_arrays(forest),
         _trees=[est.tree_ for est in forest.estimators_],
     )

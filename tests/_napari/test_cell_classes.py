@@ -94,6 +94,20 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     assert counts == expect and sum(counts.values()) == len(table["id"])
     right = (res.table["class"] == np.asarray(CLASS_NAMES)[cls.clip(0)])[cls >= 0]
     assert right.mean() > 0.7  # 5 examples per class; the benchmark measures accuracy
+    # a selected shape: the nuclei inside it, counts and densities in the legend
+    corners = [(0, 0), (0, 512), (256, 512), (256, 0)]
+    ring = np.array([image.data_to_world(p) for p in corners])
+    shapes = viewer.add_shapes([ring], shape_type="polygon", name="region")
+    shapes.selected_data = {0}
+    viewer.layers.selection.active = shapes
+    in_shape = dock.classify_in_shape()
+    top = np.asarray(res.table["centroid_row"]) < 256
+    want = {c: int((res.table["class"][top] == c).sum()) for c in dock.classifier.class_names}
+    assert in_shape == want
+    assert "in the shape" in dock.legend.text() and "/mm²" in dock.legend.text()
+    viewer.reset_view()
+    qtbot.wait(200)
+    viewer.screenshot(str(tmp_path / "cell_classes_shape.png"), canvas_only=False)
     # saving: the file loads to the same classifier
     saved = dock.save_classifier(tmp_path / "cells.npz")
     assert load_classifier(saved).sha256 == dock.classifier.sha256

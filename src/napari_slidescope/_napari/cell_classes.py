@@ -56,6 +56,15 @@ def _icon(rgb: tuple[int, int, int]) -> QIcon:
     return QIcon(pix)
 
 
+class _SlideFrame:
+    """The slide image's world transform, recovered from a nuclei layer over it."""
+
+    def __init__(self, layer: Any, canvas: Any) -> None:
+        o, d = np.asarray(canvas.origin, float), np.asarray(canvas.downsample, float)
+        self.scale = np.asarray(layer.scale, float)[-2:] / d
+        self.translate = np.asarray(layer.translate, float)[-2:] - self.scale * (o + d / 2 - 0.5)
+
+
 class CellClassesWidget(QWidget):
     """Classes, examples, live training and preview of a cell classifier.
 
@@ -96,6 +105,8 @@ class CellClassesWidget(QWidget):
         self.legend = QLabel("")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.classify_button = QPushButton("Classify all")
+        self.shape_button = QPushButton("In shape")
+        self.shape_button.setToolTip("Classify the nuclei inside the selected shape")
         self.save_button = QPushButton("Save classifier…")
         self.load_button = QPushButton("Load classifier…")
 
@@ -115,7 +126,7 @@ class CellClassesWidget(QWidget):
         lay.addWidget(self.status)
         lay.addWidget(self.legend)
         row = QHBoxLayout()
-        for b in (self.classify_button, self.save_button, self.load_button):
+        for b in (self.classify_button, self.shape_button, self.save_button, self.load_button):
             row.addWidget(b)
         lay.addLayout(row)
         lay.addStretch(1)
@@ -125,6 +136,7 @@ class CellClassesWidget(QWidget):
         self.color_button.clicked.connect(self._on_color)
         self.remove_button.clicked.connect(self._on_remove)
         self.classify_button.clicked.connect(self.classify_all)
+        self.shape_button.clicked.connect(self._on_shape)
         self.save_button.clicked.connect(self._on_save)
         self.load_button.clicked.connect(self._on_load)
         self.layer_box.currentIndexChanged.connect(self._on_layer_choice)
@@ -368,29 +380,72 @@ class CellClassesWidget(QWidget):
         return self.classifier
 
     def _visible_rows(self, table: dict[str, np.ndarray]) -> np.ndarray:
+        rows, _ = self._in_view(table)
+        return rows
+
+    def _in_view(self, table: dict[str, np.ndarray]) -> tuple[np.ndarray, float | None]:
+        """Rows of the nuclei in view and the view's area in mm²."""
         from napari_slidescope._napari.viewport import visible_region
 
         try:
             y0, x0, y1, x1 = visible_region(self._viewer, self._layer)
         except ValueError:
-            return np.zeros(0, np.intp)
+            return np.zeros(0, np.intp), None
         r, c = np.asarray(table["centroid_row"]), np.asarray(table["centroid_col"])
-        return np.flatnonzero((r >= y0) & (r < y1) & (c >= x0) & (c < x1))
+        rows = np.flatnonzero((r >= y0) & (r < y1) & (c >= x0) & (c < x1))
+        return rows, self._area_mm2((y1 - y0) * (x1 - x0))
+
+    def _area_mm2(self, level0_px: float) -> float | None:
+        canvas = canvas_of(self._layer)
+        if canvas is None:
+            return None
+        return float(level0_px * canvas.mpp[0] * canvas.mpp[1] / 1e6)
 
     def preview(self) -> dict[str, int]:
         """Colour the nuclei in view by their predicted class; return the counts."""
         table = self._table()
-        rows = self._visible_rows(table)
-        return self._show(table, rows)
+        rows, area = self._in_view(table)
+        return self._show(table, rows, "in view", area)
 
     def classify_all(self) -> dict[str, int]:
         """Colour every nucleus of the layer by its predicted class; return the counts."""
         if self.classifier is None:
             self.train()
         table = self._table()
-        return self._show(table, np.arange(len(table["id"])))
+        return self._show(table, np.arange(len(table["id"])), "in the layer", None)
 
-    def _show(self, table: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, int]:
+    def classify_in_shape(self) -> dict[str, int]:
+        """Colour the nuclei inside the selected shape by class; return the counts.
+
+        Raises
+        ------
+        ValueError
+            If no shape is selected (or nothing is trained).
+        """
+        from napari_slidescope._napari.shapes import selected_polygon
+        from napari_slidescope.pipeline.regions import inside_polygon
+
+        if self.classifier is None:
+            self.train()
+        canvas = canvas_of(self._layer)
+        table = self._table()
+        assert canvas is not None  # _table() checked it
+        ring = selected_polygon(self._viewer, _SlideFrame(self._layer, canvas))
+        inside = inside_polygon(table["centroid_row"], table["centroid_col"], ring)
+        y, x = ring[:, 0], ring[:, 1]
+        area_px = 0.5 * abs(float(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))))
+        return self._show(table, np.flatnonzero(inside), "in the shape", self._area_mm2(area_px))
+
+    def _on_shape(self) -> None:
+        self._report(self.classify_in_shape)
+
+    def _show(
+        self,
+        table: dict[str, np.ndarray],
+        rows: np.ndarray,
+        where: str = "in view",
+        area_mm2: float | None = None,
+    ) -> dict[str, int]:
         from napari.utils.colormaps import DirectLabelColormap
 
         clf = self.classifier
@@ -404,19 +459,24 @@ class CellClassesWidget(QWidget):
         self._layer.colormap = DirectLabelColormap(color_dict=mapping)
         counts = {c: int(np.count_nonzero(np.asarray(names) == c)) for c in clf.class_names}
         self.last_counts = counts
-        self._show_legend(counts, colors, len(rows) < len(table["id"]))
+        self._show_legend(counts, colors, where, area_mm2)
         return counts
 
     def _show_legend(
-        self, counts: dict[str, int], colors: dict[str, tuple[int, int, int]], partial: bool
+        self,
+        counts: dict[str, int],
+        colors: dict[str, tuple[int, int, int]],
+        where: str,
+        area_mm2: float | None,
     ) -> None:
         total = sum(counts.values()) or 1
-        where = "in view" if partial else "in the layer"
-        lines = [
-            f'<span style="color: rgb{tuple(colors[c])}">&#9632;</span> {c}: '
-            f"{n:,} ({100 * n / total:.0f} %)"
-            for c, n in counts.items()
-        ]
+        lines = []
+        for c, n in counts.items():
+            density = f" · {n / area_mm2:,.0f} /mm²" if area_mm2 else ""
+            lines.append(
+                f'<span style="color: rgb{tuple(colors[c])}">&#9632;</span> {c}: '
+                f"{n:,} ({100 * n / total:.0f} %){density}"
+            )
         self.legend.setText(f"<b>Nuclei {where}</b><br>" + "<br>".join(lines))
 
     def show_plain_colors(self) -> None:

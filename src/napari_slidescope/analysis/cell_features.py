@@ -169,19 +169,28 @@ def neighbourhood_mean(
     counts = np.zeros(k, np.int64)
     if k == 0:
         return sums, counts
-    ok = np.isfinite(values)
-    clean = np.where(ok, values, 0.0)
     tree = cKDTree(points_um)
     if rows is None:  # every point: each pair once (i < j), counted both ways, plus itself
         pairs = tree.query_pairs(radius_um, output_type="ndarray")
-        a = np.concatenate([pairs[:, 0], pairs[:, 1]]).astype(np.intp)
-        b = np.concatenate([pairs[:, 1], pairs[:, 0]]).astype(np.intp)
-        del pairs
-        counts[:] = np.bincount(a, minlength=k) + 1
-        for c in range(f):
-            sums[:, c] = np.bincount(a, clean[b, c], minlength=k) + clean[:, c]
-            finite[:, c] = np.bincount(a, ok[b, c], minlength=k) + ok[:, c]
+        first, second = pairs[:, 0], pairs[:, 1]
+        counts[:] = np.bincount(first, minlength=k) + np.bincount(second, minlength=k) + 1
+        for c in range(f):  # one column at a time: temporaries of one column only
+            ok = np.isfinite(values[:, c])
+            v = np.where(ok, values[:, c], 0.0)
+            sums[:, c] = (
+                np.bincount(first, v[second], minlength=k)
+                + np.bincount(second, v[first], minlength=k)
+                + v
+            )
+            finite[:, c] = (
+                np.bincount(first, ok[second], minlength=k)
+                + np.bincount(second, ok[first], minlength=k)
+                + ok
+            )
+        del pairs, first, second
     else:
+        ok_all = np.isfinite(values)
+        clean = np.where(ok_all, values, 0.0)
         for start in range(0, k, _CHUNK):
             stop = min(start + _CHUNK, k)
             sub = cKDTree(query[start:stop])
@@ -193,10 +202,11 @@ def neighbourhood_mean(
             counts[start:stop] = np.bincount(i, minlength=n)
             for c in range(f):
                 sums[start:stop, c] = np.bincount(i, clean[j, c], minlength=n)
-                finite[start:stop, c] = np.bincount(i, ok[j, c], minlength=n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        means = np.where(finite > 0, sums / np.maximum(finite, 1), np.nan)
-    return means, counts
+                finite[start:stop, c] = np.bincount(i, ok_all[j, c], minlength=n)
+    empty = finite == 0
+    np.divide(sums, np.maximum(finite, 1, out=finite), out=sums)  # in place: no more copies
+    sums[empty] = np.nan
+    return sums, counts
 
 
 def cell_features(

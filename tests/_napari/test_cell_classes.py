@@ -26,9 +26,10 @@ class _Click:
         self.dims_displayed = [0, 1]
 
 
-def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_path):
+def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_path, monkeypatch):
     from napari.utils.colormaps import DirectLabelColormap
 
+    from napari_slidescope._napari import cell_classes
     from napari_slidescope.pipeline.cell_classifier import load_classifier
     from napari_slidescope.pipeline.classify import classify_cells
     from napari_slidescope.sample_cell_types import CLASS_NAMES
@@ -75,6 +76,10 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     lym = tuple(v / 255 for v in dock.classes["Lymphocyte"])
     np.testing.assert_allclose(layer.colormap.color_dict[some][:3], lym)
     assert "Lymphocyte" in dock.legend.text() and "Tumor" in dock.legend.text()
+    # too many nuclei in view: the preview waits for a closer view
+    monkeypatch.setattr(cell_classes, "PREVIEW_MAX", 3)
+    assert dock.preview() == {} and "zoom in" in dock.legend.text()
+    monkeypatch.undo()
     # unmark with a second click, re-mark
     first = next(iter(dock.examples))
     name = dock.examples[first]

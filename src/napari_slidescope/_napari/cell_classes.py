@@ -42,6 +42,8 @@ __all__ = ["CellClassesWidget"]
 #: Colour of nuclei without a predicted class while classes are shown (RGBA 0-1).
 _UNCLASSIFIED = (0.6, 0.6, 0.6, 0.35)
 _DEFAULT_CLASSES = ("Tumor", "Lymphocyte", "Stroma")
+#: Most nuclei in view the live preview classifies (about 0.1 s of features and trees).
+PREVIEW_MAX = 50_000
 
 
 def _palette(k: int) -> tuple[int, int, int]:
@@ -402,9 +404,18 @@ class CellClassesWidget(QWidget):
         return float(level0_px * canvas.mpp[0] * canvas.mpp[1] / 1e6)
 
     def preview(self) -> dict[str, int]:
-        """Colour the nuclei in view by their predicted class; return the counts."""
+        """Colour the nuclei in view by their predicted class; return the counts.
+
+        Beyond :data:`PREVIEW_MAX` nuclei in view the preview waits for a closer view (the
+        legend says so): it runs on the GUI thread after every click.
+        """
         table = self._table()
         rows, area = self._in_view(table)
+        if rows.size > PREVIEW_MAX:
+            self.legend.setText(
+                f"{rows.size:,} nuclei in view: zoom in for the live preview, or Classify all"
+            )
+            return {}
         return self._show(table, rows, "in view", area)
 
     def classify_all(self) -> dict[str, int]:

@@ -5,6 +5,7 @@ so that ``from napari_slidescope.viewer import add_slide, add_nuclei`` keeps wor
 Importing it does not import napari.
 """
 
+from napari_slidescope._napari.classes import add_cells, classify
 from napari_slidescope._napari.console import (
     add_nuclei,
     add_slide,
@@ -14,4 +15,13 @@ from napari_slidescope._napari.console import (
     visible_region,
 )
 
-__all__ = ["add_nuclei", "add_slide", "add_tissue", "cancel", "summary", "visible_region"]
+__all__ = [
+    "add_cells",
+    "add_nuclei",
+    "add_slide",
+    "add_tissue",
+    "cancel",
+    "classify",
+    "summary",
+    "visible_region",
+]

@@ -280,6 +280,15 @@ def detections_layer(
         "metadata": {"slidescope_pyramid": pyramid},
         **align,
     }
+    colors = {o.class_name: o.color for o in objects if o.class_name and o.color is not None}
+    if colors:  # classified detections (QuPath, or a classified export): class colours
+        from napari_slidescope._napari.classes import class_colormap
+
+        meta["colormap"] = class_colormap(feats["index"], feats["class"], colors)
+        meta["metadata"]["slidescope_classes"] = colors
+    if len(pyramid.levels) == 1:  # napari refuses a one-level multiscale list
+        meta["multiscale"] = False
+        return (pyramid.levels[0], meta, "labels")
     return (pyramid.levels, meta, "labels")
 
 

@@ -38,6 +38,7 @@ from napari_slidescope.analysis.checks import check_nuclei_params, check_rgb
 from napari_slidescope.analysis.stains import (
     StainMatrix,
     estimate_stains,
+    for_stain,
     rgb_to_od,
     stain_kind,
 )
@@ -201,21 +202,17 @@ class BuiltinSegmenter(BuiltinMethod[NucleiParams]):
         check_rgb(ref, "reference_rgb", ndim=3)
         if not self._fixed_stains:
             self.stains = estimate_stains(ref)
+            # IHC: DAB lies on hematoxylin in positive nuclei, so Macenko's second vector
+            # is a mix of the two and unmixing with it takes hematoxylin away from them;
+            # the reference DAB vector gives their hematoxylin back (see `for_stain`)
+            if stain_kind(self.stains) == "H-DAB":
+                self.stains = for_stain(self.stains, "H-DAB")
         assert self.stains is not None  # set just above, or fixed at construction
-        # IHC (hematoxylin-DAB): strongly DAB-positive nuclei show little hematoxylin;
-        # nuclei are found on the sum of both stains (QuPath's "optical density sum")
-        self._stain_sum = stain_kind(self.stains) == "H-DAB"
         if self.params.threshold is None:
-            h = self._nuclear_od(self.stains.separate(ref))
+            h = self.stains.separate(ref)[..., 0]
             if mpp is not None and self.params.sigma_um / _check_mpp(mpp) > 0.5:
                 h = ndi.gaussian_filter(h, self.params.sigma_um / mpp, truncate=3.0)
             self.threshold = _otsu_tissue(h, self.params.glass_od)
-
-    def _nuclear_od(self, unmixed: np.ndarray) -> np.ndarray:
-        """The image nuclei are found on: hematoxylin, or hematoxylin + DAB on IHC."""
-        if getattr(self, "_stain_sum", False):
-            return unmixed[..., 0] + np.maximum(unmixed[..., 1], 0)
-        return unmixed[..., 0]
 
     def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
         """Model stage: pixel maps of a batch of tiles.
@@ -256,7 +253,7 @@ class BuiltinSegmenter(BuiltinMethod[NucleiParams]):
         sigma = p.sigma_um / mpp
         for b, tile in enumerate(tiles):
             he = rgb_to_od(tile) @ inv
-            h = np.ascontiguousarray(self._nuclear_od(he))
+            h = np.ascontiguousarray(he[..., 0])
             out[b, ..., _H] = ndi.gaussian_filter(h, sigma, truncate=3.0)
             out[b, ..., _E] = ndi.gaussian_filter(he[..., 1], sigma, truncate=3.0)
             out[b, ..., _BLOB] = _blob_response(h, p.seed_radii_um, mpp)

@@ -68,12 +68,11 @@ def auto_threshold(values: np.ndarray, *, bins: int = 256) -> float:
 
     Per-cell means of a marker form a large negative population (autofluorescence and
     spill-over) and a positive one whose intensities spread over an order of magnitude
-    or more. On a log scale both modes become compact and comparable in width, which is
-    the case Otsu's between-class variance criterion handles well; on the linear scale
-    the long positive tail pulls Otsu's threshold into the positives. (A triangle
-    threshold was the alternative; it depends on the bin width and on where the
-    histogram's tail ends, and it put the threshold inside the negative mode when the
-    positive population is large, e.g. PanCK on a carcinoma.)
+    or more; on a log scale both are compact, the case Otsu's between-class variance
+    criterion handles. Measured (``benchmarks/threshold_rules.py``: two synthetic multiplex
+    images, four markers positive in 12-40 % of cells), positivity F1 was 0.96-1.00 with
+    this rule, 0.84-0.92 with Otsu on the linear means, 0.86-1.00 with the triangle method
+    on the linear means and 0.33-0.97 with the triangle method on log1p.
 
     Parameters
     ----------

@@ -1,0 +1,215 @@
+"""Cell classes in napari: class colours on a nuclei layer, a legend dock, a cells layer.
+
+:func:`classify` runs :func:`~napari_slidescope.pipeline.classify.classify_cells` on what a
+slide's nuclei layer holds and shows the result: each nucleus in its class colour (a
+direct label colormap, so whole-slide pyramid layers are coloured without touching their
+pixels), ``class`` and the positivity columns in the layer's features (hover shows them),
+and a "Cell classes" dock listing each class with its colour and count (and, for IHC,
+positive % and H-score). :func:`add_cells` draws a result's cell outlines as their own
+Labels layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["add_cells", "class_colormap", "classify", "legend_text", "show_classes"]
+
+#: Name of the legend dock widget.
+LEGEND_NAME = "Cell classes"
+
+
+def class_colormap(
+    ids: np.ndarray, classes: np.ndarray, colors: dict[str, tuple[int, int, int]]
+) -> Any:
+    """A napari ``DirectLabelColormap``: each id in its class's colour, background clear."""
+    from napari.utils.colormaps import DirectLabelColormap
+
+    mapping: dict[Any, Any] = {None: np.array([0.5, 0.5, 0.5, 1.0]), 0: np.zeros(4)}
+    rgba = {k: np.array([*(np.asarray(v[:3], float) / 255), 1.0]) for k, v in colors.items()}
+    grey = np.array([0.6, 0.6, 0.6, 1.0])
+    for i, c in zip(np.asarray(ids).tolist(), np.asarray(classes).tolist(), strict=True):
+        mapping[int(i)] = rgba.get(str(c), grey)
+    return DirectLabelColormap(color_dict=mapping)
+
+
+def legend_text(result: Any, area_mm2: float | None = None) -> str:
+    """One line per class: ``name  count`` (and per mm²), then the IHC figures if scored."""
+    from napari_slidescope.pipeline.classify import class_summary
+
+    s = class_summary(result, area_mm2=area_mm2)
+    lines = []
+    for name in result.classes:
+        line = f"{name}: {s[f'{name}_count']}"
+        if area_mm2:
+            line += f" ({s[f'{name}_per_mm2']:.0f} /mm²)"
+        lines.append(line)
+    if "h_score" in s:
+        lines.append(f"Positive {s['positive_percent']:.1f} % · H-score {s['h_score']:.0f}")
+    return "\n".join(lines)
+
+
+def show_classes(layer: Any, result: Any) -> None:
+    """Colour `layer`'s labels by the classes of `result` and add them to its features."""
+    table = result.table
+    layer.colormap = class_colormap(table["id"], table["class"], result.classes)
+    feats = layer.features
+    if len(feats) == len(table["id"]) and "index" in feats:
+        order = {int(i): k for k, i in enumerate(table["id"])}
+        rows = [order.get(int(i), -1) for i in np.asarray(feats["index"])]
+        new = {c: v for c, v in feats.items()}
+        for col, values in table.items():
+            if col == "class" or col.endswith("_positive") or col == "dab_score":
+                values = np.asarray(values)
+                new[col] = [values[r] if r >= 0 else None for r in rows]
+        layer.features = new
+    layer.metadata["slidescope_classes"] = dict(result.classes)
+
+
+def _legend(viewer: Any, result: Any, area_mm2: float | None) -> Any:
+    """Create or update the "Cell classes" dock: a swatch, name and count per class."""
+    from qtpy.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+    window = getattr(viewer, "window", None)
+    docks = getattr(window, "_dock_widgets", {}) if window is not None else {}
+    widget = None
+    if LEGEND_NAME in docks:
+        widget = docks[LEGEND_NAME].widget()
+    if widget is None:
+        widget = QWidget()
+        widget.setObjectName("slidescope_class_legend")
+        QVBoxLayout(widget)
+        if window is not None:
+            window.add_dock_widget(widget, name=LEGEND_NAME, area="right")
+    box = widget.layout()
+    while box.count():
+        item = box.takeAt(0)
+        if item.widget() is not None:
+            item.widget().deleteLater()
+    text = legend_text(result, area_mm2).splitlines()
+    for name, line in zip(list(result.classes) + [None] * len(text), text, strict=False):
+        label = QLabel()
+        if name is not None:
+            r, g, b = result.classes[name]
+            label.setText(
+                f'<span style="color: rgb({r},{g},{b}); font-size: 14pt">&#9632;</span> {line}'
+            )
+        else:
+            label.setText(line)
+        label.setObjectName("legend_row")
+        box.addWidget(label)
+    box.addStretch(1)
+    return widget
+
+
+def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
+    """Classify the cells of a slide's nuclei layer and show the classes.
+
+    Parameters
+    ----------
+    viewer : napari.Viewer
+    layer : Labels layer, optional
+        The nuclei layer (``"<slide> nuclei"``); default that of the active slide.
+    **kwargs
+        Keyword arguments of :func:`~napari_slidescope.pipeline.classify.classify_cells`
+        (``markers``, ``dab``, ``phenotypes``, ``compartment``, ``classifier``, ``rules``).
+
+    Returns
+    -------
+    NucleiResult
+        The classified result (``table["class"]``, ``classes``).
+
+    Examples
+    --------
+    >>> classify(viewer, dab=True)  # doctest: +SKIP
+    >>> classify(viewer, phenotypes={"Cytotoxic T": "CD3+ CD8+"})  # doctest: +SKIP
+    """
+    from napari_slidescope._napari import jobs
+    from napari_slidescope._napari.layers import canvas_of
+    from napari_slidescope.pipeline.classify import classify_cells
+
+    if layer is None:
+        image = jobs.active_slide_layer(viewer)
+        name = f"{image.name} nuclei"
+        if name not in viewer.layers:
+            raise ValueError(f"{image.name}: no nuclei layer to classify; segment nuclei first")
+        layer = viewer.layers[name]
+    canvas = canvas_of(layer)
+    if canvas is None:
+        raise ValueError(f"{layer.name}: not a nuclei layer of this plugin")
+    result = classify_cells(canvas.to_result(), **kwargs)
+    show_classes(layer, result)
+    area_mm2 = None
+    try:
+        from napari_slidescope._napari import session
+
+        image = jobs.active_slide_layer(viewer)
+        summary = session.controller_for(viewer).summary(image)
+        area_um2 = getattr(summary, "tissue_area_um2", None)
+        area_mm2 = None if not area_um2 else float(area_um2) / 1e6
+    except (ValueError, LookupError, AttributeError):
+        area_mm2 = None
+    _legend(viewer, result, area_mm2)
+    return result
+
+
+def add_cells(viewer: Any, result: Any, image: Any = None) -> Any:
+    """Draw a result's cells (``segment_nuclei(cell_expansion_um=...)``) as outlines.
+
+    A result with a cell label image becomes a Labels layer on its grid; one with only
+    outlines (a whole slide) is rasterised into a label pyramid on disk, a multiscale
+    layer like whole-slide nuclei. Cells take their class colour when classified.
+
+    Returns
+    -------
+    napari.layers.Labels
+        ``"<slide> cells"``, drawn as outlines (``contour=1``).
+    """
+    from napari_slidescope._napari import jobs
+    from napari_slidescope._napari.layers import aligned_transform
+
+    if not result.has_cells:
+        raise ValueError(
+            "this result has no cells; segment with segment_nuclei(..., cell_expansion_um=...)"
+        )
+    if image is None:
+        image = jobs.active_slide_layer(viewer)
+    name = f"{image.name} cells"
+    if name in viewer.layers:
+        viewer.layers.remove(name)
+    if result.cells is not None:
+        scale, translate = aligned_transform(image, result.origin, result.downsample)
+        units = getattr(image, "units", None)
+        extra = {} if units is None else {"units": tuple(units)[-2:]}
+        layer = viewer.add_labels(
+            result.cells, name=name, scale=scale, translate=translate, opacity=0.8, **extra
+        )
+    else:
+        from napari_slidescope._napari.qupath import detections_layer
+        from napari_slidescope._napari.viewport import image_shape0
+        from napari_slidescope.analysis.qupath import QuPathObject
+
+        polys, ids = result.cell_outlines
+        objects = [QuPathObject("cell", [(p, [])]) for p in polys]
+        scale, translate = aligned_transform(image, (0, 0), (1.0, 1.0))
+        align: dict[str, Any] = {"scale": scale, "translate": translate}
+        if getattr(image, "units", None) is not None:
+            align["units"] = tuple(image.units)[-2:]
+        data, meta, _ = detections_layer(objects, name, align, image_shape0(image))
+        meta["features"] = {"index": np.arange(1, len(ids) + 1), "id": np.asarray(ids)}
+        layer = viewer.add_labels(data, **meta)
+        layer.metadata["slidescope_label_ids"] = np.asarray(ids)
+    layer.contour = 1
+    if "class" in result.table:
+        ids = layer.metadata.get("slidescope_label_ids")
+        if ids is None:
+            layer.colormap = class_colormap(
+                result.table["id"], result.table["class"], result.classes
+            )
+        else:  # rasterised outlines are numbered 1..n in outline order
+            by_id = dict(zip(np.asarray(result.table["id"]).tolist(), result.table["class"]))
+            classes = np.array([by_id.get(int(i), "") for i in ids], dtype=object)
+            layer.colormap = class_colormap(np.arange(1, len(ids) + 1), classes, result.classes)
+    return layer

@@ -1,0 +1,73 @@
+"""Cell classes in napari: class colours, legend dock, cells layer, classified GeoJSON (xvfb-run)."""
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gui
+
+SEG = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
+
+
+def test_classify_colours_nuclei_by_class_with_a_legend(
+    make_napari_viewer, small_slide, qtbot, threshold_segmenter
+):
+    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope.viewer import classify
+
+    viewer = make_napari_viewer(show=True)
+    [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
+    ctl = controller_for(viewer)
+    options = {**SEG, "segmenter": threshold_segmenter()}
+    ctl.run(image, "nuclei", scope="slide", nuclei_options=options)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
+    layer = viewer.layers[f"{image.name} nuclei"]
+    od = layer.features["hematoxylin_od_mean"].to_numpy()
+    t = float(np.median(od))  # half the nuclei above: two classes
+    # the synthetic H&E slide has no DAB: score its hematoxylin as if it were
+    from napari_slidescope._napari.classes import _legend, show_classes
+    from napari_slidescope._napari.layers import canvas_of
+    from napari_slidescope.pipeline.classify import classify_cells
+
+    result = canvas_of(layer).to_result()
+    result.table["dab_od_mean"] = np.asarray(result.table["hematoxylin_od_mean"])
+    res = classify_cells(result, dab=(t, t + 5, t + 10))
+    show_classes(layer, res)
+    dock = _legend(viewer, res, 0.5)
+    ids, cls = res.table["id"], res.table["class"]
+    assert set(cls) == {"Negative", "1+"}
+    for i, c in zip(ids[:20], cls[:20], strict=True):
+        want = np.array(res.classes[str(c)]) / 255
+        assert np.allclose(layer.colormap.map(int(i))[:3], want, atol=1 / 255)
+    assert list(layer.features["class"]) == [
+        dict(zip(ids.tolist(), cls.tolist()))[int(i)] for i in layer.features["index"]
+    ]
+    text = " ".join(w.text() for w in dock.findChildren(type(dock.layout().itemAt(0).widget())))
+    assert "Negative" in text and "H-score" in text
+    with pytest.raises(ValueError, match="no DAB"):
+        classify(viewer, dab=True)  # an H&E slide has no DAB
+
+
+def test_cells_layer_and_classified_geojson_read_back(make_napari_viewer, tmp_path):
+    from napari_slidescope import classify_cells, segment_nuclei
+    from napari_slidescope.sample_cells import make_hdab
+    from napari_slidescope.viewer import add_cells
+
+    truth = make_hdab(seed=3, shape=(256, 256))
+    path = truth.write(tmp_path / "ihc.ome.tif")
+    res = classify_cells(
+        segment_nuclei(path, segmenter="builtin", tissue=False, cell_expansion_um=3), dab=True
+    )
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(path), plugin="napari-slidescope")
+    cells = add_cells(viewer, res, image)
+    assert cells.contour == 1 and cells.name == f"{image.name} cells"
+    assert np.array_equal(np.asarray(cells.data), res.cells)
+    # the classified export opens as detections in their class colours
+    out = res.to_geojson(tmp_path / "cells.geojson")
+    [det] = viewer.open(str(out), plugin="napari-slidescope")
+    feats = det.features
+    assert set(feats["class"]) <= {"Negative", "1+", "2+", "3+"}
+    row = int(np.flatnonzero(feats["class"].to_numpy() == "3+")[0])
+    assert np.allclose(
+        det.colormap.map(int(feats["index"][row]))[:3], np.array(res.classes["3+"]) / 255, atol=1e-3
+    )

@@ -1,4 +1,4 @@
-"""The "Cell classes" dock: examples by clicking, live training, preview, legend, saving."""
+"""The "Cell classifier" dock: examples by clicking, live training, preview, legend, saving."""
 
 import numpy as np
 import pytest
@@ -29,7 +29,8 @@ class _Click:
 def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_path, monkeypatch):
     from napari.utils.colormaps import DirectLabelColormap
 
-    from napari_slidescope._napari import cell_classes
+    from napari_slidescope._napari import cell_classifier
+    from napari_slidescope._napari.classes import LEGEND_NAME
     from napari_slidescope.pipeline.cell_classifier import load_classifier
     from napari_slidescope.pipeline.classify import classify_cells
     from napari_slidescope.sample_cell_types import CLASS_NAMES
@@ -40,7 +41,9 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     seg = {"segmenter": "builtin", "target_mpp": 0.5, "workers": 1}
     ctl.run(image, "nuclei", region=(0, 0, 512, 512), nuclei_options=seg)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
-    _, dock = viewer.window.add_plugin_dock_widget("napari-slidescope", "Cell classes", tabify=True)
+    _, dock = viewer.window.add_plugin_dock_widget(
+        "napari-slidescope", "Cell classifier", tabify=True
+    )
     layer = dock.layer
     assert layer is not None and layer.name.endswith("nuclei")
     # classes: add, rename, remove
@@ -77,7 +80,7 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     np.testing.assert_allclose(layer.colormap.color_dict[some][:3], lym)
     assert "Lymphocyte" in dock.legend.text() and "Tumor" in dock.legend.text()
     # too many nuclei in view: the preview waits for a closer view
-    monkeypatch.setattr(cell_classes, "PREVIEW_MAX", 3)
+    monkeypatch.setattr(cell_classifier, "PREVIEW_MAX", 3)
     assert dock.preview() == {} and "zoom in" in dock.legend.text()
     monkeypatch.undo()
     # unmark with a second click, re-mark
@@ -87,6 +90,7 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     assert first not in dock.examples
     dock.mark(first, name)
     counts = dock.classify_all()
+    assert "class" in layer.features and LEGEND_NAME in viewer.window._dock_widgets
     viewer.reset_view()
     qtbot.wait(200)
     viewer.screenshot(str(tmp_path / "cell_classes.png"), canvas_only=False)
@@ -127,10 +131,10 @@ def canvas_of_layer(layer):
 
 
 def test_no_layer_and_bad_names_are_clear(make_napari_viewer, qtbot):
-    from napari_slidescope._napari.cell_classes import CellClassesWidget
+    from napari_slidescope._napari.cell_classifier import CellClassifierWidget
 
     viewer = make_napari_viewer()
-    dock = CellClassesWidget(viewer)
+    dock = CellClassifierWidget(viewer)
     assert dock.layer is None
     with pytest.raises(ValueError, match="already used"):
         dock.add_class("Tumor")

@@ -1,4 +1,4 @@
-"""The "Cell classes" dock: teach cell types by clicking a few nuclei of each class.
+"""The "Cell classifier" dock: teach cell types by clicking a few nuclei of each class.
 
 The pathologist's workflow from QuPath's object classifier, on a nuclei layer of this plugin:
 a list of classes (name and colour), "Mark examples" on, the class selected, a click on a
@@ -7,8 +7,11 @@ Examples show as a Points layer coloured by class. With examples of two classes 
 random forest (:func:`~napari_slidescope.pipeline.cell_classifier.train_classifier`) is
 retrained after every click (well under a second for a few hundred examples) and the nuclei
 in view are recoloured by their predicted class ("live preview"); "Classify all" applies it
-to every nucleus of the layer. A legend counts the nuclei per class; the classifier saves to
-a file that ``slidescope batch --classify`` applies to a cohort.
+to every nucleus of the layer (through :func:`napari_slidescope._napari.classes.classify`: the
+class columns join the layer's features and the "Cell classes" legend dock opens). The dock's
+own legend counts the nuclei per class of the preview, the whole layer or a selected shape
+(with densities per mm²); the classifier saves to a file that ``slidescope batch --classify``
+applies to a cohort.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from qtpy.QtWidgets import (
 
 from napari_slidescope._napari.layers import canvas_of
 
-__all__ = ["CellClassesWidget"]
+__all__ = ["CellClassifierWidget"]
 
 #: Colour of nuclei without a predicted class while classes are shown (RGBA 0-1).
 _UNCLASSIFIED = (0.6, 0.6, 0.6, 0.35)
@@ -67,7 +70,7 @@ class _SlideFrame:
         self.translate = np.asarray(layer.translate, float)[-2:] - self.scale * (o + d / 2 - 0.5)
 
 
-class CellClassesWidget(QWidget):
+class CellClassifierWidget(QWidget):
     """Classes, examples, live training and preview of a cell classifier.
 
     Parameters
@@ -192,7 +195,7 @@ class CellClassesWidget(QWidget):
     def _table(self) -> dict[str, np.ndarray]:
         canvas = canvas_of(self._layer) if self._layer is not None else None
         if canvas is None:
-            raise ValueError("Cell classes: no nuclei layer of this plugin to classify")
+            raise ValueError("Cell classifier: no nuclei layer of this plugin to classify")
         return canvas.table()
 
     # -- classes ------------------------------------------------------------------------
@@ -419,11 +422,18 @@ class CellClassesWidget(QWidget):
         return self._show(table, rows, "in view", area)
 
     def classify_all(self) -> dict[str, int]:
-        """Colour every nucleus of the layer by its predicted class; return the counts."""
+        """Classify every nucleus of the layer (colours, features, legend); return the counts."""
+        from napari_slidescope._napari.classes import classify
+
         if self.classifier is None:
             self.train()
-        table = self._table()
-        return self._show(table, np.arange(len(table["id"])), "in the layer", None)
+        self._table()  # a clear error when there is no nuclei layer
+        result = classify(self._viewer, self._layer, classifier=self.classifier)
+        names = np.asarray(result.table["class"])
+        counts = {c: int(np.count_nonzero(names == c)) for c in self.classifier.class_names}
+        self.last_counts = counts
+        self._show_legend(counts, dict(result.classes), "in the layer", None)
+        return counts
 
     def classify_in_shape(self) -> dict[str, int]:
         """Colour the nuclei inside the selected shape by class; return the counts.
@@ -499,7 +509,7 @@ class CellClassesWidget(QWidget):
     def save_classifier(self, path: str | Path) -> Path:
         """Save the trained classifier (see :meth:`ObjectClassifier.save`)."""
         if self.classifier is None:
-            raise ValueError("Cell classes: nothing to save; mark examples of two classes first")
+            raise ValueError("Cell classifier: nothing to save; mark examples of two classes first")
         out = self.classifier.save(path)
         self.status.setText(f"Saved {out.name}")
         return out

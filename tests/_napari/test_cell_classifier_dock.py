@@ -120,6 +120,17 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     # saving: the file loads to the same classifier
     saved = dock.save_classifier(tmp_path / "cells.npz")
     assert load_classifier(saved).sha256 == dock.classifier.sha256
+    # loading it back (into a fresh dock): its classes join the list and it previews
+    other = cell_classifier.CellClassifierWidget(viewer)
+    other.remove_class("Stroma")
+    other.load_classifier(saved)
+    assert other.classifier.sha256 == dock.classifier.sha256
+    assert set(CLASS_NAMES) <= set(other.classes)
+    assert other.classes["Spindle"] == dock.classes["Spindle"]
+    bad = tmp_path / "bad.npz"
+    bad.write_text("not a classifier")
+    other._report(other.load_classifier, bad)
+    assert "bad.npz: not a napari-slidescope classifier" in other.status.text()
     dock.show_plain_colors()
     assert not isinstance(layer.colormap, DirectLabelColormap) or layer.colormap is not None
 

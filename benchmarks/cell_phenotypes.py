@@ -51,7 +51,10 @@ def _f1(pred: np.ndarray, want: np.ndarray) -> float:
 
 def multiplex(seeds: list[int]) -> None:
     print("\n## Multiplex (auto thresholds: Otsu on log1p of the per-cell means)\n")
-    print("| seed | cells (truth) | matched | CD3 F1 | CD8 F1 | PanCK F1 | Ki67 F1 | phenotype accuracy |")
+    print(
+        "| seed | cells (truth) | matched | CD3 F1 | CD8 F1 | PanCK F1 | Ki67 F1 "
+        "| phenotype accuracy |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for seed in seeds:
         t = make_multiplex(seed=seed, shape=SHAPE)
@@ -75,7 +78,10 @@ def multiplex(seeds: list[int]) -> None:
 
 def ihc(seeds: list[int]) -> None:
     print("\n## IHC, nuclear DAB (QuPath thresholds 0.2 / 0.4 / 0.6 on the nucleus)\n")
-    print("| seed | stain found | nuclei (truth) | positive % (truth) | H-score (truth) | score accuracy |")
+    print(
+        "| seed | stain found | nuclei (truth) | positive % (truth) | H-score (truth) "
+        "| score accuracy |"
+    )
     print("|---|---|---|---|---|---|")
     for seed in seeds:
         t = make_hdab(seed=seed, shape=SHAPE)
@@ -97,7 +103,9 @@ def cost(repeats: int = 3) -> None:
     print("| image | nuclei s (median) | cells s (median) | ratio |")
     print("|---|---|---|---|")
     cases = {
-        "multiplex 800x800 (DAPI)": (make_multiplex(seed=300, shape=SHAPE).image[0], "builtin-fluorescence"),
+        "multiplex 800x800 (DAPI)": (
+            make_multiplex(seed=300, shape=SHAPE).image[0], "builtin-fluorescence"
+        ),
         "H-DAB 800x800": (make_hdab(seed=301, shape=SHAPE).image, "builtin"),
     }  # fmt: skip
     for name, (image, seg) in cases.items():

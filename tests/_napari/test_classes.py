@@ -1,4 +1,4 @@
-"""Cell classes in napari: class colours, legend dock, cells layer, classified GeoJSON (xvfb-run)."""
+"""Cell classes in napari: class colours, legend, cells layer, classified GeoJSON (xvfb-run)."""
 
 import numpy as np
 import pytest

@@ -25,7 +25,10 @@ def _multiplex(seed: int = 0) -> tuple[NucleiResult, np.ndarray, np.ndarray]:
     n = 400
     cd3 = rng.random(n) < 0.3
     cd8 = cd3 & (rng.random(n) < 0.5)
-    level = lambda pos: np.where(pos, rng.lognormal(6, 0.3, n), rng.lognormal(3, 0.3, n))  # noqa: E731
+
+    def level(pos):
+        return np.where(pos, rng.lognormal(6, 0.3, n), rng.lognormal(3, 0.3, n))
+
     return _result(CD3_cell_mean=level(cd3), CD8_cell_mean=level(cd8)), cd3, cd8
 
 
@@ -64,7 +67,8 @@ def test_ihc_scores_positive_percent_and_h_score():
     od = np.array([0.05, 0.1, 0.25, 0.45, 0.45, 0.7, 0.2, 0.6])
     out = classify_cells(_result(dab_od_mean=od), dab=True)
     assert out.table["dab_score"].tolist() == [0, 0, 1, 2, 2, 3, 1, 3]
-    assert out.table["class"].tolist() == ["Negative", "Negative", "1+", "2+", "2+", "3+", "1+", "3+"]
+    want = ["Negative", "Negative", "1+", "2+", "2+", "3+", "1+", "3+"]
+    assert out.table["class"].tolist() == want
     s = class_summary(out, area_mm2=0.5)
     assert s["positive_percent"] == pytest.approx(75.0)
     assert s["h_score"] == pytest.approx(1 * 25 + 2 * 25 + 3 * 25)

@@ -83,11 +83,12 @@ def _legend(viewer: Any, result: Any, area_mm2: float | None) -> Any:
         QVBoxLayout(widget)
         if window is not None:
             window.add_dock_widget(widget, name=LEGEND_NAME, area="right")
-    box = widget.layout()
+    box: Any = widget.layout()
     while box.count():
-        item = box.takeAt(0)
-        if item.widget() is not None:
-            item.widget().deleteLater()
+        item: Any = box.takeAt(0)
+        old: Any = item.widget() if item is not None else None
+        if old is not None:
+            old.deleteLater()
     text = legend_text(result, area_mm2).splitlines()
     for name, line in zip(list(result.classes) + [None] * len(text), text, strict=False):
         label = QLabel()

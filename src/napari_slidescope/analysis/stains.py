@@ -171,7 +171,7 @@ def stain_kind(stains: StainMatrix) -> str:
 
 
 def for_stain(stains: StainMatrix, stain: str) -> StainMatrix:
-    """Stain vectors for a brightfield stain: ``"auto"`` (what `stains` show), ``"H&E"``, ``"H-DAB"``.
+    """Stain vectors for a brightfield stain: ``"auto"`` (what `stains` show), H&E or H-DAB.
 
     Estimated H&E vectors are kept. On H-DAB the estimated hematoxylin is kept and DAB
     is Ruifrok's reference vector: DAB nearly always lies on hematoxylin (nuclear

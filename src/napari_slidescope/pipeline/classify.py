@@ -407,8 +407,9 @@ def classify_cells(
         ``cell_expansion_um`` for cytoplasm and cell compartments).
     markers : dict or list of str, optional
         Marker (channel name) -> positivity threshold on its mean: a number (a cell is
-        positive above it) or ``"auto"`` (:func:`~napari_slidescope.analysis.phenotypes.auto_threshold`:
-        Otsu on ``log1p`` of the result's per-cell means); or
+        positive above it) or ``"auto"``
+        (:func:`~napari_slidescope.analysis.phenotypes.auto_threshold`: Otsu on ``log1p``
+        of the result's per-cell means); or
         ``{"threshold": ..., "compartment": ...}`` to measure that marker on another
         compartment. A list of names means ``"auto"`` for each.
     dab : bool, (float, float, float) or dict, optional
@@ -554,8 +555,9 @@ def class_summary(
     -------
     dict
         ``{class}_count`` per class of ``result.classes``; with ``area_mm2``
-        ``{class}_per_mm2``; with IHC scores :func:`~napari_slidescope.analysis.phenotypes.ihc_summary`'s
-        ``positive_percent``, ``h_score`` etc.
+        ``{class}_per_mm2``; with IHC scores the figures of
+        :func:`~napari_slidescope.analysis.phenotypes.ihc_summary` (``positive_percent``,
+        ``h_score``...).
     """
     if "class" not in result.table:
         raise ValueError("class_summary: the result has no classes; run classify_cells first")

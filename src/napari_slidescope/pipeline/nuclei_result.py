@@ -159,8 +159,8 @@ class NucleiResult:
             ``objectType: "detection"``, the table row's numbers as ``measurements``.
             With cells (``cell_expansion_um``): ``objectType: "cell"``, the cell as
             ``geometry`` and the nucleus as ``nucleusGeometry``. The classification is the
-            row's class and colour after :func:`~napari_slidescope.pipeline.classify.classify_cells`,
-            else ``"Nucleus"``.
+            row's class and colour after
+            :func:`~napari_slidescope.pipeline.classify.classify_cells`, else ``"Nucleus"``.
         """
         import gzip
 
@@ -193,8 +193,8 @@ class NucleiResult:
 
         path = Path(path)
         if path.name.endswith(".gz"):
-            with atomic_write(path, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as fh:
-                write_features(fh, features())
+            with atomic_write(path, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as gz:
+                write_features(gz, features())
         else:
             with atomic_write(path, "w", encoding="utf-8") as fh:
                 write_features(fh, features())

@@ -128,7 +128,9 @@ def to_anndata(result: Any, *, compartment: str = "auto", slide: str | None = No
         "compartment": compartment,
     }
     if result.classes:
-        adata.uns["class_colors"] = {k: "#%02x%02x%02x" % tuple(v) for k, v in result.classes.items()}
+        adata.uns["class_colors"] = {
+            k: "#{:02x}{:02x}{:02x}".format(*v) for k, v in result.classes.items()
+        }
     return adata
 
 

@@ -89,7 +89,11 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     dock.mark(first, name)
     assert first not in dock.examples
     dock.mark(first, name)
-    counts = dock.classify_all()
+    dock.last_counts = {}
+    with qtbot.waitSignal(dock.classify_all().finished, timeout=60_000):
+        pass
+    qtbot.waitUntil(lambda: "Classified" in dock.status.text(), timeout=10_000)
+    counts = dock.last_counts
     assert "class" in layer.features and LEGEND_NAME in viewer.window._dock_widgets
     viewer.reset_view()
     qtbot.wait(200)

@@ -61,6 +61,16 @@ def _icon(rgb: tuple[int, int, int]) -> QIcon:
     return QIcon(pix)
 
 
+class _Predicted:
+    """A classifier that returns predictions made already (on a worker thread)."""
+
+    def __init__(self, out: tuple) -> None:
+        self._out = out
+
+    def predict_classes(self, result: Any) -> tuple:
+        return self._out
+
+
 class _SlideFrame:
     """The slide image's world transform, recovered from a nuclei layer over it."""
 
@@ -89,6 +99,7 @@ class CellClassifierWidget(QWidget):
         self._layer: Any = None
         self._points: Any = None
         self._plain_colormap: Any = None
+        self._worker: Any = None
 
         self.layer_box = QComboBox()
         self.class_list = QListWidget()
@@ -140,7 +151,7 @@ class CellClassifierWidget(QWidget):
         self.rename_button.clicked.connect(self._on_rename)
         self.color_button.clicked.connect(self._on_color)
         self.remove_button.clicked.connect(self._on_remove)
-        self.classify_button.clicked.connect(self.classify_all)
+        self.classify_button.clicked.connect(self._on_classify_all)
         self.shape_button.clicked.connect(self._on_shape)
         self.save_button.clicked.connect(self._on_save)
         self.load_button.clicked.connect(self._on_load)
@@ -421,19 +432,48 @@ class CellClassifierWidget(QWidget):
             return {}
         return self._show(table, rows, "in view", area)
 
-    def classify_all(self) -> dict[str, int]:
-        """Classify every nucleus of the layer (colours, features, legend); return the counts."""
-        from napari_slidescope._napari.classes import classify
+    def classify_all(self) -> Any:
+        """Classify every nucleus of the layer in the background; return the worker.
+
+        The features and the forest run on a worker thread (a whole slide's 10^6 nuclei
+        take seconds); when they are done the layer takes the class colours and columns
+        and the "Cell classes" legend opens (:func:`napari_slidescope._napari.classes.classify`),
+        and :attr:`last_counts` holds the counts.
+        """
+        from napari.qt.threading import create_worker
 
         if self.classifier is None:
             self.train()
-        self._table()  # a clear error when there is no nuclei layer
-        result = classify(self._viewer, self._layer, classifier=self.classifier)
+        canvas = canvas_of(self._layer) if self._layer is not None else None
+        if canvas is None:
+            raise ValueError("Cell classifier: no nuclei layer of this plugin to classify")
+        table = canvas.to_result().table
+        clf, layer = self.classifier, self._layer
+        self.classify_button.setEnabled(False)
+        self.status.setText(f"Classifying {len(table['id']):,} nuclei…")
+        worker = create_worker(clf.predict_classes, table)
+        worker.returned.connect(lambda out: self._on_classified(layer, clf, out))
+        worker.errored.connect(lambda exc: self.status.setText(str(exc)))
+        worker.finished.connect(lambda: self.classify_button.setEnabled(True))
+        self._worker = worker
+        worker.start()
+        return worker
+
+    def _on_classified(self, layer: Any, clf: Any, out: tuple) -> None:
+        from napari_slidescope._napari.classes import classify
+
+        if layer is not self._layer or layer not in self._viewer.layers:
+            return  # the user moved on to another layer
+        try:  # the predictions, applied (the table must still be the one classified)
+            result = classify(self._viewer, layer, classifier=_Predicted(out))
+        except ValueError as exc:
+            self.status.setText(f"{exc}: the nuclei changed while classifying; classify again")
+            return
         names = np.asarray(result.table["class"])
-        counts = {c: int(np.count_nonzero(names == c)) for c in self.classifier.class_names}
+        counts = {c: int(np.count_nonzero(names == c)) for c in clf.class_names}
         self.last_counts = counts
+        self.status.setText(f"Classified {len(names):,} nuclei")
         self._show_legend(counts, dict(result.classes), "in the layer", None)
-        return counts
 
     def classify_in_shape(self) -> dict[str, int]:
         """Colour the nuclei inside the selected shape by class; return the counts.
@@ -456,6 +496,9 @@ class CellClassifierWidget(QWidget):
         y, x = ring[:, 0], ring[:, 1]
         area_px = 0.5 * abs(float(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))))
         return self._show(table, np.flatnonzero(inside), "in the shape", self._area_mm2(area_px))
+
+    def _on_classify_all(self) -> None:
+        self._report(self.classify_all)
 
     def _on_shape(self) -> None:
         self._report(self.classify_in_shape)

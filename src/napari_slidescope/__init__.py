@@ -40,6 +40,7 @@ __all__ = ["SlidescopeWarning", "__version__", *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.batch import analyze_slides
+    from napari_slidescope.pipeline.cell_classifier import load_classifier, train_classifier
     from napari_slidescope.pipeline.classify import (
         CellClassifier,
         PhenotypeRules,

@@ -1,0 +1,589 @@
+"""The "Cell classifier" dock: teach cell types by clicking a few nuclei of each class.
+
+The pathologist's workflow from QuPath's object classifier, on a nuclei layer of this plugin:
+a list of classes (name and colour), "Mark examples" on, the class selected, a click on a
+nucleus makes it an example of that class (a second click with the same class unmarks it).
+Examples show as a Points layer coloured by class. With examples of two classes or more, a
+random forest (:func:`~napari_slidescope.pipeline.cell_classifier.train_classifier`) is
+retrained after every click (well under a second for a few hundred examples) and the nuclei
+in view are recoloured by their predicted class ("live preview"); "Classify all" applies it
+to every nucleus of the layer (through :func:`napari_slidescope._napari.classes.classify`: the
+class columns join the layer's features and the "Cell classes" legend dock opens). The dock's
+own legend counts the nuclei per class of the preview, the whole layer or a selected shape
+(with densities per mm²); the classifier saves to a file that ``slidescope batch --classify``
+applies to a cohort.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qtpy.QtCore import Qt
+from qtpy.QtGui import QColor, QIcon, QPixmap
+from qtpy.QtWidgets import (
+    QCheckBox,
+    QColorDialog,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from napari_slidescope._napari.layers import canvas_of
+
+__all__ = ["CellClassifierWidget"]
+
+#: Colour of nuclei without a predicted class while classes are shown (RGBA 0-1).
+_UNCLASSIFIED = (0.6, 0.6, 0.6, 0.35)
+_DEFAULT_CLASSES = ("Tumor", "Lymphocyte", "Stroma")
+#: Most nuclei in view the live preview classifies (about 0.1 s of features and trees).
+PREVIEW_MAX = 50_000
+
+
+def _palette(k: int) -> tuple[int, int, int]:
+    from napari_slidescope.pipeline.cell_classifier import PALETTE
+
+    return PALETTE[k % len(PALETTE)]
+
+
+def _icon(rgb: tuple[int, int, int]) -> QIcon:
+    pix = QPixmap(14, 14)
+    pix.fill(QColor(*rgb))
+    return QIcon(pix)
+
+
+class _Predicted:
+    """A classifier that returns predictions made already (on a worker thread)."""
+
+    def __init__(self, out: tuple) -> None:
+        self._out = out
+
+    def predict_classes(self, result: Any) -> tuple:
+        return self._out
+
+
+class _SlideFrame:
+    """The slide image's world transform, recovered from a nuclei layer over it."""
+
+    def __init__(self, layer: Any, canvas: Any) -> None:
+        o, d = np.asarray(canvas.origin, float), np.asarray(canvas.downsample, float)
+        self.scale = np.asarray(layer.scale, float)[-2:] / d
+        self.translate = np.asarray(layer.translate, float)[-2:] - self.scale * (o + d / 2 - 0.5)
+
+
+class CellClassifierWidget(QWidget):
+    """Classes, examples, live training and preview of a cell classifier.
+
+    Parameters
+    ----------
+    napari_viewer : napari.Viewer
+        The viewer (injected by napari when docked from the Plugins menu).
+    """
+
+    def __init__(self, napari_viewer: Any) -> None:
+        super().__init__()
+        self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
+        self.classes: dict[str, tuple[int, int, int]] = {}
+        self.examples: dict[int, str] = {}
+        self.classifier: Any = None
+        self.last_counts: dict[str, int] = {}
+        self._layer: Any = None
+        self._points: Any = None
+        self._plain_colormap: Any = None
+        self._worker: Any = None
+
+        self.layer_box = QComboBox()
+        self.class_list = QListWidget()
+        self.class_list.setMaximumHeight(90)
+        self.add_button = QPushButton("Add")
+        self.rename_button = QPushButton("Rename")
+        self.color_button = QPushButton("Colour")
+        self.remove_button = QPushButton("Remove")
+        self.mark_button = QPushButton("Mark examples")
+        self.mark_button.setCheckable(True)
+        self.mark_button.setToolTip(
+            "On: a click on a nucleus makes it an example of the selected class "
+            "(click again to unmark)"
+        )
+        self.live = QCheckBox("Live preview (nuclei in view)")
+        self.live.setChecked(True)
+        self.status = QLabel("Mark a few nuclei of each class")
+        self.status.setWordWrap(True)
+        self.legend = QLabel("")
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.classify_button = QPushButton("Classify all")
+        self.shape_button = QPushButton("In shape")
+        self.shape_button.setToolTip("Classify the nuclei inside the selected shape")
+        self.save_button = QPushButton("Save classifier…")
+        self.load_button = QPushButton("Load classifier…")
+
+        lay = QVBoxLayout(self)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Nuclei layer"))
+        row.addWidget(self.layer_box, 1)
+        lay.addLayout(row)
+        lay.addWidget(QLabel("Classes"))
+        lay.addWidget(self.class_list)
+        row = QHBoxLayout()
+        for b in (self.add_button, self.rename_button, self.color_button, self.remove_button):
+            row.addWidget(b)
+        lay.addLayout(row)
+        lay.addWidget(self.mark_button)
+        lay.addWidget(self.live)
+        lay.addWidget(self.status)
+        lay.addWidget(self.legend)
+        row = QHBoxLayout()
+        for b in (self.classify_button, self.shape_button, self.save_button, self.load_button):
+            row.addWidget(b)
+        lay.addLayout(row)
+        lay.addStretch(1)
+
+        self.add_button.clicked.connect(self._on_add)
+        self.rename_button.clicked.connect(self._on_rename)
+        self.color_button.clicked.connect(self._on_color)
+        self.remove_button.clicked.connect(self._on_remove)
+        self.classify_button.clicked.connect(self._on_classify_all)
+        self.shape_button.clicked.connect(self._on_shape)
+        self.save_button.clicked.connect(self._on_save)
+        self.load_button.clicked.connect(self._on_load)
+        self.layer_box.currentIndexChanged.connect(self._on_layer_choice)
+        self._viewer.mouse_drag_callbacks.append(self._on_viewer_click)
+        self._viewer.layers.events.inserted.connect(self._refresh_layers)
+        self._viewer.layers.events.removed.connect(self._refresh_layers)
+        for name in _DEFAULT_CLASSES:
+            self.add_class(name)
+        self._refresh_layers()
+
+    # -- layers ---------------------------------------------------------------------------
+    def _nuclei_layers(self) -> list[Any]:
+        return [
+            ly
+            for ly in self._viewer.layers
+            if type(ly).__name__ == "Labels" and canvas_of(ly) is not None
+        ]
+
+    def _refresh_layers(self, _event: Any = None) -> None:
+        layers = self._nuclei_layers()
+        current = self._layer
+        self.layer_box.blockSignals(True)
+        self.layer_box.clear()
+        for ly in layers:
+            self.layer_box.addItem(ly.name)
+        self.layer_box.blockSignals(False)
+        if current in layers:
+            self.layer_box.setCurrentIndex(layers.index(current))
+        elif layers:
+            self.layer_box.setCurrentIndex(len(layers) - 1)
+            self._on_layer_choice()
+        else:
+            self._layer = None
+
+    def _on_layer_choice(self, _index: int = 0) -> None:
+        layers = self._nuclei_layers()
+        i = self.layer_box.currentIndex()
+        layer = layers[i] if 0 <= i < len(layers) else None
+        if layer is not self._layer:
+            self._layer = layer
+            self._plain_colormap = None if layer is None else layer.colormap
+            self.examples.clear()
+            self.classifier = None
+            self._draw_examples()
+
+    @property
+    def layer(self) -> Any:
+        """The nuclei layer being classified (None when there is none)."""
+        return self._layer
+
+    def _table(self) -> dict[str, np.ndarray]:
+        canvas = canvas_of(self._layer) if self._layer is not None else None
+        if canvas is None:
+            raise ValueError("Cell classifier: no nuclei layer of this plugin to classify")
+        return canvas.table()
+
+    # -- classes ------------------------------------------------------------------------
+    def add_class(self, name: str, color: tuple[int, int, int] | None = None) -> None:
+        """Add a class (a colour from the palette when none is given)."""
+        name = name.strip()
+        if not name or name in self.classes:
+            raise ValueError(f"class name {name!r}: empty or already used")
+        rgb = color if color is not None else _palette(len(self.classes))
+        self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
+        item = QListWidgetItem(_icon(self.classes[name]), name)
+        self.class_list.addItem(item)
+        self.class_list.setCurrentItem(item)
+        self._changed()
+
+    def rename_class(self, old: str, new: str) -> None:
+        """Rename a class; its examples follow."""
+        new = new.strip()
+        if old not in self.classes or not new or (new in self.classes and new != old):
+            raise ValueError(f"cannot rename {old!r} to {new!r}")
+        self.classes = {(new if k == old else k): v for k, v in self.classes.items()}
+        self.examples = {i: (new if c == old else c) for i, c in self.examples.items()}
+        for item in self._items():
+            if item.text() == old:
+                item.setText(new)
+        self._changed()
+
+    def set_color(self, name: str, rgb: tuple[int, int, int]) -> None:
+        """Change a class's colour."""
+        self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
+        for item in self._items():
+            if item.text() == name:
+                item.setIcon(_icon(self.classes[name]))
+        self._changed()
+
+    def remove_class(self, name: str) -> None:
+        """Remove a class and its examples."""
+        self.classes.pop(name)
+        self.examples = {i: c for i, c in self.examples.items() if c != name}
+        for k, item in enumerate(self._items()):
+            if item.text() == name:
+                self.class_list.takeItem(k)
+                break
+        self._changed()
+
+    def select_class(self, name: str) -> None:
+        """Make `name` the class that clicks mark."""
+        for k, item in enumerate(self._items()):
+            if item.text() == name:
+                self.class_list.setCurrentRow(k)
+
+    def _items(self) -> list[QListWidgetItem]:
+        items = (self.class_list.item(k) for k in range(self.class_list.count()))
+        return [item for item in items if item is not None]
+
+    @property
+    def current_class(self) -> str | None:
+        """The selected class."""
+        item = self.class_list.currentItem()
+        return None if item is None else item.text()
+
+    def _on_add(self) -> None:
+        name, ok = QInputDialog.getText(self, "Add class", "Name")
+        if ok and name.strip():
+            self.add_class(name)
+
+    def _on_rename(self) -> None:
+        old = self.current_class
+        if old is None:
+            return
+        new, ok = QInputDialog.getText(self, "Rename class", "Name", text=old)
+        if ok and new.strip():
+            self.rename_class(old, new)
+
+    def _on_color(self) -> None:
+        name = self.current_class
+        if name is None:
+            return
+        color = QColorDialog.getColor(QColor(*self.classes[name]), self, f"Colour of {name}")
+        if color.isValid():
+            self.set_color(name, (color.red(), color.green(), color.blue()))
+
+    def _on_remove(self) -> None:
+        if self.current_class is not None:
+            self.remove_class(self.current_class)
+
+    # -- examples -----------------------------------------------------------------------
+    def mark(self, nucleus_id: int, name: str | None = None) -> None:
+        """Make nucleus `nucleus_id` an example of `name` (default: the selected class).
+
+        Marking a nucleus again with its own class unmarks it.
+        """
+        name = name or self.current_class
+        if name is None or name not in self.classes:
+            raise ValueError(f"mark: {name!r} is not one of the classes {list(self.classes)}")
+        if self.examples.get(nucleus_id) == name:
+            del self.examples[nucleus_id]
+        else:
+            self.examples[int(nucleus_id)] = name
+        self._changed()
+
+    def _on_viewer_click(self, viewer: Any, event: Any) -> None:
+        layer = self._layer
+        if not self.mark_button.isChecked() or layer is None or layer not in viewer.layers:
+            return
+        value = layer.get_value(
+            event.position,
+            view_direction=event.view_direction,
+            dims_displayed=event.dims_displayed,
+            world=True,
+        )
+        if isinstance(value, tuple):  # multiscale: (level, value)
+            value = value[1]
+        if value is not None and int(value) > 0 and self.current_class is not None:
+            self.mark(int(value))
+
+    def _draw_examples(self) -> None:
+        layer = self._layer
+        if layer is None:
+            return
+        canvas = canvas_of(layer)
+        if canvas is None:
+            return
+        table = canvas.table()
+        ids = np.asarray(table["id"])
+        row_of = {int(i): r for r, i in enumerate(ids)}
+        marked = [(i, c) for i, c in self.examples.items() if i in row_of]
+        rows = np.array([row_of[i] for i, _ in marked], np.intp)
+        s = np.asarray(layer.scale, float)[-2:] / np.asarray(canvas.downsample, float)
+        o, d = np.asarray(canvas.origin, float), np.asarray(canvas.downsample, float)
+        level0 = np.column_stack(
+            [np.asarray(table["centroid_row"])[rows], np.asarray(table["centroid_col"])[rows]]
+        ).reshape(-1, 2)
+        world = np.asarray(layer.translate, float)[-2:] + s * (level0 - o - d / 2 + 0.5)
+        colors = np.array([[*(v / 255 for v in self.classes[c]), 1.0] for _, c in marked]).reshape(
+            -1, 4
+        )
+        size = float(6 * s.mean())
+        name = f"{layer.name} examples"
+        if self._points is None or self._points not in self._viewer.layers:
+            self._points = self._viewer.add_points(
+                world,
+                name=name,
+                size=size,
+                face_color=colors if len(colors) else "white",
+                border_color="white",
+                border_width=0.15,
+                **({"units": tuple(layer.units)} if getattr(layer, "units", None) else {}),
+            )
+            self._viewer.layers.selection.active = layer
+        else:
+            self._points.data = world
+            self._points.size = size
+            if len(colors):
+                self._points.face_color = colors
+
+    # -- training and preview ------------------------------------------------------------
+    def _changed(self) -> None:
+        self._draw_examples()
+        counts = {c: 0 for c in self.classes}
+        for c in self.examples.values():
+            counts[c] = counts.get(c, 0) + 1
+        shown = ", ".join(f"{c} {n}" for c, n in counts.items())
+        self.status.setText(f"{len(self.examples)} examples: {shown}")
+        if self.live.isChecked() and sum(1 for n in counts.values() if n) >= 2:
+            try:
+                self.train()
+                self.preview()
+            except (ValueError, ImportError) as exc:
+                self.status.setText(f"{self.status.text()} · {exc}")
+
+    def train(self) -> Any:
+        """Train the classifier on the examples (classes without examples are left out)."""
+        from napari_slidescope.pipeline.cell_classifier import train_classifier
+
+        table = self._table()
+        used = [c for c in self.classes if c in set(self.examples.values())]
+        t0 = time.perf_counter()
+        self.classifier = train_classifier(
+            table,
+            self.examples,
+            classes=used,
+            colors={c: self.classes[c] for c in used},
+        )
+        dt = time.perf_counter() - t0
+        self.status.setText(f"{self.status.text()} · trained in {dt:.2f} s")
+        return self.classifier
+
+    def _visible_rows(self, table: dict[str, np.ndarray]) -> np.ndarray:
+        rows, _ = self._in_view(table)
+        return rows
+
+    def _in_view(self, table: dict[str, np.ndarray]) -> tuple[np.ndarray, float | None]:
+        """Rows of the nuclei in view and the view's area in mm²."""
+        from napari_slidescope._napari.viewport import visible_region
+
+        try:
+            y0, x0, y1, x1 = visible_region(self._viewer, self._layer)
+        except ValueError:
+            return np.zeros(0, np.intp), None
+        r, c = np.asarray(table["centroid_row"]), np.asarray(table["centroid_col"])
+        rows = np.flatnonzero((r >= y0) & (r < y1) & (c >= x0) & (c < x1))
+        return rows, self._area_mm2((y1 - y0) * (x1 - x0))
+
+    def _area_mm2(self, level0_px: float) -> float | None:
+        canvas = canvas_of(self._layer)
+        if canvas is None:
+            return None
+        return float(level0_px * canvas.mpp[0] * canvas.mpp[1] / 1e6)
+
+    def preview(self) -> dict[str, int]:
+        """Colour the nuclei in view by their predicted class; return the counts.
+
+        Beyond :data:`PREVIEW_MAX` nuclei in view the preview waits for a closer view (the
+        legend says so): it runs on the GUI thread after every click.
+        """
+        table = self._table()
+        rows, area = self._in_view(table)
+        if rows.size > PREVIEW_MAX:
+            self.legend.setText(
+                f"{rows.size:,} nuclei in view: zoom in for the live preview, or Classify all"
+            )
+            return {}
+        return self._show(table, rows, "in view", area)
+
+    def classify_all(self) -> Any:
+        """Classify every nucleus of the layer in the background; return the worker.
+
+        The features and the forest run on a worker thread (a whole slide's 10^6 nuclei
+        take seconds); when they are done the layer takes the class colours and columns
+        and the "Cell classes" legend opens (:func:`napari_slidescope._napari.classes.classify`),
+        and :attr:`last_counts` holds the counts.
+        """
+        from napari.qt.threading import create_worker
+
+        if self.classifier is None:
+            self.train()
+        canvas = canvas_of(self._layer) if self._layer is not None else None
+        if canvas is None:
+            raise ValueError("Cell classifier: no nuclei layer of this plugin to classify")
+        table = canvas.to_result().table
+        clf, layer = self.classifier, self._layer
+        self.classify_button.setEnabled(False)
+        self.status.setText(f"Classifying {len(table['id']):,} nuclei…")
+        worker = create_worker(clf.predict_classes, table)
+        worker.returned.connect(lambda out: self._on_classified(layer, clf, out))
+        worker.errored.connect(lambda exc: self.status.setText(str(exc)))
+        worker.finished.connect(lambda: self.classify_button.setEnabled(True))
+        self._worker = worker
+        worker.start()
+        return worker
+
+    def _on_classified(self, layer: Any, clf: Any, out: tuple) -> None:
+        from napari_slidescope._napari.classes import classify
+
+        if layer is not self._layer or layer not in self._viewer.layers:
+            return  # the user moved on to another layer
+        try:  # the predictions, applied (the table must still be the one classified)
+            result = classify(self._viewer, layer, classifier=_Predicted(out))
+        except ValueError as exc:
+            self.status.setText(f"{exc}: the nuclei changed while classifying; classify again")
+            return
+        names = np.asarray(result.table["class"])
+        counts = {c: int(np.count_nonzero(names == c)) for c in clf.class_names}
+        self.last_counts = counts
+        self.status.setText(f"Classified {len(names):,} nuclei")
+        self._show_legend(counts, dict(result.classes), "in the layer", None)
+
+    def classify_in_shape(self) -> dict[str, int]:
+        """Colour the nuclei inside the selected shape by class; return the counts.
+
+        Raises
+        ------
+        ValueError
+            If no shape is selected (or nothing is trained).
+        """
+        from napari_slidescope._napari.shapes import selected_polygon
+        from napari_slidescope.pipeline.regions import inside_polygon
+
+        if self.classifier is None:
+            self.train()
+        canvas = canvas_of(self._layer)
+        table = self._table()
+        assert canvas is not None  # _table() checked it
+        ring = selected_polygon(self._viewer, _SlideFrame(self._layer, canvas))
+        inside = inside_polygon(table["centroid_row"], table["centroid_col"], ring)
+        y, x = ring[:, 0], ring[:, 1]
+        area_px = 0.5 * abs(float(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))))
+        return self._show(table, np.flatnonzero(inside), "in the shape", self._area_mm2(area_px))
+
+    def _on_classify_all(self) -> None:
+        self._report(self.classify_all)
+
+    def _on_shape(self) -> None:
+        self._report(self.classify_in_shape)
+
+    def _show(
+        self,
+        table: dict[str, np.ndarray],
+        rows: np.ndarray,
+        where: str = "in view",
+        area_mm2: float | None = None,
+    ) -> dict[str, int]:
+        from napari.utils.colormaps import DirectLabelColormap
+
+        clf = self.classifier
+        if clf is None or self._layer is None:
+            return {}
+        names, _, colors = clf.predict_classes(table, rows=rows) if len(rows) else ([], [], {})
+        ids = np.asarray(table["id"])[rows]
+        rgba = {c: (*(v / 255 for v in colors[c]), 1.0) for c in colors}
+        mapping: dict[Any, Any] = {None: _UNCLASSIFIED, 0: (0.0, 0.0, 0.0, 0.0)}
+        mapping.update({int(i): rgba[str(n)] for i, n in zip(ids, names, strict=True)})
+        self._layer.colormap = DirectLabelColormap(color_dict=mapping)
+        counts = {c: int(np.count_nonzero(np.asarray(names) == c)) for c in clf.class_names}
+        self.last_counts = counts
+        self._show_legend(counts, colors, where, area_mm2)
+        return counts
+
+    def _show_legend(
+        self,
+        counts: dict[str, int],
+        colors: dict[str, tuple[int, int, int]],
+        where: str,
+        area_mm2: float | None,
+    ) -> None:
+        total = sum(counts.values()) or 1
+        lines = []
+        for c, n in counts.items():
+            density = f" · {n / area_mm2:,.0f} /mm²" if area_mm2 else ""
+            lines.append(
+                f'<span style="color: rgb{tuple(colors[c])}">&#9632;</span> {c}: '
+                f"{n:,} ({100 * n / total:.0f} %){density}"
+            )
+        self.legend.setText(f"<b>Nuclei {where}</b><br>" + "<br>".join(lines))
+
+    def show_plain_colors(self) -> None:
+        """Give the layer back its segmentation colours."""
+        if self._layer is not None and self._plain_colormap is not None:
+            self._layer.colormap = self._plain_colormap
+
+    # -- files ---------------------------------------------------------------------------
+    def save_classifier(self, path: str | Path) -> Path:
+        """Save the trained classifier (see :meth:`ObjectClassifier.save`)."""
+        if self.classifier is None:
+            raise ValueError("Cell classifier: nothing to save; mark examples of two classes first")
+        out = self.classifier.save(path)
+        self.status.setText(f"Saved {out.name}")
+        return out
+
+    def load_classifier(self, path: str | Path) -> Any:
+        """Load a classifier file; its classes join the list and it colours the view."""
+        from napari_slidescope.pipeline.cell_classifier import load_classifier
+
+        clf = load_classifier(path)
+        for name in clf.class_names:
+            if name not in self.classes:
+                self.add_class(name, clf.colors[name])
+            else:
+                self.set_color(name, clf.colors[name])
+        self.classifier = clf
+        if self._layer is not None:
+            self.preview()
+        return clf
+
+    def _on_save(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save classifier", "", "Classifier (*.npz)")
+        if path:
+            self._report(self.save_classifier, path)
+
+    def _on_load(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load classifier", "", "Classifier (*.npz)")
+        if path:
+            self._report(self.load_classifier, path)
+
+    def _report(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except (ValueError, OSError, ImportError) as exc:
+            self.status.setText(str(exc))

@@ -1,0 +1,15 @@
+"""The learned cell classifier's public names (``slidescope batch --classify`` loads from here).
+
+The code lives in :mod:`napari_slidescope.pipeline.cell_classifier`; this module is where
+:func:`~napari_slidescope.pipeline.classify.load_classification` looks for a loader of
+non-rules files.
+"""
+
+from napari_slidescope.pipeline.cell_classifier import (
+    ClassifierFileError,
+    ObjectClassifier,
+    load_classifier,
+    train_classifier,
+)
+
+__all__ = ["ClassifierFileError", "ObjectClassifier", "load_classifier", "train_classifier"]

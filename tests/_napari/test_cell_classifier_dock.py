@@ -1,0 +1,162 @@
+"""The "Cell classifier" dock: examples by clicking, live training, preview, legend, saving."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture(scope="module")
+def cells_slide(tmp_path_factory):
+    """A synthetic H&E slide with three nucleus populations (256 µm at 0.5 µm/px)."""
+    from napari_slidescope.sample_cell_types import write_cells_slide
+
+    path = tmp_path_factory.mktemp("cells") / "cells.svs"
+    truth = write_cells_slide(path, 256, mpp=0.5, seed=3)
+    return path, truth
+
+
+class _Click:
+    """What napari hands a mouse callback, for a press at a world position."""
+
+    def __init__(self, position):
+        self.position = position
+        self.view_direction = None
+        self.dims_displayed = [0, 1]
+
+
+def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_path, monkeypatch):
+    from napari.utils.colormaps import DirectLabelColormap
+
+    from napari_slidescope._napari import cell_classifier
+    from napari_slidescope._napari.classes import LEGEND_NAME
+    from napari_slidescope.pipeline.cell_classifier import load_classifier
+    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope.sample_cell_types import CLASS_NAMES
+
+    path, truth = cells_slide
+    viewer, [image], analysis = dock_slide(path)
+    ctl = analysis.controller
+    seg = {"segmenter": "builtin", "target_mpp": 0.5, "workers": 1}
+    ctl.run(image, "nuclei", region=(0, 0, 512, 512), nuclei_options=seg)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
+    _, dock = viewer.window.add_plugin_dock_widget(
+        "napari-slidescope", "Cell classifier", tabify=True
+    )
+    layer = dock.layer
+    assert layer is not None and layer.name.endswith("nuclei")
+    # classes: add, rename, remove
+    assert list(dock.classes) == ["Tumor", "Lymphocyte", "Stroma"]
+    dock.rename_class("Stroma", "Spindle")
+    dock.add_class("Necrosis")
+    dock.remove_class("Necrosis")
+    assert list(dock.classes) == ["Tumor", "Lymphocyte", "Spindle"]
+    table = dock._table()
+    cls = truth.class_at(table["centroid_y_um"], table["centroid_x_um"])
+    # examples: clicks on nuclei with the class selected (5 per class)
+    dock.mark_button.setChecked(True)
+    for k, name in enumerate(CLASS_NAMES):
+        dock.select_class(name)
+        for r in np.flatnonzero(cls == k)[:5]:
+            world = image.data_to_world((table["centroid_row"][r], table["centroid_col"][r]))
+            before = len(dock.examples)
+            dock._on_viewer_click(viewer, _Click(tuple(world)))
+            if len(dock.examples) == before:  # the centroid missed its nucleus
+                dock.mark(int(table["id"][r]))
+    assert {c: list(dock.examples.values()).count(c) for c in CLASS_NAMES} == dict.fromkeys(
+        CLASS_NAMES, 5
+    )
+    # the example points, coloured by class
+    points = viewer.layers[f"{layer.name} examples"]
+    assert len(points.data) == 15
+    # live preview: trained after the clicks, nuclei in view coloured by class
+    assert dock.classifier is not None and set(dock.classifier.class_names) == set(CLASS_NAMES)
+    assert isinstance(layer.colormap, DirectLabelColormap)
+    in_view = dock._visible_rows(table)
+    assert 0 < in_view.size < len(table["id"])  # the preview colours the nuclei in view
+    some = int(table["id"][[r for r in in_view if cls[r] == 0][-1]])
+    lym = tuple(v / 255 for v in dock.classes["Lymphocyte"])
+    np.testing.assert_allclose(layer.colormap.color_dict[some][:3], lym)
+    assert "Lymphocyte" in dock.legend.text() and "Tumor" in dock.legend.text()
+    # too many nuclei in view: the preview waits for a closer view
+    monkeypatch.setattr(cell_classifier, "PREVIEW_MAX", 3)
+    assert dock.preview() == {} and "zoom in" in dock.legend.text()
+    monkeypatch.undo()
+    # unmark with a second click, re-mark
+    first = next(iter(dock.examples))
+    name = dock.examples[first]
+    dock.mark(first, name)
+    assert first not in dock.examples
+    dock.mark(first, name)
+    dock.last_counts = {}
+    with qtbot.waitSignal(dock.classify_all().finished, timeout=60_000):
+        pass
+    qtbot.waitUntil(lambda: "Classified" in dock.status.text(), timeout=10_000)
+    counts = dock.last_counts
+    assert "class" in layer.features and LEGEND_NAME in viewer.window._dock_widgets
+    viewer.reset_view()
+    qtbot.wait(200)
+    viewer.screenshot(str(tmp_path / "cell_classes.png"), canvas_only=False)
+    viewer.camera.zoom *= 3
+    qtbot.wait(200)
+    viewer.screenshot(str(tmp_path / "cell_classes_zoom.png"), canvas_only=True)
+    # the whole layer: same classes as classify_cells with the same classifier
+    res = classify_cells(canvas_of_layer(layer).to_result(), classifier=dock.classifier)
+    expect = {c: int((res.table["class"] == c).sum()) for c in dock.classifier.class_names}
+    assert counts == expect and sum(counts.values()) == len(table["id"])
+    right = (res.table["class"] == np.asarray(CLASS_NAMES)[cls.clip(0)])[cls >= 0]
+    assert right.mean() > 0.7  # 5 examples per class; the benchmark measures accuracy
+    # a selected shape: the nuclei inside it, counts and densities in the legend
+    corners = [(0, 0), (0, 512), (256, 512), (256, 0)]
+    ring = np.array([image.data_to_world(p) for p in corners])
+    shapes = viewer.add_shapes([ring], shape_type="polygon", name="region")
+    shapes.selected_data = {0}
+    viewer.layers.selection.active = shapes
+    in_shape = dock.classify_in_shape()
+    top = np.asarray(res.table["centroid_row"]) < 256
+    want = {c: int((res.table["class"][top] == c).sum()) for c in dock.classifier.class_names}
+    assert in_shape == want
+    assert "in the shape" in dock.legend.text() and "/mm²" in dock.legend.text()
+    viewer.reset_view()
+    qtbot.wait(200)
+    viewer.screenshot(str(tmp_path / "cell_classes_shape.png"), canvas_only=False)
+    # saving: the file loads to the same classifier
+    saved = dock.save_classifier(tmp_path / "cells.npz")
+    assert load_classifier(saved).sha256 == dock.classifier.sha256
+    # loading it back (into a fresh dock): its classes join the list and it previews
+    other = cell_classifier.CellClassifierWidget(viewer)
+    other.remove_class("Stroma")
+    other.load_classifier(saved)
+    assert other.classifier.sha256 == dock.classifier.sha256
+    assert set(CLASS_NAMES) <= set(other.classes)
+    assert other.classes["Spindle"] == dock.classes["Spindle"]
+    bad = tmp_path / "bad.npz"
+    bad.write_text("not a classifier")
+    other._report(other.load_classifier, bad)
+    assert "bad.npz: not a napari-slidescope classifier" in other.status.text()
+    dock.show_plain_colors()
+    assert not isinstance(layer.colormap, DirectLabelColormap) or layer.colormap is not None
+
+
+def canvas_of_layer(layer):
+    from napari_slidescope._napari.layers import canvas_of
+
+    return canvas_of(layer)
+
+
+def test_no_layer_and_bad_names_are_clear(make_napari_viewer, qtbot):
+    from napari_slidescope._napari.cell_classifier import CellClassifierWidget
+
+    viewer = make_napari_viewer()
+    dock = CellClassifierWidget(viewer)
+    assert dock.layer is None
+    with pytest.raises(ValueError, match="already used"):
+        dock.add_class("Tumor")
+    with pytest.raises(ValueError, match="not one of the classes"):
+        dock.mark(3, "Nope")
+    with pytest.raises(ValueError, match="nothing to save"):
+        dock.save_classifier("x.npz")
+    dock.mark(3, "Tumor")
+    dock.mark(4, "Lymphocyte")  # live training finds no nuclei layer: said in the status
+    assert "no nuclei layer" in dock.status.text()

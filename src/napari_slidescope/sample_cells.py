@@ -112,7 +112,7 @@ def make_multiplex(
     cell_radius_um: float = 5.0,
     spill: float = 0.08,
 ) -> CellTruth:
-    """A multiplex image: DAPI, CD3 and CD8 (membrane), PanCK (cytoplasm), Ki67 (nucleus).
+    """Return a multiplex image: DAPI, CD3 and CD8 (membrane), PanCK (cytoplasm), Ki67 (nucleus).
 
     Cells are their nuclei grown by `cell_radius_um` (never into a neighbour). Phenotypes:
     about 40 % tumour (PanCK+), 12 % cytotoxic T (CD3+ CD8+), 18 % T helper (CD3+ CD8-),
@@ -175,7 +175,7 @@ def make_hdab(
     mpp: float = 0.5,
     membrane: bool = False,
 ) -> CellTruth:
-    """A brightfield hematoxylin-DAB image with nuclei at known DAB levels.
+    """Return a brightfield hematoxylin-DAB image with nuclei at known DAB levels.
 
     Each nucleus (or, with `membrane`, its cell's membrane ring, as HER2) carries a DAB
     concentration from four bands around QuPath's default thresholds: 40 % negative

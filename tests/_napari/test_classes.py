@@ -39,7 +39,7 @@ def test_classify_colours_nuclei_by_class_with_a_legend(
         want = np.array(res.classes[str(c)]) / 255
         assert np.allclose(layer.colormap.map(int(i))[:3], want, atol=1 / 255)
     assert list(layer.features["class"]) == [
-        dict(zip(ids.tolist(), cls.tolist()))[int(i)] for i in layer.features["index"]
+        dict(zip(ids.tolist(), cls.tolist(), strict=True))[int(i)] for i in layer.features["index"]
     ]
     text = " ".join(w.text() for w in dock.findChildren(type(dock.layout().itemAt(0).widget())))
     assert "Negative" in text and "H-score" in text

@@ -24,7 +24,7 @@ LEGEND_NAME = "Cell classes"
 def class_colormap(
     ids: np.ndarray, classes: np.ndarray, colors: dict[str, tuple[int, int, int]]
 ) -> Any:
-    """A napari ``DirectLabelColormap``: each id in its class's colour, background clear."""
+    """Return a napari ``DirectLabelColormap``: each id in its class's colour, background clear."""
     from napari.utils.colormaps import DirectLabelColormap
 
     mapping: dict[Any, Any] = {None: np.array([0.5, 0.5, 0.5, 1.0]), 0: np.zeros(4)}
@@ -210,7 +210,9 @@ def add_cells(viewer: Any, result: Any, image: Any = None) -> Any:
                 result.table["id"], result.table["class"], result.classes
             )
         else:  # rasterised outlines are numbered 1..n in outline order
-            by_id = dict(zip(np.asarray(result.table["id"]).tolist(), result.table["class"]))
+            by_id = dict(
+                zip(np.asarray(result.table["id"]).tolist(), result.table["class"], strict=True)
+            )
             classes = np.array([by_id.get(int(i), "") for i in ids], dtype=object)
             layer.colormap = class_colormap(np.arange(1, len(ids) + 1), classes, result.classes)
     return layer

@@ -42,7 +42,9 @@ class ClassifyWidget(QWidget):
         self.mode.addItems(["IHC (DAB score)", "Rules file"])
         form.addRow("Classify by", self.mode)
         self.thresholds = []
-        for name, value in zip(("1+ from DAB OD", "2+ from", "3+ from"), (0.2, 0.4, 0.6)):
+        for name, value in zip(
+            ("1+ from DAB OD", "2+ from", "3+ from"), (0.2, 0.4, 0.6), strict=True
+        ):
             spin = QDoubleSpinBox()
             spin.setRange(0.0, 3.0)
             spin.setDecimals(3)
@@ -74,7 +76,7 @@ class ClassifyWidget(QWidget):
         self.apply_button.clicked.connect(self._on_apply)
 
     def current_rules(self) -> PhenotypeRules:
-        """The rules the widget shows: a loaded file's, or IHC from the thresholds.
+        """Return the rules the widget shows: a loaded file's, or IHC from the thresholds.
 
         Raises
         ------

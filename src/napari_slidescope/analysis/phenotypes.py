@@ -64,7 +64,7 @@ _TERM = re.compile(r"^(?P<marker>.+?)(?P<sign>[+-])$")
 
 
 def auto_threshold(values: np.ndarray, *, bins: int = 256) -> float:
-    """The ``auto`` positivity threshold of a marker: Otsu's threshold on ``log1p(values)``.
+    """Return the ``auto`` positivity threshold of a marker: Otsu's threshold on ``log1p(values)``.
 
     Per-cell means of a marker form a large negative population (autofluorescence and
     spill-over) and a positive one whose intensities spread over an order of magnitude
@@ -160,7 +160,7 @@ def dab_scores(dab_od: np.ndarray, thresholds: Sequence[float] = DAB_THRESHOLDS)
 
 
 def ihc_summary(scores: np.ndarray, *, area_mm2: float | None = None) -> dict[str, float]:
-    """Counts per score, positive percentage and H-score of scored cells.
+    """Return counts per score, positive percentage and H-score of scored cells.
 
     Parameters
     ----------
@@ -239,7 +239,7 @@ def parse_rule(rule: str, *, name: str = "rule") -> list[tuple[str, bool]]:
 def apply_phenotypes(
     positive: Mapping[str, np.ndarray], rules: Mapping[str, str], *, other: str = OTHER
 ) -> np.ndarray:
-    """The class of every cell: the first rule it matches, else `other`.
+    """Return the class of every cell: the first rule it matches, else `other`.
 
     Parameters
     ----------

@@ -152,7 +152,7 @@ RUIFROK_HDAB = StainMatrix(
 
 
 def stain_kind(stains: StainMatrix) -> str:
-    """Whether stain vectors show H&E or H-DAB: is the second stain pink or brown?
+    """Return whether stain vectors show H&E or H-DAB (is the second stain pink or brown?).
 
     Eosin absorbs green more than blue; DAB, brown, absorbs blue most. The second vector
     is DAB when its blue OD exceeds its green OD less :data:`_DAB_MARGIN` (0.07). Measured

@@ -166,7 +166,7 @@ class SlideClasses:
     summary: dict[str, Any]
 
     def row(self) -> dict[str, Any]:
-        """The ``summary.csv`` fields: counts per class (``name: n; ...``) and IHC figures."""
+        """Return ``summary.csv`` fields: counts per class (``name: n; ...``) and IHC figures."""
         counts = "; ".join(
             f"{k.removesuffix('_count')}: {v}"
             for k, v in self.summary.items()

@@ -193,7 +193,7 @@ class PhenotypeRules:
         return cls(norm_markers, norm_dab, norm_pheno, comp)
 
     def to_dict(self) -> dict[str, Any]:
-        """The rules as the JSON object :meth:`save` writes."""
+        """Return the rules as the JSON object :meth:`save` writes."""
         out: dict[str, Any] = {"kind": RULES_KIND, "version": 1, "compartment": self.compartment}
         out["markers"] = {
             m: (s["threshold"] if s["compartment"] is None else dict(s))
@@ -230,7 +230,7 @@ class PhenotypeRules:
         )
 
     def to_json(self) -> str:
-        """The rules as canonical JSON text (sorted keys except rule order, 2-space indent)."""
+        """Return rules as canonical JSON text (sorted keys except rule order, 2-space indent)."""
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
 
     def digest(self) -> str:
@@ -343,7 +343,7 @@ def markers_of(table: Mapping[str, np.ndarray]) -> dict[str, set[str]]:
 
 
 def marker_column(table: Mapping[str, np.ndarray], marker: str, compartment: str) -> str:
-    """The table column of a marker's mean on a compartment.
+    """Return the table column of a marker's mean on a compartment.
 
     Raises
     ------
@@ -540,7 +540,7 @@ def _apply_classifier(result: NucleiResult, classifier: Any) -> NucleiResult:
 
 
 def class_summary(result: NucleiResult, *, area_mm2: float | None = None) -> dict[str, Any]:
-    """Counts (and densities) per class, and the IHC figures when the result was scored.
+    """Return counts (and densities) per class, and the IHC figures when the result was scored.
 
     Parameters
     ----------
@@ -572,7 +572,7 @@ def class_summary(result: NucleiResult, *, area_mm2: float | None = None) -> dic
 
 
 def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
-    """What ``slidescope batch --classify FILE`` applies: rules, or a learned classifier.
+    """Return what ``slidescope batch --classify FILE`` applies: rules, or a learned classifier.
 
     A JSON file whose top-level ``"kind"`` is :data:`RULES_KIND` is phenotype rules;
     anything else is handed to ``napari_slidescope.classifier.load_classifier(path)``
@@ -628,7 +628,7 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
 
 
 def classification_from(descriptor: Mapping[str, Any]) -> Any:
-    """The rules or classifier of a :func:`load_classification` descriptor (on a worker)."""
+    """Return the rules or classifier of a :func:`load_classification` descriptor (on a worker)."""
     if descriptor.get("kind") == "rules":
         return PhenotypeRules.from_dict(descriptor["rules"], where="batch parameters")
     spec, _ = load_classification(descriptor["path"])

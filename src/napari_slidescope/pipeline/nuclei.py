@@ -884,7 +884,7 @@ class PreparedNuclei:
             gen.close()
 
     def columns(self) -> list[str]:
-        """The table columns this run's tiles will have (one tile read, nothing segmented)."""
+        """Return table columns this run's tiles will have (one tile read, nothing segmented)."""
         if not self._run.tiles:
             return []
         tile = self._run.tiles[0]

@@ -22,7 +22,7 @@ _MEAN = re.compile(r"^(?P<name>.+?)(?:_(?P<comp>nucleus|cytoplasm|cell))?_mean$"
 def marker_means(
     table: Mapping[str, np.ndarray], compartment: str = "auto"
 ) -> tuple[list[str], list[str]]:
-    """The marker (channel or stain) names and their mean columns on one compartment.
+    """Return the marker (channel or stain) names and their mean columns on one compartment.
 
     ``compartment="auto"``: the cell when the table has cells, else the nucleus (whose
     columns are the nucleus-only names, ``DAPI_mean``, when there are no cells).

@@ -613,11 +613,16 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
     except ImportError:
         module = None
     loader = getattr(module, "load_classifier", None)
+    what = "JSON without" if data is not None else "not JSON, and has no"
     if loader is None:
-        what = "JSON without" if data is not None else "not JSON, and has no"
         raise ValueError(
             f'{path}: not phenotype rules ({what} "kind": "{RULES_KIND}") and no '
             "classifier loader is installed (napari_slidescope.classifier.load_classifier)"
+        )
+    if not raw.startswith(b"PK"):  # a classifier file is a zip (.npz); this is text or junk
+        raise ValueError(
+            f'{path}: not phenotype rules ({what} "kind": "{RULES_KIND}") and not a '
+            "classifier file either"
         )
     classifier = loader(path)
     if not callable(getattr(classifier, "predict_classes", None)):

@@ -1,4 +1,4 @@
-"""Annotated crops laid out on glass as a whole slide: is a slide scored like its crops?
+"""Annotated crops laid out on glass as a whole slide, to score a slide like its crops.
 
 Accuracy measured on crops says little about what a user gets from ``segment_nuclei(path)``
 on a whole slide: tissue detection, the per-slide preparation (stain vectors, intensity
@@ -95,8 +95,7 @@ def lay_on_glass(
     """
     if not images or len(images) != len(truths):
         raise ValueError(
-            f"images, truths: expected the same non-zero count, got {len(images)} and "
-            f"{len(truths)}"
+            f"images, truths: expected the same non-zero count, got {len(images)} and {len(truths)}"
         )
     for k, (im, tr) in enumerate(zip(images, truths, strict=True)):
         if im.ndim != 3 or im.shape[2] != 3 or im.dtype != np.uint8:
@@ -144,7 +143,7 @@ def lay_on_glass(
 def downsample(
     rgb: np.ndarray, truth: np.ndarray, layout: GlassLayout, factor: int = 2
 ) -> tuple[np.ndarray, np.ndarray, GlassLayout]:
-    """A lower magnification of a glass slide: pixels block-averaged, labels sampled.
+    """Make a lower magnification of a glass slide: pixels block-averaged, labels sampled.
 
     Output pixel ``(i, j)`` is the mean of the ``factor x factor`` block it covers; its
     label is the one under the block's centre (nearest neighbour, never mixed).
@@ -165,9 +164,7 @@ def downsample(
     lab = np.zeros((h, w), truth.dtype)
     sampled = truth[c::f, c::f]
     lab[: sampled.shape[0], : sampled.shape[1]] = sampled
-    boxes = tuple(
-        (y0 // f, x0 // f, -(-y1 // f), -(-x1 // f)) for y0, x0, y1, x1 in layout.boxes
-    )
+    boxes = tuple((y0 // f, x0 // f, -(-y1 // f), -(-x1 // f)) for y0, x0, y1, x1 in layout.boxes)
     return small, lab, GlassLayout((h, w), boxes, layout.mpp * f)
 
 

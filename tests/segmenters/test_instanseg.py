@@ -289,3 +289,14 @@ def test_segments_a_real_he_image_through_the_pipeline(model, shared_file):
     assert result.count == len(result.table["id"]) > 50
     scores = instance_scores(truth, result.labels)
     assert scores["f1"] > 0.75  # 0.89 on the whole image (benchmarks/RESULTS.md)
+
+
+def test_a_fixed_intensity_range_scales_every_tile_alike(model):
+    """``intensity_range=(0, 255)``: 8-bit pixels divided by 255, whatever the tile holds."""
+    seg = instanseg.InstanSegSegmenter(intensity_range=(0, 255))
+    rng = np.random.default_rng(0)
+    tiles = rng.integers(40, 200, (2, 32, 32, 3), dtype=np.uint8)
+    seg.prepare(tiles[0], mpp=0.5)
+    np.testing.assert_allclose(seg._scale(tiles), np.moveaxis(tiles / 255.0, -1, 1), atol=1e-6)
+    with pytest.raises(ValueError, match="intensity_range"):
+        instanseg.InstanSegSegmenter(intensity_range=(1, 1))

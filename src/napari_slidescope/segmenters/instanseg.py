@@ -332,6 +332,10 @@ class InstanSegSegmenter(ModelSegmenter):
         Objects smaller than this are removed in post-processing (fragments at tile edges).
     device : str, optional
         torch device; default ``"cuda"`` when available, else ``"cpu"``.
+    intensity_range : (float, float), optional
+        Fixed input range mapped to 0-1 for every channel (``(0, 255)``: 8-bit pixels as
+        they are). Default: the 0.1st-99.9th percentiles of the slide's sample, per
+        channel, as the model card scales each tile.
 
     Raises
     ------
@@ -356,6 +360,7 @@ class InstanSegSegmenter(ModelSegmenter):
         min_overlap_um: float = 20.0,
         min_area_um2: float = 10.0,
         device: str | None = None,
+        intensity_range: tuple[float, float] | None = None,
     ) -> None:
         spec = _spec(model)
         self.model = spec
@@ -379,6 +384,12 @@ class InstanSegSegmenter(ModelSegmenter):
         self._lock = threading.Lock()
         self.min_area_um2 = float(min_area_um2)
         self._range: tuple[np.ndarray, np.ndarray] | None = None
+        self._fixed: tuple[float, float] | None = None
+        if intensity_range is not None:
+            lo, hi = (float(v) for v in intensity_range)
+            if not hi > lo:
+                raise ValueError(f"intensity_range: expected (low, high), got {intensity_range!r}")
+            self._fixed = (lo, hi)
 
     def _channels(self, x: np.ndarray) -> np.ndarray:
         return x[..., :3] if self.input == "brightfield" else x
@@ -390,6 +401,11 @@ class InstanSegSegmenter(ModelSegmenter):
         tile of a slide is scaled alike, and a tile of glass is not stretched into "nuclei".
         """
         ref = self._channels(np.asarray(reference))
+        if self._fixed is not None:
+            n = ref.shape[-1]
+            lo, hi = (np.full(n, v, np.float32) for v in self._fixed)
+            self._range = (lo, hi)
+            return
         px = ref.reshape(-1, ref.shape[-1]).astype(np.float32)
         lo, hi = np.percentile(px, [0.1, 99.9], axis=0)
         self._range = (lo.astype(np.float32), hi.astype(np.float32))
@@ -398,6 +414,8 @@ class InstanSegSegmenter(ModelSegmenter):
         x = self._channels(tiles).astype(np.float32)
         if self._range is not None and self._range[0].shape[-1] == x.shape[-1]:
             lo, hi = self._range
+        elif self._fixed is not None:
+            lo, hi = (np.float32(v) for v in self._fixed)
         else:  # per tile, as the model card describes
             lo, hi = np.percentile(x, [0.1, 99.9], axis=(1, 2), keepdims=True)
         scaled = (x - lo) / (hi - lo + np.float32(1e-6))

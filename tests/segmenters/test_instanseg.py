@@ -300,3 +300,13 @@ def test_a_fixed_intensity_range_scales_every_tile_alike(model):
     np.testing.assert_allclose(seg._scale(tiles), np.moveaxis(tiles / 255.0, -1, 1), atol=1e-6)
     with pytest.raises(ValueError, match="intensity_range"):
         instanseg.InstanSegSegmenter(intensity_range=(1, 1))
+
+
+def test_small_nuclei_of_a_20x_slide_are_kept_fragments_dropped(model):
+    """At 0.5 µm/px an 8 µm² nucleus (32 px) is kept; a 4 µm² fragment (16 px) is not."""
+    raw = np.zeros((40, 40, 1), np.float32)
+    raw[2:6, 2:10] = 1  # 32 px
+    raw[20:24, 20:24] = 2  # 16 px
+    labels = model.postprocess(raw, mpp=0.5)
+    assert model.min_area_um2 == 5.0
+    assert labels.max() == 1 and (labels == 1).sum() == 32

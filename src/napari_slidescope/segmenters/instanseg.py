@@ -329,7 +329,10 @@ class InstanSegSegmenter(ModelSegmenter):
     min_overlap_um : float
         Tile overlap (µm), more than two nucleus diameters.
     min_area_um2 : float
-        Objects smaller than this are removed in post-processing (fragments at tile edges).
+        Objects smaller than this are removed in post-processing (fragments; the model
+        itself drops objects under 10 px). 5 µm², not 10: on a real 20x slide the model
+        outlines small dark nuclei at 5-10 µm², and 10 removed about one in twelve of them
+        (benchmarks/RESULTS.md, "InstanSeg on a real 20x slide").
     device : str, optional
         torch device; default ``"cuda"`` when available, else ``"cpu"``.
     intensity_range : (float, float), optional
@@ -358,7 +361,7 @@ class InstanSegSegmenter(ModelSegmenter):
         model: str = "brightfield_nuclei",
         target_mpp: float = 0.5,
         min_overlap_um: float = 20.0,
-        min_area_um2: float = 10.0,
+        min_area_um2: float = 5.0,
         device: str | None = None,
         intensity_range: tuple[float, float] | None = None,
     ) -> None:

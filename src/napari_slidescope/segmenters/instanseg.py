@@ -418,7 +418,7 @@ class InstanSegSegmenter(ModelSegmenter):
         if self._range is not None and self._range[0].shape[-1] == x.shape[-1]:
             lo, hi = self._range
         elif self._fixed is not None:
-            lo, hi = (np.float32(v) for v in self._fixed)
+            lo, hi = (np.full(x.shape[-1], v, np.float32) for v in self._fixed)
         else:  # per tile, as the model card describes
             lo, hi = np.percentile(x, [0.1, 99.9], axis=(1, 2), keepdims=True)
         scaled = (x - lo) / (hi - lo + np.float32(1e-6))

@@ -251,7 +251,18 @@ def fluo_model():
     return _model("instanseg-fluorescence")
 
 
-def test_reproduces_the_model_cards_test_output_exactly(model):
+@pytest.fixture(scope="module", params=["torch", "onnxruntime"])
+def each_runtime(request, model):
+    """The brightfield model with its network run by torch, then by ONNX Runtime."""
+    if request.param == "onnxruntime" and instanseg.missing_packages("onnxruntime", "onnx"):
+        pytest.skip("onnxruntime / onnx not installed (the [instanseg-onnx] extra)")
+    seg = instanseg.InstanSegSegmenter(runtime=request.param)
+    assert seg.runtime == request.param
+    return seg
+
+
+def test_each_runtime_reproduces_the_model_cards_test_output_exactly(each_runtime):
+    model = each_runtime
     folder = instanseg.model_folder(BF)
     x = np.load(folder / "test-input.npy")  # (1, 3, 256, 256) float32, 0-255
     expected = np.load(folder / "test-output_instance_segmentation.npy")[:, 0]
@@ -260,6 +271,15 @@ def test_reproduces_the_model_cards_test_output_exactly(model):
     np.testing.assert_array_equal(got[..., 0], expected)
     labels = model.postprocess(got[0], mpp=0.5)
     assert labels.dtype == np.int32 and labels.max() == len(np.unique(labels)) - 1 > 300
+    # a tile whose sides are not multiples of 16 (the model pads it itself)
+    odd = np.moveaxis(x, 1, -1)[:, :250, :230]
+    torch_model = instanseg.InstanSegSegmenter(runtime="torch")
+    np.testing.assert_array_equal(model.predict(odd, mpp=0.5), torch_model.predict(odd, mpp=0.5))
+
+
+def test_unknown_runtime_is_refused(model):
+    with pytest.raises(ValueError, match="runtime: expected"):
+        instanseg.InstanSegSegmenter(runtime="tensorrt")
 
 
 def test_fluorescence_model_reproduces_its_test_output_exactly(fluo_model):

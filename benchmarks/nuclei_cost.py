@@ -10,7 +10,7 @@ slide's own pixels there) from ``$SLIDESCOPE_TESTDATA``.
 Usage::
 
     python benchmarks/nuclei_cost.py [--slide PATH] [--region Y0,X0,Y1,X1] [--repeat 3]
-        [--segmenters builtin,instanseg] [--workers 2]
+        [--segmenters builtin,instanseg:torch,instanseg:onnxruntime] [--workers 2]
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ def main() -> None:
     args = ap.parse_args()
     region = None if args.region == "all" else tuple(int(v) for v in args.region.split(","))
     names = args.segmenters.split(",")
-    segs = {n: get_segmenter(n) for n in names}  # models loaded outside the timing
+    # "instanseg:torch": InstanSeg with its network on that runtime; loaded outside the timing
+    segs = {
+        n: get_segmenter(n.split(":")[0], **({"runtime": n.split(":")[1]} if ":" in n else {}))
+        for n in names
+    }
     wall: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     count: dict[str, int] = {}

@@ -9,6 +9,12 @@ Prints:
 Usage::
 
     python benchmarks/nuclei_throughput.py [--size 4096] [--repeat 3] [--segmenter builtin]
+    python benchmarks/nuclei_throughput.py --segmenter instanseg --runtimes torch,onnxruntime
+
+``--runtimes`` (InstanSeg): instead of 1. and 2., the whole pipeline with each runtime of
+InstanSeg's network, interleaved (torch first: the baseline of the same run), the median
+throughput of each, its ratio to torch, and whether its labels equal torch's (else F1 / AJI
+against them).
 """
 
 from __future__ import annotations
@@ -138,11 +144,46 @@ def overlap_demo(n_tiles: int = 12, model_s: float = 0.05, post_s: float = 0.05)
         )
 
 
+def compare_runtimes(path: Path, runtimes: list[str], repeat: int) -> None:
+    from napari_slidescope.analysis.metrics import instance_scores
+    from napari_slidescope.segmenters.instanseg import InstanSegSegmenter
+    from napari_slidescope.slide import open_slide
+
+    segs = {r: InstanSegSegmenter(runtime=r) for r in runtimes}  # loaded outside the timing
+    times: dict[str, list[float]] = {r: [] for r in runtimes}
+    labels: dict[str, np.ndarray] = {}
+    mpx = 0.0
+    with open_slide(path) as slide:
+        for _ in range(repeat):
+            for r, seg in segs.items():
+                t0 = time.perf_counter()
+                res = segment_nuclei(slide, segmenter=seg, workers=2, tissue="auto")
+                times[r].append(time.perf_counter() - t0)
+                assert res.labels is not None
+                labels[r], mpx = res.labels, res.labels.size / 1e6
+                print(
+                    f"  {r}: {times[r][-1]:.1f} s, {res.count} nuclei; load {_load()}", flush=True
+                )
+    base = statistics.median(times[runtimes[0]])
+    for r in runtimes:
+        med = statistics.median(times[r])
+        same = np.array_equal(labels[r], labels[runtimes[0]])
+        diff = "labels equal" if same else ""
+        if not same:
+            s = instance_scores(labels[runtimes[0]], labels[r])
+            diff = f"labels differ: F1 {s['f1']:.4f}, AJI {s['aji']:.4f} against {runtimes[0]}"
+        print(
+            f"{r}: median {med:.1f} s -> {mpx / med:.3f} Mpx/s, {base / med:.2f}x "
+            f"{runtimes[0]}; {diff}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=4096, help="level-0 side of the synthetic slide")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--segmenter", default=None, help="registry name, or 'threshold'")
+    ap.add_argument("--runtimes", default=None, help="InstanSeg runtimes to compare")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "slidescope-bench")
     args = ap.parse_args()
     name = args.segmenter or ("builtin" if "builtin" in available_segmenters() else "threshold")
@@ -154,6 +195,10 @@ def main() -> None:
         f"{time.perf_counter() - t0:.1f} s); segmenter: {name}; "
         f"{os.cpu_count()} CPUs, load average {_load()}"
     )
+    if args.runtimes:
+        print("InstanSeg, whole pipeline, workers=2, by runtime of its network:")
+        compare_runtimes(path, args.runtimes.split(","), args.repeat)
+        return
     print("whole pipeline (read + model + post-process + measure + stitch):")
     for workers, model_threads in ((1, 1), (2, 1), (2, 2)):
         throughput(path, name, workers, args.repeat, model_threads)

@@ -251,7 +251,18 @@ def fluo_model():
     return _model("instanseg-fluorescence")
 
 
-def test_reproduces_the_model_cards_test_output_exactly(model):
+@pytest.fixture(scope="module", params=["torch", "onnxruntime"])
+def each_runtime(request, model):
+    """The brightfield model with its network run by torch, then by ONNX Runtime."""
+    if request.param == "onnxruntime" and instanseg.missing_packages("onnxruntime", "onnx"):
+        pytest.skip("onnxruntime / onnx not installed (the [instanseg-onnx] extra)")
+    seg = instanseg.InstanSegSegmenter(runtime=request.param)
+    assert seg.runtime == request.param
+    return seg
+
+
+def test_each_runtime_reproduces_the_model_cards_test_output_exactly(each_runtime):
+    model = each_runtime
     folder = instanseg.model_folder(BF)
     x = np.load(folder / "test-input.npy")  # (1, 3, 256, 256) float32, 0-255
     expected = np.load(folder / "test-output_instance_segmentation.npy")[:, 0]
@@ -260,6 +271,15 @@ def test_reproduces_the_model_cards_test_output_exactly(model):
     np.testing.assert_array_equal(got[..., 0], expected)
     labels = model.postprocess(got[0], mpp=0.5)
     assert labels.dtype == np.int32 and labels.max() == len(np.unique(labels)) - 1 > 300
+    # a tile whose sides are not multiples of 16 (the model pads it itself)
+    odd = np.moveaxis(x, 1, -1)[:, :250, :230]
+    torch_model = instanseg.InstanSegSegmenter(runtime="torch")
+    np.testing.assert_array_equal(model.predict(odd, mpp=0.5), torch_model.predict(odd, mpp=0.5))
+
+
+def test_unknown_runtime_is_refused(model):
+    with pytest.raises(ValueError, match="runtime: expected"):
+        instanseg.InstanSegSegmenter(runtime="tensorrt")
 
 
 def test_fluorescence_model_reproduces_its_test_output_exactly(fluo_model):
@@ -315,3 +335,24 @@ def test_result_parameters_say_which_model_ran_with_and_without_it(
     assert without.parameters["mpp"] == 0.499  # the slide's pixels: never upsampled
     assert with_model.parameters["stain_mode"] == without.parameters["stain_mode"] == "brightfield"
     assert with_model.parameters != without.parameters
+
+
+def test_a_fixed_intensity_range_scales_every_tile_alike(model):
+    """``intensity_range=(0, 255)``: 8-bit pixels divided by 255, whatever the tile holds."""
+    seg = instanseg.InstanSegSegmenter(intensity_range=(0, 255))
+    rng = np.random.default_rng(0)
+    tiles = rng.integers(40, 200, (2, 32, 32, 3), dtype=np.uint8)
+    seg.prepare(tiles[0], mpp=0.5)
+    np.testing.assert_allclose(seg._scale(tiles), np.moveaxis(tiles / 255.0, -1, 1), atol=1e-6)
+    with pytest.raises(ValueError, match="intensity_range"):
+        instanseg.InstanSegSegmenter(intensity_range=(1, 1))
+
+
+def test_small_nuclei_of_a_20x_slide_are_kept_fragments_dropped(model):
+    """At 0.5 µm/px an 8 µm² nucleus (32 px) is kept; a 4 µm² fragment (16 px) is not."""
+    raw = np.zeros((40, 40, 1), np.float32)
+    raw[2:6, 2:10] = 1  # 32 px
+    raw[20:24, 20:24] = 2  # 16 px
+    labels = model.postprocess(raw, mpp=0.5)
+    assert model.min_area_um2 == 5.0
+    assert labels.max() == 1 and (labels == 1).sum() == 32

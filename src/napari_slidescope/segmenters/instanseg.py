@@ -45,7 +45,12 @@ import numpy as np
 from skimage import segmentation
 
 from napari_slidescope._io import atomic_copy
-from napari_slidescope.segmenters.base import Input, ModelSegmenter, SegmenterUnavailableError
+from napari_slidescope.segmenters.base import (
+    Input,
+    ModelSegmenter,
+    SegmenterUnavailableError,
+    missing_packages,
+)
 
 __all__ = [
     "MODELS",
@@ -355,9 +360,23 @@ class InstanSegSegmenter(ModelSegmenter):
     min_overlap_um : float
         Tile overlap (µm), more than two nucleus diameters.
     min_area_um2 : float
-        Objects smaller than this are removed in post-processing (fragments at tile edges).
+        Objects smaller than this are removed in post-processing (fragments; the model
+        itself drops objects under 10 px). 5 µm², not 10: on a real 20x slide the model
+        outlines small dark nuclei at 5-10 µm², and 10 removed about one in twelve of them
+        (benchmarks/RESULTS.md, "InstanSeg on a real 20x slide").
     device : str, optional
         torch device; default ``"cuda"`` when available, else ``"cpu"``.
+    intensity_range : (float, float), optional
+        Fixed input range mapped to 0-1 for every channel (``(0, 255)``: 8-bit pixels as
+        they are). Default: the 0.1st-99.9th percentiles of the slide's sample, per
+        channel, as the model card scales each tile.
+    runtime : {"auto", "torch", "onnxruntime"}
+        What runs the network (the U-Net, most of the time on a CPU): ``"onnxruntime"``
+        (the ``[instanseg-onnx]`` extra) exports it to ONNX once per segmenter and runs it
+        with ONNX Runtime, the clustering staying in the TorchScript model; same labels on
+        the model's test tiles, several times faster on a CPU
+        (``benchmarks/instanseg_runtimes.py``). ``"auto"``: ONNX Runtime for the
+        brightfield model on a CPU when installed, else torch.
 
     Raises
     ------
@@ -388,8 +407,10 @@ class InstanSegSegmenter(ModelSegmenter):
         model: str = "brightfield_nuclei",
         target_mpp: float = 0.5,
         min_overlap_um: float = 20.0,
-        min_area_um2: float = 10.0,
+        min_area_um2: float = 5.0,
         device: str | None = None,
+        intensity_range: tuple[float, float] | None = None,
+        runtime: str = "auto",
     ) -> None:
         spec = _spec(model)
         self.model = spec
@@ -409,10 +430,30 @@ class InstanSegSegmenter(ModelSegmenter):
             )
         self._torch = torch
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self._net = torch.jit.load(str(weights), map_location=self.device).eval()
+        if runtime not in ("auto", "torch", "onnxruntime"):
+            raise ValueError(f"runtime: expected 'auto', 'torch' or 'onnxruntime', got {runtime!r}")
+        use_ort = runtime == "onnxruntime" or (
+            runtime == "auto"
+            and spec.input == "brightfield"
+            and self.device.type == "cpu"
+            and missing_packages("onnxruntime", "onnx") is None
+        )
+        self._ort: Any = None
+        if use_ort:
+            self._net, self._ort = _onnx_network(weights, spec, self.device)
+        else:
+            self._net = torch.jit.load(str(weights), map_location=self.device).eval()
+        #: What runs the network: ``"torch"`` or ``"onnxruntime"``.
+        self.runtime = "onnxruntime" if use_ort else "torch"
         self._lock = threading.Lock()
         self.min_area_um2 = float(min_area_um2)
         self._range: tuple[np.ndarray, np.ndarray] | None = None
+        self._fixed: tuple[float, float] | None = None
+        if intensity_range is not None:
+            lo, hi = (float(v) for v in intensity_range)
+            if not hi > lo:
+                raise ValueError(f"intensity_range: expected (low, high), got {intensity_range!r}")
+            self._fixed = (lo, hi)
 
     def _channels(self, x: np.ndarray) -> np.ndarray:
         return x[..., :3] if self.input == "brightfield" else x
@@ -424,6 +465,11 @@ class InstanSegSegmenter(ModelSegmenter):
         tile of a slide is scaled alike, and a tile of glass is not stretched into "nuclei".
         """
         ref = self._channels(np.asarray(reference))
+        if self._fixed is not None:
+            n = ref.shape[-1]
+            lo, hi = (np.full(n, v, np.float32) for v in self._fixed)
+            self._range = (lo, hi)
+            return
         px = ref.reshape(-1, ref.shape[-1]).astype(np.float32)
         lo, hi = np.percentile(px, [0.1, 99.9], axis=0)
         self._range = (lo.astype(np.float32), hi.astype(np.float32))
@@ -432,6 +478,8 @@ class InstanSegSegmenter(ModelSegmenter):
         x = self._channels(tiles).astype(np.float32)
         if self._range is not None and self._range[0].shape[-1] == x.shape[-1]:
             lo, hi = self._range
+        elif self._fixed is not None:
+            lo, hi = (np.full(x.shape[-1], v, np.float32) for v in self._fixed)
         else:  # per tile, as the model card describes
             lo, hi = np.percentile(x, [0.1, 99.9], axis=(1, 2), keepdims=True)
         scaled = (x - lo) / (hi - lo + np.float32(1e-6))
@@ -448,7 +496,12 @@ class InstanSegSegmenter(ModelSegmenter):
         torch = self._torch
         with self._lock, torch.inference_mode():
             # the model writes into its input: give it a tensor of its own
-            y = self._net(torch.tensor(x, device=self.device))
+            if self._ort is not None:
+                net_out = self._ort.run(None, {"x": _network_input(x)})[0]
+                args = {"x_full": torch.from_numpy(net_out)}
+                y = self._net(torch.tensor(x, device=self.device), args=args)
+            else:
+                y = self._net(torch.tensor(x, device=self.device))
         return np.asarray(y.to("cpu").numpy())
 
     def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
@@ -469,6 +522,91 @@ class InstanSegSegmenter(ModelSegmenter):
             labels[small[labels]] = 0
         labels, _, _ = segmentation.relabel_sequential(labels)
         return labels.astype(np.int32, copy=False)
+
+
+# -- ONNX Runtime for the network ---------------------------------------------------------------
+
+#: The TorchScript file holding the model's ``forward``, and the line that runs the network.
+_FORWARD_CODE = "code/__torch__/instanseg/utils/loss/instanseg_loss.py"
+_NETWORK_CALL = "      x_full = (fcn).forward(x0, )\n"
+#: The same, taking the network's output from ``args["x_full"]`` when given.
+_NETWORK_OR_GIVEN = (
+    '      if torch.__contains__(args0, "x_full"):\n'
+    '        x_full = args0["x_full"]\n'
+    "      else:\n"
+    "        x_full = (fcn).forward(x0, )\n"
+)
+
+
+def _network_input(x: np.ndarray) -> np.ndarray:
+    """Prepare a scaled batch as the model's forward prepares its network's input.
+
+    Clamped to [-2, 3] and reflect-padded (bottom, right) to multiples of 16, as its
+    ``_instanseg_padding`` does.
+    """
+    x = np.clip(x, -2.0, 3.0, dtype=np.float32)
+    ph, pw = -x.shape[-2] % 16, -x.shape[-1] % 16
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (0, ph), (0, pw)), mode="reflect")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _onnx_network(weights: Path, spec: ModelSpec, device: Any) -> tuple[Any, Any]:
+    """Load the model, its forward able to take the network's output, and an ORT session.
+
+    The ONNX Runtime session runs the network, exported here from the same (checked)
+    weights. The TorchScript archive's forward gets one change: ``x_full = fcn(x0)``
+    becomes "use ``args['x_full']`` when given"; the clustering and its thresholds are
+    unchanged.
+    """
+    import io
+
+    import torch
+
+    reason = missing_packages("onnxruntime", "onnx")
+    if reason is not None:
+        raise SegmenterUnavailableError(
+            f"InstanSeg runtime 'onnxruntime' is not available: {reason} "
+            "(pip install 'napari-slidescope[instanseg-onnx]')"
+        )
+    import onnxruntime
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(weights) as zin, zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zout:
+        changed = 0
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith(_FORWARD_CODE):
+                text = data.decode()
+                changed += text.count(_NETWORK_CALL)
+                data = text.replace(_NETWORK_CALL, _NETWORK_OR_GIVEN).encode()
+            zout.writestr(info.filename, data)
+    if changed != 1:
+        raise SegmenterUnavailableError(
+            f"{weights}: InstanSeg {spec.name} {spec.version} cannot run on ONNX Runtime "
+            "(its forward is not the expected one); use runtime='torch'"
+        )
+    buf.seek(0)
+    net = torch.jit.load(buf, map_location=device).eval()
+    sample = torch.zeros((1, 3, 64, 64))
+    with tempfile.TemporaryDirectory(prefix="slidescope-onnx-") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onnx_file = Path(tmp) / "network.onnx"
+        torch.onnx.export(
+            net.fcn,
+            (sample,),
+            str(onnx_file),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}, "y": {0: "b", 2: "h", 3: "w"}},
+            opset_version=17,
+            dynamo=False,
+        )
+        onnx_model = onnx_file.read_bytes()
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    session = onnxruntime.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
+    return net, session
 
 
 def main(argv: list[str] | None = None) -> int:

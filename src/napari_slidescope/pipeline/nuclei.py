@@ -254,15 +254,18 @@ def _resolved(
 ) -> dict[str, Any]:
     """Return what a run computes with, every default (``"auto"`` included) resolved.
 
-    The segmenter's identity (name, model, model version, SHA-256 of the weights), the
-    working resolution, the stain mode (``"brightfield"`` or ``"fluorescence"``), the
-    nuclear channel's name (fluorescence) and the segmenter's options (by name).
+    The segmenter's identity (name, model, model version, SHA-256 of the weights), what
+    ran its network when it has a choice (``runtime``: InstanSeg's ``"torch"`` or
+    ``"onnxruntime"``, else None), the working resolution, the stain mode
+    (``"brightfield"`` or ``"fluorescence"``), the nuclear channel's name (fluorescence)
+    and the segmenter's options (by name).
     """
     channel = None
     if kind.input == "fluorescence" and kind.nuclear_channel is not None:
         channel = kind.channel_names[kind.nuclear_channel]
     return {
         **identity_of(segmenter),
+        "runtime": getattr(segmenter, "runtime", None),
         "mpp": float(plan.mpp),
         "stain_mode": kind.input,
         "nuclear_channel": channel,

@@ -135,7 +135,7 @@ def lay_on_glass(
         if not (ids == 0).any():
             dense += 1
         truth[y0:y1, x0:x1] = np.where(dense > 0, dense + offset, 0)
-        offset += int(dense.max())
+        offset += int(np.max(dense))
         boxes.append((y0, x0, y1, x1))
     return rgb, truth, GlassLayout((height, width), tuple(boxes), float(mpp))
 

@@ -83,7 +83,7 @@ def owned_cells(labels: np.ndarray, owned: np.ndarray, distance_px: float) -> np
     if not (lab == 0).any():
         compact += 1
     cells = expand_cells(compact, distance_px)
-    lut = np.zeros(int(compact.max()) + 1, np.int32)
+    lut = np.zeros(int(np.max(compact)) + 1, np.int32)
     where = owned > 0
     lut[compact[where]] = owned[where]
     return lut[cells]

@@ -47,9 +47,11 @@ def open_dicom(source: Source) -> SlideSource:
         raise missing_extra(name, "DICOM WSI", "dicom") from None
     streams: list[Any] = []
     try:
-        if source.is_remote:
+        if source.is_remote and hasattr(wsidicom.WsiDicom, "open_streams"):
             streams = _open_streams(source)
             wsi = wsidicom.WsiDicom.open_streams(streams)
+        elif source.is_remote:  # wsidicom >= 0.36 opens fsspec paths (UPath) itself
+            wsi = wsidicom.WsiDicom.open(_remote_paths(source))
         else:
             wsi = wsidicom.WsiDicom.open(source.target)
     except SlideError:
@@ -104,6 +106,28 @@ def _open_streams(source: Source) -> list[Any]:
             source.display,
             f"cannot be listed or read ({source.scrub(_tiff.describe_exception(exc))})",
         ) from exc
+
+
+def _remote_paths(source: Source) -> list[Any]:
+    """Every ``.dcm`` object under a URL (or the URL itself) as a UPath with its options."""
+    from upath import UPath
+
+    fs, root = source.filesystem()
+    try:
+        if fs.isdir(root):
+            paths = sorted(
+                str(p) for p in fs.ls(root, detail=False) if str(p).lower().endswith(".dcm")
+            )
+        else:
+            paths = [root]
+    except Exception as exc:
+        raise SlideError(
+            source.display,
+            f"cannot be listed or read ({source.scrub(_tiff.describe_exception(exc))})",
+        ) from exc
+    if not paths:
+        raise SlideError(source.display, "holds no DICOM instance of a slide (no .dcm)")
+    return [UPath(fs.unstrip_protocol(p), **dict(source.storage_options)) for p in paths]
 
 
 def _close_all(streams: list[Any]) -> None:

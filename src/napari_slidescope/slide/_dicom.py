@@ -86,32 +86,8 @@ def open_dicom(source: Source) -> SlideSource:
         ) from exc
 
 
-def _open_streams(source: Source) -> list[Any]:
-    """Open every ``.dcm`` object under a URL (a folder) or the URL itself (one instance)."""
-    fs, root = source.filesystem()
-    try:
-        if fs.isdir(root):
-            paths = sorted(
-                str(p) for p in fs.ls(root, detail=False) if str(p).lower().endswith(".dcm")
-            )
-        else:
-            paths = [root]
-        if not paths:
-            raise SlideError(source.display, "holds no DICOM instance of a slide (no .dcm)")
-        return [fs.open(p, "rb") for p in paths]
-    except SlideError:
-        raise
-    except Exception as exc:
-        raise SlideError(
-            source.display,
-            f"cannot be listed or read ({source.scrub(_tiff.describe_exception(exc))})",
-        ) from exc
-
-
-def _remote_paths(source: Source) -> list[Any]:
-    """Every ``.dcm`` object under a URL (or the URL itself) as a UPath with its options."""
-    from upath import UPath
-
+def _dcm_objects(source: Source) -> tuple[Any, list[str]]:
+    """Return the URL's filesystem and every ``.dcm`` object under it (or the URL itself)."""
     fs, root = source.filesystem()
     try:
         if fs.isdir(root):
@@ -127,6 +103,26 @@ def _remote_paths(source: Source) -> list[Any]:
         ) from exc
     if not paths:
         raise SlideError(source.display, "holds no DICOM instance of a slide (no .dcm)")
+    return fs, paths
+
+
+def _open_streams(source: Source) -> list[Any]:
+    """Open every ``.dcm`` object under a URL (a folder) or the URL itself (one instance)."""
+    fs, paths = _dcm_objects(source)
+    try:
+        return [fs.open(p, "rb") for p in paths]
+    except Exception as exc:
+        raise SlideError(
+            source.display,
+            f"cannot be listed or read ({source.scrub(_tiff.describe_exception(exc))})",
+        ) from exc
+
+
+def _remote_paths(source: Source) -> list[Any]:
+    """Every ``.dcm`` object under a URL (or the URL itself) as a UPath with its options."""
+    from upath import UPath
+
+    fs, paths = _dcm_objects(source)
     return [UPath(fs.unstrip_protocol(p), **dict(source.storage_options)) for p in paths]
 
 

@@ -187,25 +187,13 @@ def classify_parts(
     Only the measurement columns are read (never the outlines), tile by tile in plan
     order, with the ids :func:`write_nuclei` gives them.
     """
-    import pyarrow.parquet as pq
-
-    from napari_slidescope.analysis.measure import concat_tables
     from napari_slidescope.pipeline.classify import (
         class_summary,
         classification_from,
         classify_table,
     )
 
-    tables = []
-    offset = 0
-    for index in tiles:
-        part = pq.read_table(part_path(slide_dir, index))
-        cols = [c for c in part.column_names if c not in ("geometry", "cell_geometry")]
-        t = {c: part.column(c).to_numpy() for c in cols}
-        t["id"] = t["id"].astype(np.int64) + offset
-        offset += part.num_rows
-        tables.append(t)
-    table = concat_tables(tables)
+    table = _part_measurements(slide_dir, tiles)
     res = classify_table(table, classification_from(descriptor))
     extra = {k: np.asarray(v) for k, v in res.table.items() if k not in table}
     return SlideClasses(extra, dict(res.classes), class_summary(res, area_mm2=area_mm2))
@@ -224,22 +212,10 @@ def write_anndata(
     Read from the parts (measurements only), ids as in ``nuclei.parquet``, with the class
     and positivity columns when the slide was classified.
     """
-    import pyarrow.parquet as pq
-
-    from napari_slidescope.analysis.measure import concat_tables
     from napari_slidescope.pipeline.nuclei_result import NucleiResult
     from napari_slidescope.pipeline.scverse import to_anndata
 
-    tables = []
-    offset = 0
-    for index in tiles:
-        part = pq.read_table(part_path(slide_dir, index))
-        cols = [c for c in part.column_names if c not in ("geometry", "cell_geometry")]
-        t = {c: part.column(c).to_numpy() for c in cols}
-        t["id"] = t["id"].astype(np.int64) + offset
-        offset += part.num_rows
-        tables.append(t)
-    table = concat_tables(tables)
+    table = _part_measurements(slide_dir, tiles)
     colors: dict[str, tuple[int, int, int]] = {}
     if classes is not None:
         table.update(classes.columns)
@@ -489,3 +465,21 @@ def write_summary(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 def remove_parts(slide_dir: Path) -> None:
     """Remove a finished slide's parts (``nuclei.parquet`` holds them all now)."""
     shutil.rmtree(parts_dir(slide_dir), ignore_errors=True)
+
+
+def _part_measurements(slide_dir: Path, tiles: Sequence[int]) -> dict[str, np.ndarray]:
+    """Return the measurement columns of a slide's parts, ids numbered as in ``nuclei.parquet``."""
+    import pyarrow.parquet as pq
+
+    from napari_slidescope.analysis.measure import concat_tables
+
+    tables = []
+    offset = 0
+    for index in tiles:
+        part = pq.read_table(part_path(slide_dir, index))
+        cols = [c for c in part.column_names if c not in ("geometry", "cell_geometry")]
+        t = {c: part.column(c).to_numpy() for c in cols}
+        t["id"] = t["id"].astype(np.int64) + offset
+        offset += part.num_rows
+        tables.append(t)
+    return concat_tables(tables)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -369,7 +369,20 @@ class Slide(_BaseSlide):
                 continue
             loaders[name] = partial(_read_associated, path, name, s)
         self.associated: Mapping[str, np.ndarray] = _Associated(loaders)
-        self.metadata: dict[str, Any] = {
+        self.metadata: dict[str, Any] = self._describe(path, info.properties, loaders)
+        self.problems = list(notes)
+        if notes:
+            warnings.warn(
+                f"{path}: opened with parts left out: {'; '.join(notes)}",
+                SlidescopeWarning,
+                stacklevel=4,
+            )
+
+    def _describe(
+        self, path: str, properties: Mapping[str, Any], associated: Iterable[str]
+    ) -> dict[str, Any]:
+        """Return :attr:`metadata`, once the levels and calibration are set (any backend)."""
+        return {
             "format": self.format,
             "backend": self.backend,
             "path": path,
@@ -381,18 +394,11 @@ class Slide(_BaseSlide):
             "magnification": self.magnification,
             "fluorescence": self.fluorescence,
             "channel_names": self.channel_names,
-            "properties": {k: _check.cap_text(v) for k, v in info.properties.items()},
-            "associated": sorted(loaders),
+            "properties": {k: _check.cap_text(v) for k, v in properties.items()},
+            "associated": sorted(associated),
             "axes": self.axes,
             "dtype": str(self.levels[0].dtype),
         }
-        self.problems = list(notes)
-        if notes:
-            warnings.warn(
-                f"{path}: opened with parts left out: {'; '.join(notes)}",
-                SlidescopeWarning,
-                stacklevel=4,
-            )
 
     def _open_source(self, src: _source.SlideSource, budget: int, on_error: OnError) -> None:
         """Set the slide up from a non-TIFF backend's levels and metadata."""
@@ -424,23 +430,7 @@ class Slide(_BaseSlide):
             self.channel_names = [f"channel {c}" for c in range(nch)]
         self.channel_colors = info.channel_colors if len(info.channel_colors) == nch else []
         self.associated = _Associated(dict(src.associated))
-        self.metadata = {
-            "format": self.format,
-            "backend": self.backend,
-            "path": path,
-            "shape": self.shape0,
-            "level_shapes": self.level_shapes,
-            "downsamples": self.downsamples,
-            "mpp": self.mpp,
-            "calibration_source": self.calibration_source,
-            "magnification": self.magnification,
-            "fluorescence": self.fluorescence,
-            "channel_names": self.channel_names,
-            "properties": {k: _check.cap_text(v) for k, v in info.properties.items()},
-            "associated": sorted(src.associated),
-            "axes": self.axes,
-            "dtype": str(self.levels[0].dtype),
-        }
+        self.metadata = self._describe(path, info.properties, src.associated)
         self.problems = list(src.notes)
         if src.notes:
             warnings.warn(

@@ -312,16 +312,11 @@ class CellClassifierWidget(QWidget):
         layer = self._layer
         if not self.mark_button.isChecked() or layer is None or layer not in viewer.layers:
             return
-        value = layer.get_value(
-            event.position,
-            view_direction=event.view_direction,
-            dims_displayed=event.dims_displayed,
-            world=True,
-        )
-        if isinstance(value, tuple):  # multiscale: (level, value)
-            value = value[1]
-        if value is not None and int(value) > 0 and self.current_class is not None:
-            self.mark(int(value))
+        from napari_slidescope._napari.viewport import clicked_label
+
+        value = clicked_label(layer, event)
+        if value is not None and self.current_class is not None:
+            self.mark(value)
 
     def _draw_examples(self) -> None:
         layer = self._layer

@@ -447,13 +447,8 @@ class NucleiTableWidget(QWidget):
         layer = self._layer
         if layer is None or layer not in viewer.layers or not layer.visible:
             return
-        value = layer.get_value(
-            event.position,
-            view_direction=event.view_direction,
-            dims_displayed=event.dims_displayed,
-            world=True,
-        )
-        if isinstance(value, tuple):  # multiscale: (level, value)
-            value = value[1]
-        if value is not None and int(value) > 0:
-            self.select_nucleus(int(value))
+        from napari_slidescope._napari.viewport import clicked_label
+
+        value = clicked_label(layer, event)
+        if value is not None:
+            self.select_nucleus(value)

@@ -186,3 +186,16 @@ def _is_axis_aligned(layer: Any) -> bool:
         and np.allclose(shear, 0)
         and np.allclose(aff, np.eye(aff.shape[0]))
     )
+
+
+def clicked_label(layer: Any, event: Any) -> int | None:
+    """Return the label id under a mouse click on a (multiscale) Labels layer, or None."""
+    value = layer.get_value(
+        event.position,
+        view_direction=event.view_direction,
+        dims_displayed=event.dims_displayed,
+        world=True,
+    )
+    if isinstance(value, tuple):  # multiscale: (level, value)
+        value = value[1]
+    return int(value) if value is not None and int(value) > 0 else None

@@ -101,12 +101,16 @@ def _compare(got, ref, warned):
     for key, value in got.items():
         want = ref.get(key)
         if isinstance(value, dict):
+            if warned:
+                continue
             for name, arr in value.items():
-                if warned:
+                if name in want and _same(arr, want[name]):
                     continue
-                if name not in want or not _same(arr, want[name]):
+                # a damaged description can make an SVS a generic TIFF: its thumbnail is
+                # then "series 1", the same pixels under the generic name; acceptable
+                if not any(_same(arr, other) for other in want.values()):
                     return f"associated {name!r} differs"
-            if not warned and set(value) != set(want):
+            if len(value) != len(want):
                 return f"associated images {sorted(value)} != {sorted(want)}"
             continue
         if isinstance(value, int):

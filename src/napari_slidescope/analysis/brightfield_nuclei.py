@@ -32,7 +32,6 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage import filters, measure, morphology, segmentation, transform
 
-from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis._builtin_method import BuiltinMethod
 from napari_slidescope.analysis.checks import check_nuclei_params, check_rgb
 from napari_slidescope.analysis.stains import (
@@ -42,6 +41,7 @@ from napari_slidescope.analysis.stains import (
     rgb_to_od,
     stain_kind,
 )
+from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = ["RAW_CHANNELS", "BuiltinSegmenter", "NucleiParams", "segment_nuclei_array"]
 

@@ -25,9 +25,9 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage import feature, filters, segmentation
 
-from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis._builtin_method import BuiltinMethod
 from napari_slidescope.analysis.checks import check_nuclei_params
+from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = ["FluorescenceParams", "FluorescenceSegmenter", "segment_fluorescence_array"]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.checks import check_rgb
+from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = [
     "RUIFROK_HDAB",

@@ -22,7 +22,11 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import (
+    SegmenterInfoWarning,
+    SegmenterMismatchWarning,
+    SegmenterUnavailableError,
+)
 
 __all__ = [
     "IDENTITY_KEYS",
@@ -99,18 +103,6 @@ def identity_of(segmenter: Any) -> dict[str, Any]:
 #: What a segmenter reads: RGB brightfield tiles, or one fluorescence channel.
 Input = Literal["brightfield", "fluorescence"]
 INPUTS: tuple[Input, ...] = ("brightfield", "fluorescence")
-
-
-class SegmenterUnavailableError(RuntimeError):
-    """A registered segmenter cannot be used here (package or model file missing)."""
-
-
-class SegmenterMismatchWarning(SlidescopeWarning):
-    """A segmenter runs on an image of the other kind (brightfield vs fluorescence)."""
-
-
-class SegmenterInfoWarning(SlidescopeWarning):
-    """``segmenter="auto"`` ran the built-in method: which one ran, and how to get better."""
 
 
 @runtime_checkable

@@ -45,6 +45,7 @@ import numpy as np
 from skimage import segmentation
 
 from napari_slidescope._io import atomic_copy
+from napari_slidescope.errors import InstallError
 from napari_slidescope.segmenters.base import (
     Input,
     ModelSegmenter,
@@ -102,10 +103,6 @@ _WEIGHTS = "instanseg.pt"
 #: bioimage.io test tensors the tests compare against.
 _KEEP = ("rdf.yaml", "test-input.npy", "test-output_instance_segmentation.npy")
 _DOWNLOAD_TIMEOUT_S = 30.0
-
-
-class InstallError(RuntimeError):
-    """A model could not be installed (the message says why; nothing was installed)."""
 
 
 def models_dir() -> Path:

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import dask.array as da
 import numpy as np
 
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide import _tiff
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import choose_chunks

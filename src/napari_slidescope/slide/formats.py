@@ -15,7 +15,7 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as _defused_fromstring
 
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide import _tiff
 
 #: Pixel sizes outside this range (µm/px) are not microscopy calibration (e.g. 72 dpi defaults).

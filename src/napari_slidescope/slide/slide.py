@@ -15,7 +15,7 @@ import dask.array as da
 import numpy as np
 
 from napari_slidescope._units import as_pair
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide import _check, _levels, _source, _tiff, level_choice
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes

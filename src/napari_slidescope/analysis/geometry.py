@@ -59,7 +59,8 @@ def _to_level0(
     # -1 undoes the padding; +0.5 turns pixel-centre units into pixel-edge units
     scale = np.array(downsample)
     shift = np.array(origin) + (np.array(offset) - 0.5) * scale
-    return contour * scale + shift
+    placed: np.ndarray = contour * scale + shift
+    return placed
 
 
 def _drop_collinear(ring: np.ndarray) -> np.ndarray:
@@ -233,7 +234,8 @@ def polygons_to_mask(
         ring = np.asarray(ring, float)
         rr = (ring[:, 0] - org[0]) / ds[0] - 0.5
         cc = (ring[:, 1] - org[1]) / ds[1] - 0.5
-        return draw.polygon(rr, cc, shape=shape)
+        rows, cols = draw.polygon(rr, cc, shape=shape)
+        return np.asarray(rows), np.asarray(cols)
 
     for ext, hls in zip(ext_list, int_list, strict=True):
         piece = np.zeros(shape, bool)
@@ -304,7 +306,8 @@ def tissue_fraction(
     c0c, c1c = np.clip(c0, 0, w).astype(np.int64), np.clip(c1, 0, w).astype(np.int64)
     r1c, c1c = np.maximum(r1c, r0c), np.maximum(c1c, c0c)
     count = sat[r1c, c1c] - sat[r0c, c1c] - sat[r1c, c0c] + sat[r0c, c0c]
-    return np.divide(count, area, out=np.zeros(len(b)), where=area > 0)
+    density: np.ndarray = np.divide(count, area, out=np.zeros(len(b)), where=area > 0)
+    return density
 
 
 def tiles_with_tissue(

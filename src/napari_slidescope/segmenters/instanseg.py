@@ -517,8 +517,8 @@ class InstanSegSegmenter(ModelSegmenter):
         small[0] = False
         if small.any():
             labels[small[labels]] = 0
-        labels, _, _ = segmentation.relabel_sequential(labels)
-        return labels.astype(np.int32, copy=False)
+        relabelled: np.ndarray = segmentation.relabel_sequential(labels)[0]
+        return relabelled.astype(np.int32, copy=False)
 
 
 # -- ONNX Runtime for the network ---------------------------------------------------------------

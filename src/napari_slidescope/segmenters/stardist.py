@@ -93,7 +93,8 @@ class StarDistSegmenter(ModelSegmenter):
             nms_thresh=self.nms_thresh,
         )
         shape = (raw.shape[0] * grid[0], raw.shape[1] * grid[1])
-        return polygons_to_label(disti, points, prob=probi, shape=shape).astype(np.int32)
+        labels: np.ndarray = polygons_to_label(disti, points, prob=probi, shape=shape)
+        return labels.astype(np.int32)
 
 
 def identity(model: str = "2D_versatile_he") -> dict[str, Any]:

@@ -28,7 +28,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import dask.array as da
 import numpy as np
@@ -434,7 +434,7 @@ class LevelArray(da.Array):
     def __getitem__(self, index: Any) -> Any:
         sel = _basic_selection(index, self.shape)
         if sel is None:
-            return super().__getitem__(index)
+            return super().__getitem__(index)  # type: ignore[no-untyped-call]  # dask's
         box, keep = sel
         return _region(self, box, keep)
 
@@ -565,7 +565,7 @@ def _region(level: LevelArray, box: AxisRanges, keep: tuple[bool, ...]) -> Regio
     )
     arr.__class__ = RegionArray  # same layout; cheaper than building a second Array
     arr._view = view
-    return arr
+    return cast(RegionArray, arr)
 
 
 def wrap_level(
@@ -682,7 +682,7 @@ def wrap_native(
         inline_array=True,
         meta=np.empty((0,) * reader.ndim, dtype=reader.dtype),
     )
-    out = LevelArray(
+    out = LevelArray(  # type: ignore[no-untyped-call]  # dask.Array's constructor
         arr.dask, arr.name, arr.chunks, meta=np.empty((0,) * reader.ndim, reader.dtype)
     )
     out._reader = reader

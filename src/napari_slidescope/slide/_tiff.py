@@ -171,7 +171,7 @@ def multiscale_paths(attrs: Mapping[str, Any]) -> list[str] | None:
     return paths or None
 
 
-def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array]:
+def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array[Any]]:
     """Open the zarr arrays of every level of a series (no pixel is decoded)."""
     try:
         # maxworkers given: tifffile would otherwise walk every tile offset to choose it
@@ -191,7 +191,8 @@ def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array]:
 
 def read_page(page: Any) -> np.ndarray:
     """Decode a whole (small) page, e.g. an associated label or macro image."""
-    return page.asarray()
+    pixels: np.ndarray = page.asarray()
+    return pixels
 
 
 def tag_value(page: Any, name: str, default: Any = None) -> Any:
@@ -333,7 +334,7 @@ def decode_jpeg_strict(
     stream = _jpeg_stream(data, tables, header)
     try:
         _check_frame(simplejpeg, stream, frame)
-        out = simplejpeg.decode_jpeg(stream, colorspace=colorspace, strict=True)
+        out: np.ndarray = simplejpeg.decode_jpeg(stream, colorspace=colorspace, strict=True)
     except ValueError as exc:
         if isinstance(exc, ChunkError):
             raise

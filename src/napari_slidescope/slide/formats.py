@@ -105,7 +105,8 @@ def parse_xml(text: str | bytes, path: str) -> Element | None:
     whatever the XML library of the runtime would allow.
     """
     try:
-        return _defused_fromstring(text, forbid_dtd=True)
+        root: Element = _defused_fromstring(text, forbid_dtd=True)
+        return root
     except DefusedXmlException as exc:
         warnings.warn(
             f"{path}: metadata XML ignored: it declares a DTD or entities ({type(exc).__name__})",

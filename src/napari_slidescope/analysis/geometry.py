@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Protocol, cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy import ndimage as ndi
 from skimage import draw, measure
 
@@ -29,6 +30,19 @@ __all__ = [
 ]
 
 Pair = tuple[float, float]
+
+
+class MaskGrid(Protocol):
+    """A mask with its grid (e.g. a ``TissueResult``): what the tile gating reads of it."""
+
+    @property
+    def mask(self) -> npt.ArrayLike: ...
+
+    @property
+    def downsample(self) -> float | Sequence[float]: ...
+
+    @property
+    def origin(self) -> float | Sequence[float]: ...
 
 
 def _pair(value: float | Sequence[float], name: str) -> Pair:
@@ -246,11 +260,16 @@ def polygons_to_mask(
     return out
 
 
-def _grid_of(mask: Any, downsample: Any, origin: Any) -> tuple[np.ndarray, Pair, Pair]:
+def _grid_of(
+    mask: npt.ArrayLike | MaskGrid,
+    downsample: float | Sequence[float] | None,
+    origin: float | Sequence[float] | None,
+) -> tuple[np.ndarray, Pair, Pair]:
     if hasattr(mask, "mask") and not isinstance(mask, np.ndarray):
-        downsample = mask.downsample if downsample is None else downsample
-        origin = mask.origin if origin is None else origin
-        mask = mask.mask
+        grid = cast(MaskGrid, mask)
+        downsample = grid.downsample if downsample is None else downsample
+        origin = grid.origin if origin is None else origin
+        mask = grid.mask
     arr = np.asarray(mask, bool)
     if arr.ndim != 2:
         raise ValueError(f"mask: expected a 2-D mask, got shape {arr.shape}")
@@ -262,8 +281,8 @@ def _grid_of(mask: Any, downsample: Any, origin: Any) -> tuple[np.ndarray, Pair,
 
 
 def tissue_fraction(
-    mask: Any,
-    boxes: Any,
+    mask: npt.ArrayLike | MaskGrid,
+    boxes: npt.ArrayLike,
     *,
     downsample: float | Sequence[float] | None = None,
     origin: float | Sequence[float] | None = None,
@@ -311,8 +330,8 @@ def tissue_fraction(
 
 
 def tiles_with_tissue(
-    mask: Any,
-    boxes: Any,
+    mask: npt.ArrayLike | MaskGrid,
+    boxes: npt.ArrayLike,
     *,
     min_fraction: float = 0.0,
     downsample: float | Sequence[float] | None = None,

@@ -37,6 +37,9 @@ TIFF_MAGIC = _check.TIFF_MAGIC
 TiffFile = tifffile.TiffFile
 TiffPageSeries = tifffile.TiffPageSeries
 
+#: A remote file's ``cat_ranges(offsets, counts)``: many byte ranges fetched at once.
+Fetch = Callable[[Sequence[int], Sequence[int]], list[bytes]]
+
 
 def has_tiff_magic(path: str | os.PathLike[str]) -> bool:
     """Return True when the file starts with a classic or BigTIFF header (reads 4 bytes)."""
@@ -149,7 +152,7 @@ def series_levels(series: tifffile.TiffPageSeries) -> list[tifffile.TiffPageSeri
     return list(series.levels)
 
 
-def first_page(series: tifffile.TiffPageSeries) -> Any:
+def first_page(series: tifffile.TiffPageSeries) -> tifffile.TiffPage:
     """Return the key page of a series (holds tags and the native chunk shape)."""
     return series.keyframe
 
@@ -189,7 +192,7 @@ def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array[A
     return [arrays[p] for p in paths]
 
 
-def read_page(page: Any) -> np.ndarray:
+def read_page(page: tifffile.TiffPage | tifffile.TiffPageSeries) -> np.ndarray:
     """Decode a whole (small) page, e.g. an associated label or macro image."""
     pixels: np.ndarray = page.asarray()
     return pixels
@@ -369,7 +372,7 @@ def native_chunks(
     z: Any,
     index: tuple[int | slice, ...],
     *,
-    fetch: Callable[[Sequence[int], Sequence[int]], list[bytes]] | None = None,
+    fetch: Fetch | None = None,
 ) -> NativeChunks:
     """Return the native-chunk reader of one level.
 
@@ -460,7 +463,7 @@ class _PageChunks:
         dtype: np.dtype[Any],
         *,
         tiled: bool,
-        fetch: Callable[[Sequence[int], Sequence[int]], list[bytes]] | None = None,
+        fetch: Fetch | None = None,
     ) -> None:
         self.shape, self.chunks, self.dtype = shape, chunks, dtype
         self._fetch = fetch
@@ -520,7 +523,7 @@ class _PageChunks:
         z: Any,
         index: tuple[int | slice, ...],
         *,
-        fetch: Callable[[Sequence[int], Sequence[int]], list[bytes]] | None = None,
+        fetch: Fetch | None = None,
     ) -> _PageChunks | None:
         """Return the direct decoder for `level`, or None if its layout needs the zarr path."""
         if getattr(level, "transform", None) is not None:

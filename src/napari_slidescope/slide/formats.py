@@ -9,7 +9,7 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree.ElementTree import Element, ParseError
 
 from defusedxml import DefusedXmlException
@@ -17,6 +17,9 @@ from defusedxml.ElementTree import fromstring as _defused_fromstring
 
 from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide import _tiff
+
+if TYPE_CHECKING:
+    import tifffile
 
 #: Pixel sizes outside this range (µm/px) are not microscopy calibration (e.g. 72 dpi defaults).
 PLAUSIBLE_MPP = (0.01, 200.0)
@@ -39,7 +42,7 @@ class FormatInfo:
     calibration_source: str = "none"
 
 
-def detect_format(tif: Any) -> str:
+def detect_format(tif: tifffile.TiffFile) -> str:
     """Return the slide format name from tifffile's flags."""
     flags = _tiff.format_flags(tif)
     for flag in _FLAG_ORDER:
@@ -76,7 +79,7 @@ def _plausible(mpp: float | None) -> bool:
     return mpp is not None and PLAUSIBLE_MPP[0] <= mpp <= PLAUSIBLE_MPP[1]
 
 
-def resolution_mpp(page: Any) -> tuple[float, float] | None:
+def resolution_mpp(page: tifffile.TiffPage) -> tuple[float, float] | None:
     """Return (y, x) µm/px from the TIFF resolution tags, or None when absent or implausible."""
     unit = _tiff.tag_value(page, "ResolutionUnit")
     unit = int(getattr(unit, "value", unit) or 2)
@@ -118,7 +121,7 @@ def parse_xml(text: str | bytes, path: str) -> Element | None:
         return None
 
 
-def _ome_info(tif: Any, path: str) -> FormatInfo:
+def _ome_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
     info = FormatInfo("ome")
     root = parse_xml(tif.ome_metadata or "", path)
     if root is None:
@@ -149,7 +152,7 @@ def _ome_info(tif: Any, path: str) -> FormatInfo:
     return info
 
 
-def _qptiff_info(tif: Any, series: Any, path: str) -> FormatInfo:
+def _qptiff_info(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str) -> FormatInfo:
     info = FormatInfo("qptiff", fluorescence=True)
     for page in series.pages:
         desc = getattr(page, "description", "") or ""
@@ -169,7 +172,7 @@ def _qptiff_info(tif: Any, series: Any, path: str) -> FormatInfo:
     return info
 
 
-def _bif_info(tif: Any, path: str) -> FormatInfo:
+def _bif_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
     info = FormatInfo("bif")
     for page in tif.pages[:4]:
         xmp = _tiff.tag_value(page, "XMP")
@@ -197,7 +200,7 @@ def _bif_info(tif: Any, path: str) -> FormatInfo:
     return info
 
 
-def _bif_overlap(tif: Any, path: str) -> tuple[float, float] | None:
+def _bif_overlap(tif: tifffile.TiffFile, path: str) -> tuple[float, float] | None:
     """Confidence-weighted mean overlap (rows, columns) of BIF level-0 tile joints, or None.
 
     The joints are ``TileJointInfo`` elements of level 0's XMP ``EncodeInfo`` (the mean is
@@ -230,7 +233,7 @@ def _bif_overlap(tif: Any, path: str) -> tuple[float, float] | None:
     return None
 
 
-def _scn_info(tif: Any, series: Any, path: str) -> FormatInfo:
+def _scn_info(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str) -> FormatInfo:
     info = FormatInfo("scn")
     root = parse_xml(tif.scn_metadata or "", path)
     if root is None:
@@ -266,7 +269,7 @@ _BIF_ASSOCIATED = {
 }
 
 
-def associated_name(fmt: str, series: Any, number: int) -> str:
+def associated_name(fmt: str, series: tifffile.TiffPageSeries, number: int) -> str:
     """Return the name an associated image series is known by (``label``, ``macro``...)."""
     if fmt == "bif":
         desc = str(getattr(first_page_of(series), "description", "") or "").strip().lower()
@@ -275,7 +278,7 @@ def associated_name(fmt: str, series: Any, number: int) -> str:
     return (str(series.name or "") or f"series {number}").strip().lower()
 
 
-def first_page_of(series: Any) -> Any:
+def first_page_of(series: tifffile.TiffPageSeries) -> tifffile.TiffPage | None:
     """Return a series' first page (None when it cannot be read)."""
     try:
         return _tiff.first_page(series)
@@ -283,7 +286,7 @@ def first_page_of(series: Any) -> Any:
         return None
 
 
-def describe(tif: Any, series: Any, path: str) -> FormatInfo:
+def describe(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str) -> FormatInfo:
     """Collect format, calibration, magnification and channel metadata of a slide."""
     fmt = detect_format(tif)
     page = _tiff.first_page(series)

@@ -367,6 +367,18 @@ class NativeChunks(Protocol):
         ...
 
 
+class OnDemandChunks:
+    """Base of the native-chunk readers with nothing to prefetch.
+
+    The zarr path here and the DICOM, OME-Zarr and OpenSlide backends read each chunk
+    when it is asked for; only the direct TIFF decoder fetches a remote file's bytes ahead.
+    """
+
+    def fetch(self, indices: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes] | None:
+        """Nothing to prefetch: :meth:`read` brings each chunk (on the reader's threads)."""
+        return None
+
+
 def native_chunks(
     level: tifffile.TiffPageSeries,
     z: Any,
@@ -411,7 +423,7 @@ def _kept(values: Sequence[int], index: tuple[int | slice, ...]) -> tuple[int, .
     return tuple(int(v) for v, i in zip(values, index, strict=True) if isinstance(i, slice))
 
 
-class _ZarrChunks:
+class _ZarrChunks(OnDemandChunks):
     """Native chunks read through the zarr array, one request per chunk."""
 
     fast = False
@@ -424,9 +436,6 @@ class _ZarrChunks:
             min(c, n) for c, n in zip(_kept(z.chunks, index), self.shape, strict=True)
         )
         self.dtype = np.dtype(z.dtype)
-
-    def fetch(self, indices: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes] | None:
-        return None
 
     def read(
         self, indices: Sequence[tuple[int, ...]], raw: Mapping[tuple[int, ...], bytes] | None = None

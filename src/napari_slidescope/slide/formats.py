@@ -67,7 +67,8 @@ def parse_aperio_description(description: str) -> dict[str, str]:
     return props
 
 
-def _float(value: Any) -> float | None:
+def positive_float(value: Any) -> float | None:
+    """Return `value` as a positive finite float (a metadata field), else None."""
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -131,8 +132,8 @@ def _ome_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
     pixels = root.find(f".//{q}Image/{q}Pixels", ns)
     if pixels is not None:
         scale = {"nm": 1e-3, "µm": 1.0, "um": 1.0, "mm": 1e3, "cm": 1e4, "m": 1e6}
-        sx = _float(pixels.get("PhysicalSizeX"))
-        sy = _float(pixels.get("PhysicalSizeY")) or sx
+        sx = positive_float(pixels.get("PhysicalSizeX"))
+        sy = positive_float(pixels.get("PhysicalSizeY")) or sx
         fx = scale.get(pixels.get("PhysicalSizeXUnit", "µm"), 1.0)
         fy = scale.get(pixels.get("PhysicalSizeYUnit", "µm"), 1.0)
         if sx and sy:
@@ -148,7 +149,7 @@ def _ome_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
                 )
     objective = root.find(f".//{q}Objective", ns)
     if objective is not None:
-        info.magnification = _float(objective.get("NominalMagnification"))
+        info.magnification = positive_float(objective.get("NominalMagnification"))
     return info
 
 
@@ -166,7 +167,7 @@ def _qptiff_info(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: 
             info.channel_colors.append((rgb[0], rgb[1], rgb[2]))
         objective = root.findtext("Objective")
         if objective and info.magnification is None:
-            info.magnification = _float(objective.lower().rstrip("x"))
+            info.magnification = positive_float(objective.lower().rstrip("x"))
         if root.findtext("ImageType", "").strip().lower() == "brightfield":
             info.fluorescence = False
     return info
@@ -181,11 +182,11 @@ def _bif_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
         text = xmp.decode("utf-8", "replace") if isinstance(xmp, bytes) else str(xmp)
         res = re.search(r'ScanRes="([0-9.eE+-]+)"', text)
         mag = re.search(r'Magnification="([0-9.]+)"', text)
-        if res and _plausible(_float(res.group(1))):
+        if res and _plausible(positive_float(res.group(1))):
             mpp = float(res.group(1))
             info.mpp, info.calibration_source = (mpp, mpp), "Ventana ScanRes"
         if mag:
-            info.magnification = _float(mag.group(1))
+            info.magnification = positive_float(mag.group(1))
         break
     overlap = _bif_overlap(tif, path)
     if overlap is not None and any(round(v) for v in overlap):
@@ -220,7 +221,7 @@ def _bif_overlap(tif: tifffile.TiffFile, path: str) -> tuple[float, float] | Non
             direction = joint.get("Direction", "")
             if direction not in sums or joint.get("FlagJoined", "1") == "0":
                 continue
-            weight = _float(joint.get("Confidence")) or 0.0
+            weight = positive_float(joint.get("Confidence")) or 0.0
             value = joint.get("OverlapY" if direction == "UP" else "OverlapX", "0")
             try:
                 sums[direction][0] += weight * float(value)
@@ -247,14 +248,14 @@ def _scn_info(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str
             continue
         if int(dims[0].get("sizeX", -1)) != width:
             continue
-        mpp = _float(view.get("sizeX"))
+        mpp = positive_float(view.get("sizeX"))
         if mpp:
             mpp = mpp / 1000.0 / width  # view size is in nanometres
             if _plausible(mpp):
                 info.mpp, info.calibration_source = (mpp, mpp), "Leica SCN view size"
         mag = image.find(f".//{ns}objective")
         if mag is not None and mag.text:
-            info.magnification = _float(mag.text)
+            info.magnification = positive_float(mag.text)
     return info
 
 
@@ -293,17 +294,17 @@ def describe(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str)
     if fmt == "svs":
         props = parse_aperio_description(page.description or "")
         info = FormatInfo("svs", properties=dict(props))
-        mpp = _float(props.get("MPP"))
+        mpp = positive_float(props.get("MPP"))
         if _plausible(mpp):
             info.mpp, info.calibration_source = (mpp, mpp), "Aperio MPP"  # type: ignore[assignment]
-        info.magnification = _float(props.get("AppMag"))
+        info.magnification = positive_float(props.get("AppMag"))
     elif fmt == "ndpi":
         tags = dict(page.ndpi_tags or {})
         info = FormatInfo("ndpi")
         info.properties = {
             k: v for k, v in tags.items() if isinstance(v, str | int | float) and k != "McuStarts"
         }
-        info.magnification = _float(tags.get("Magnification"))
+        info.magnification = positive_float(tags.get("Magnification"))
         if tags.get("Fluorescence"):
             info.fluorescence = True
             info.channel_names = [str(tags["Fluorescence"])]

@@ -25,7 +25,7 @@ import napari_slidescope  # noqa: E402
 
 project = "napari-slidescope"
 author = "napari-slidescope developers"
-copyright = "napari-slidescope developers, BSD-3-Clause"  # noqa: A001
+copyright = "napari-slidescope developers, BSD-3-Clause"
 release = napari_slidescope.__version__
 version = release
 

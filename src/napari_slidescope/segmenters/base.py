@@ -76,7 +76,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest
 
 
-def identity_of(segmenter: Any) -> dict[str, Any]:
+def identity_of(segmenter: object) -> dict[str, Any]:
     """Return what model a segmenter object runs: :data:`IDENTITY_KEYS` as a dict.
 
     ``segmenter`` is its ``name``; ``model``, ``model_version`` and ``weights_sha256``

@@ -30,6 +30,7 @@ from napari_slidescope.errors import (
 
 __all__ = [
     "IDENTITY_KEYS",
+    "Identity",
     "INPUTS",
     "Input",
     "ModelSegmenter",
@@ -47,6 +48,8 @@ __all__ = [
 #: What names the model a segmenter runs: two results with different values here were
 #: computed by different models (recorded in results, manifests and parameter hashes).
 IDENTITY_KEYS = ("segmenter", "model", "model_version", "weights_sha256")
+#: What an adapter says of its model: :data:`IDENTITY_KEYS` to text, None where unknown.
+Identity = dict[str, str | None]
 
 _SHA_LOCK = threading.Lock()
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}
@@ -239,7 +242,7 @@ class ModelSegmenter(SegmenterBase):
         return [model_file]
 
     @classmethod
-    def describe(cls, model: str) -> dict[str, Any]:
+    def describe(cls, model: str) -> Identity:
         """Return the identity of `model` as installed here (see :func:`identity_of`).
 
         ``weights_sha256`` is the SHA-256 of the weights file (of the names and hashes of
@@ -257,7 +260,7 @@ class ModelSegmenter(SegmenterBase):
         version = cls.model_version if found is not None else None
         return {"model": model, "model_version": version, "weights_sha256": sha}
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> Identity:
         """Return the model this segmenter loaded (:func:`identity_of`)."""
         return {"segmenter": self.name, **self.describe(self.model_name)}
 

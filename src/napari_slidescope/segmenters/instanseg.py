@@ -47,6 +47,7 @@ from skimage import segmentation
 from napari_slidescope._io import atomic_copy
 from napari_slidescope.errors import InstallError
 from napari_slidescope.segmenters.base import (
+    Identity,
     Input,
     ModelSegmenter,
     SegmenterUnavailableError,
@@ -148,7 +149,7 @@ def missing_reason(model: str = "brightfield_nuclei") -> str | None:
     return InstanSegSegmenter.missing_reason(model)
 
 
-def identity(model: str = "brightfield_nuclei") -> dict[str, Any]:
+def identity(model: str = "brightfield_nuclei") -> Identity:
     """Model name, version and SHA-256 of the installed weights (None when not installed)."""
     return InstanSegSegmenter.describe(model)
 
@@ -391,7 +392,7 @@ class InstanSegSegmenter(ModelSegmenter):
         return model_folder(model), _WEIGHTS
 
     @classmethod
-    def describe(cls, model: str) -> dict[str, Any]:
+    def describe(cls, model: str) -> Identity:
         """Model name, version (:data:`MODELS`) and SHA-256 of the installed weights."""
         out = super().describe(model)
         if out["weights_sha256"] is not None:

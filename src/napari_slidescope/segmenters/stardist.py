@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_slidescope.segmenters.base import ModelSegmenter
+from napari_slidescope.segmenters.base import Identity, ModelSegmenter
 
 __all__ = ["StarDistSegmenter", "create", "identity", "missing_reason", "stardist_model_dir"]
 
@@ -97,7 +97,7 @@ class StarDistSegmenter(ModelSegmenter):
         return labels.astype(np.int32)
 
 
-def identity(model: str = "2D_versatile_he") -> dict[str, Any]:
+def identity(model: str = "2D_versatile_he") -> Identity:
     """Model name and SHA-256 of its installed files (None when not installed)."""
     return StarDistSegmenter.describe(model)
 

@@ -55,3 +55,49 @@ def test_core_type_checks():
         [sys.executable, "-m", "mypy", "--no-incremental"], cwd=root, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+#: The per-module checks `mypy --strict` turns on (mypy's own list; its global ones,
+#: warn_unused_ignores and warn_redundant_casts, are checked below).
+STRICT_FLAGS = {
+    "disallow_any_generics",
+    "disallow_subclassing_any",
+    "disallow_untyped_calls",
+    "disallow_untyped_defs",
+    "disallow_incomplete_defs",
+    "check_untyped_defs",
+    "disallow_untyped_decorators",
+    "warn_return_any",
+    "no_implicit_reexport",
+    "strict_equality",
+    "extra_checks",
+}
+#: The public modules held to --strict (pipeline and batch join when their splits land).
+STRICT_MODULES = {
+    "napari_slidescope",
+    "napari_slidescope.errors",
+    "napari_slidescope.slide.*",
+    "napari_slidescope.analysis.*",
+    "napari_slidescope.segmenters.*",
+}
+
+
+def test_public_modules_are_type_checked_strictly():
+    """test_core_type_checks runs mypy with these flags on these modules (pyproject)."""
+    import tomllib
+    from pathlib import Path
+
+    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]
+    mypy = config["mypy"]
+    assert mypy["warn_unused_ignores"] is True
+    assert mypy["warn_redundant_casts"] is True
+    strict = [o for o in mypy.get("overrides", []) if STRICT_FLAGS <= set(o)]
+    assert len(strict) == 1, f"expected one override with --strict's flags, got {len(strict)}"
+    off = sorted(flag for flag in STRICT_FLAGS if strict[0][flag] is not True)
+    assert not off, f"strict override does not turn on: {off}"
+    missing = sorted(STRICT_MODULES - set(strict[0]["module"]))
+    assert not missing, f"public modules missing from the strict override: {missing}"
+    files = set(mypy["files"])
+    for package in ("slide", "analysis", "segmenters"):
+        assert f"src/napari_slidescope/{package}" in files, f"{package} is not type-checked"
+    assert "src/napari_slidescope/errors.py" in files

@@ -16,7 +16,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import (
+    Cancelled,
+    ClassifierFileError,
+    InstallError,
+    SegmenterInfoWarning,
+    SegmenterMismatchWarning,
+    SegmenterUnavailableError,
+    SlideError,
+    SlidescopeWarning,
+    UncalibratedWarning,
+)
 
 __version__ = "0.1.0"
 
@@ -24,7 +34,6 @@ _LAZY = {
     "open_slide": "napari_slidescope.slide",
     "Slide": "napari_slidescope.slide",
     "ArraySlide": "napari_slidescope.slide",
-    "SlideError": "napari_slidescope.slide",
     "detect_tissue": "napari_slidescope.pipeline.tissue",
     "TissueResult": "napari_slidescope.pipeline.tissue",
     "segment_nuclei": "napari_slidescope.pipeline.nuclei",
@@ -34,9 +43,24 @@ _LAZY = {
     "CellClassifier": "napari_slidescope.pipeline.classify",
     "PhenotypeRules": "napari_slidescope.pipeline.classify",
     "load_rules": "napari_slidescope.pipeline.classify",
+    "train_classifier": "napari_slidescope.pipeline.cell_classifier",
+    "load_classifier": "napari_slidescope.pipeline.cell_classifier",
 }
 
-__all__ = ["SlidescopeWarning", "__version__", *_LAZY]
+#: The errors and warnings, also importable from :mod:`napari_slidescope.errors`.
+_ERRORS = [
+    "Cancelled",
+    "ClassifierFileError",
+    "InstallError",
+    "SegmenterInfoWarning",
+    "SegmenterMismatchWarning",
+    "SegmenterUnavailableError",
+    "SlideError",
+    "SlidescopeWarning",
+    "UncalibratedWarning",
+]
+
+__all__ = ["__version__", *_ERRORS, *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.batch import analyze_slides
@@ -49,7 +73,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from napari_slidescope.pipeline.nuclei import NucleiResult, segment_nuclei
     from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
-    from napari_slidescope.slide import ArraySlide, Slide, SlideError, open_slide
+    from napari_slidescope.slide import ArraySlide, Slide, open_slide
 
 
 def __getattr__(name: str) -> Any:

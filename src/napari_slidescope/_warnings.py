@@ -1,5 +1,8 @@
-"""The project's warning category (tests turn it into errors unless expected)."""
+"""The project's warning category, kept for old imports.
 
+Its home is :mod:`napari_slidescope.errors`.
+"""
 
-class SlidescopeWarning(UserWarning):
-    """A recoverable oddity in a slide or in analysis input (e.g. missing calibration)."""
+from napari_slidescope.errors import SlidescopeWarning
+
+__all__ = ["SlidescopeWarning"]

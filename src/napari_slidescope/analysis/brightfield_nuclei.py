@@ -32,7 +32,6 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage import filters, measure, morphology, segmentation, transform
 
-from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis._builtin_method import BuiltinMethod
 from napari_slidescope.analysis.checks import check_nuclei_params, check_rgb
 from napari_slidescope.analysis.stains import (
@@ -42,6 +41,7 @@ from napari_slidescope.analysis.stains import (
     rgb_to_od,
     stain_kind,
 )
+from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = ["RAW_CHANNELS", "BuiltinSegmenter", "NucleiParams", "segment_nuclei_array"]
 
@@ -311,7 +311,7 @@ def _blob_response(h: np.ndarray, radii_um: tuple[float, ...], mpp: float) -> np
         ny, nx = (h.shape[0] // 2) * 2, (h.shape[1] // 2) * 2
         src = h[:ny, :nx].reshape(ny // 2, 2, nx // 2, 2).mean(axis=(1, 3))
         step = 2
-    resp = None
+    resp: np.ndarray | None = None
     for r in radii_um:
         s = r / math.sqrt(2) / (mpp * step)
         cur = -(s**2) * ndi.gaussian_laplace(src, s, truncate=3.0)
@@ -346,7 +346,8 @@ def _per_label_otsu(cells: np.ndarray, values: np.ndarray, n: int) -> tuple[np.n
 
 
 def _disk(radius_px: float) -> np.ndarray:
-    return morphology.disk(max(1, int(round(radius_px))))
+    disk: np.ndarray = morphology.disk(max(1, int(round(radius_px))))
+    return disk
 
 
 def _postprocess(raw: np.ndarray, p: NucleiParams, mpp: float) -> np.ndarray:
@@ -396,8 +397,8 @@ def _postprocess(raw: np.ndarray, p: NucleiParams, mpp: float) -> np.ndarray:
     for _ in range(int(round(dil))):  # grow into background only, one pixel per step
         grown = ndi.grey_dilation(labels, footprint=_CROSS)
         labels = np.where(labels == 0, grown, labels)
-    labels, _, _ = segmentation.relabel_sequential(labels)
-    return labels.astype(np.int32, copy=False)
+    relabelled: np.ndarray = segmentation.relabel_sequential(labels)[0]
+    return relabelled.astype(np.int32, copy=False)
 
 
 def segment_nuclei_array(

@@ -52,7 +52,8 @@ def expand_cells(nuclei: np.ndarray, distance_px: float) -> np.ndarray:
     nuclei = np.asarray(nuclei)
     if d == 0 or not nuclei.any():
         return nuclei.astype(np.int32, copy=True)
-    return expand_labels(nuclei, distance=d).astype(np.int32, copy=False)
+    cells: np.ndarray = expand_labels(nuclei, distance=d)
+    return cells.astype(np.int32, copy=False)
 
 
 def owned_cells(labels: np.ndarray, owned: np.ndarray, distance_px: float) -> np.ndarray:
@@ -86,7 +87,8 @@ def owned_cells(labels: np.ndarray, owned: np.ndarray, distance_px: float) -> np
     lut = np.zeros(int(np.max(compact)) + 1, np.int32)
     where = owned > 0
     lut[compact[where]] = owned[where]
-    return lut[cells]
+    relabelled: np.ndarray = lut[cells]
+    return relabelled
 
 
 def compartment_means(

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 
 def check_rgb(image: Any, name: str, *, ndim: int | None = 3) -> None:
@@ -37,7 +38,7 @@ def check_rgb(image: Any, name: str, *, ndim: int | None = 3) -> None:
         raise ValueError(f"{name} must be uint8 (0-255); got dtype {dtype}")
 
 
-def check_image(image: Any, name: str = "image") -> np.ndarray:
+def check_image(image: npt.ArrayLike, name: str = "image") -> np.ndarray:
     """Return `image` as an array, or raise unless it is a non-empty 2D/3D numeric image.
 
     Raises
@@ -45,16 +46,16 @@ def check_image(image: Any, name: str = "image") -> np.ndarray:
     ValueError
         Naming `name`, saying what was expected and what came (shape or dtype).
     """
-    image = np.asarray(image)
-    if image.ndim not in (2, 3) or image.size == 0:
+    arr = np.asarray(image)
+    if arr.ndim not in (2, 3) or arr.size == 0:
         raise ValueError(
-            f"{name}: expected a non-empty (M, N) or (M, N, C) array, got shape {image.shape}"
+            f"{name}: expected a non-empty (M, N) or (M, N, C) array, got shape {arr.shape}"
         )
-    if image.dtype == bool or not (
-        np.issubdtype(image.dtype, np.integer) or np.issubdtype(image.dtype, np.floating)
+    if arr.dtype == bool or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
     ):
-        raise ValueError(f"{name}: expected an integer or float array, got dtype {image.dtype}")
-    return image
+        raise ValueError(f"{name}: expected an integer or float array, got dtype {arr.dtype}")
+    return arr
 
 
 #: Fields both built-in nuclei methods share that must be positive finite numbers.

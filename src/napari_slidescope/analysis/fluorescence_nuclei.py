@@ -25,9 +25,9 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage import feature, filters, segmentation
 
-from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis._builtin_method import BuiltinMethod
 from napari_slidescope.analysis.checks import check_nuclei_params
+from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = ["FluorescenceParams", "FluorescenceSegmenter", "segment_fluorescence_array"]
 
@@ -85,7 +85,9 @@ def _signal(channel: np.ndarray, p: FluorescenceParams, mpp: float) -> np.ndarra
         bg = np.pad(bg, ((0, x.shape[0] - bg.shape[0]), (0, x.shape[1] - bg.shape[1])), mode="edge")
     else:
         bg = ndi.grey_opening(x, size=(size, size))
-    return ndi.gaussian_filter(np.maximum(x - bg, 0.0), p.sigma_um / mpp, truncate=3.0)
+    foreground = np.maximum(x - bg, 0.0)
+    smooth: np.ndarray = ndi.gaussian_filter(foreground, p.sigma_um / mpp, truncate=3.0)
+    return smooth
 
 
 def _blob(signal: np.ndarray, radii_um: tuple[float, ...], mpp: float) -> np.ndarray:
@@ -190,8 +192,8 @@ def _objects(raw: np.ndarray, t: float, p: FluorescenceParams, mpp: float) -> np
     bad = (area < p.min_area_um2) | (area > p.max_area_um2)
     bad[0] = False
     labels[bad[labels]] = 0
-    labels, _, _ = segmentation.relabel_sequential(labels)
-    return labels.astype(np.int32, copy=False)
+    relabelled: np.ndarray = segmentation.relabel_sequential(labels)[0]
+    return relabelled.astype(np.int32, copy=False)
 
 
 def segment_fluorescence_array(

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Protocol, cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy import ndimage as ndi
 from skimage import draw, measure
 
@@ -29,6 +30,19 @@ __all__ = [
 ]
 
 Pair = tuple[float, float]
+
+
+class MaskGrid(Protocol):
+    """A mask with its grid (e.g. a ``TissueResult``): what the tile gating reads of it."""
+
+    @property
+    def mask(self) -> npt.ArrayLike: ...
+
+    @property
+    def downsample(self) -> float | Sequence[float]: ...
+
+    @property
+    def origin(self) -> float | Sequence[float]: ...
 
 
 def _pair(value: float | Sequence[float], name: str) -> Pair:
@@ -59,7 +73,8 @@ def _to_level0(
     # -1 undoes the padding; +0.5 turns pixel-centre units into pixel-edge units
     scale = np.array(downsample)
     shift = np.array(origin) + (np.array(offset) - 0.5) * scale
-    return contour * scale + shift
+    placed: np.ndarray = contour * scale + shift
+    return placed
 
 
 def _drop_collinear(ring: np.ndarray) -> np.ndarray:
@@ -233,7 +248,8 @@ def polygons_to_mask(
         ring = np.asarray(ring, float)
         rr = (ring[:, 0] - org[0]) / ds[0] - 0.5
         cc = (ring[:, 1] - org[1]) / ds[1] - 0.5
-        return draw.polygon(rr, cc, shape=shape)
+        rows, cols = draw.polygon(rr, cc, shape=shape)
+        return np.asarray(rows), np.asarray(cols)
 
     for ext, hls in zip(ext_list, int_list, strict=True):
         piece = np.zeros(shape, bool)
@@ -244,11 +260,16 @@ def polygons_to_mask(
     return out
 
 
-def _grid_of(mask: Any, downsample: Any, origin: Any) -> tuple[np.ndarray, Pair, Pair]:
+def _grid_of(
+    mask: npt.ArrayLike | MaskGrid,
+    downsample: float | Sequence[float] | None,
+    origin: float | Sequence[float] | None,
+) -> tuple[np.ndarray, Pair, Pair]:
     if hasattr(mask, "mask") and not isinstance(mask, np.ndarray):
-        downsample = mask.downsample if downsample is None else downsample
-        origin = mask.origin if origin is None else origin
-        mask = mask.mask
+        grid = cast(MaskGrid, mask)
+        downsample = grid.downsample if downsample is None else downsample
+        origin = grid.origin if origin is None else origin
+        mask = grid.mask
     arr = np.asarray(mask, bool)
     if arr.ndim != 2:
         raise ValueError(f"mask: expected a 2-D mask, got shape {arr.shape}")
@@ -260,8 +281,8 @@ def _grid_of(mask: Any, downsample: Any, origin: Any) -> tuple[np.ndarray, Pair,
 
 
 def tissue_fraction(
-    mask: Any,
-    boxes: Any,
+    mask: npt.ArrayLike | MaskGrid,
+    boxes: npt.ArrayLike,
     *,
     downsample: float | Sequence[float] | None = None,
     origin: float | Sequence[float] | None = None,
@@ -304,12 +325,13 @@ def tissue_fraction(
     c0c, c1c = np.clip(c0, 0, w).astype(np.int64), np.clip(c1, 0, w).astype(np.int64)
     r1c, c1c = np.maximum(r1c, r0c), np.maximum(c1c, c0c)
     count = sat[r1c, c1c] - sat[r0c, c1c] - sat[r1c, c0c] + sat[r0c, c0c]
-    return np.divide(count, area, out=np.zeros(len(b)), where=area > 0)
+    density: np.ndarray = np.divide(count, area, out=np.zeros(len(b)), where=area > 0)
+    return density
 
 
 def tiles_with_tissue(
-    mask: Any,
-    boxes: Any,
+    mask: npt.ArrayLike | MaskGrid,
+    boxes: npt.ArrayLike,
     *,
     min_fraction: float = 0.0,
     downsample: float | Sequence[float] | None = None,

@@ -268,7 +268,8 @@ def _perimeter(
     for off, weight in sides + corners:
         code += weight * (border[b_idx + off] & (flat[b_idx + off] == b_lab))
     hist = np.bincount(b_lab * 50 + code, minlength=(n + 1) * 50).reshape(n + 1, 50)
-    return (hist * _PERIMETER_WEIGHTS).sum(axis=1)  # no BLAS call: it may start threads
+    perimeter: np.ndarray = (hist * _PERIMETER_WEIGHTS).sum(axis=1)  # no BLAS: no threads
+    return perimeter
 
 
 def concat_tables(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

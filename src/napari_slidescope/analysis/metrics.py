@@ -88,7 +88,8 @@ class _Overlap:
     @property
     def iou(self) -> np.ndarray:
         union = self.true_area[self.rows] + self.pred_area[self.cols] - self.inter
-        return self.inter / union
+        iou: np.ndarray = self.inter / union
+        return iou
 
 
 def _compact(labels: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

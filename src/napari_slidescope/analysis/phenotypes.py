@@ -109,7 +109,9 @@ def auto_threshold(values: np.ndarray, *, bins: int = 256) -> float:
     return float(np.expm1(threshold_otsu(logv, nbins=bins)))
 
 
-def check_dab_thresholds(thresholds: Sequence[float], name: str = "dab thresholds") -> tuple:
+def check_dab_thresholds(
+    thresholds: Sequence[float], name: str = "dab thresholds"
+) -> tuple[float, float, float]:
     """Return three increasing finite DAB OD thresholds, or raise naming the problem.
 
     Raises

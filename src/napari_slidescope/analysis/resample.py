@@ -86,9 +86,10 @@ def block_mean(
     nr = np.minimum(ky, image.shape[0] - ky * np.arange(h))
     nc = np.minimum(kx, image.shape[1] - kx * np.arange(w))
     count = np.multiply.outer(nr, nc).astype(np.float64)
-    mean = acc / (count if image.ndim == 2 else count[..., None])
+    mean: np.ndarray = acc / (count if image.ndim == 2 else count[..., None])
     if np.issubdtype(out_dtype, np.integer):
-        return np.rint(mean).astype(out_dtype)
+        rounded: np.ndarray = np.rint(mean)
+        return rounded.astype(out_dtype)
     return mean.astype(out_dtype)
 
 

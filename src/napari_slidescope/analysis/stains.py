@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.checks import check_rgb
+from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = [
     "RUIFROK_HDAB",
@@ -46,7 +46,8 @@ _OD_LUT = np.log10(_I0 / np.maximum(np.arange(256, dtype=np.float64), 1.0)).asty
 
 def _unit(v: np.ndarray | list[float]) -> np.ndarray:
     v = np.asarray(v, dtype=np.float64)
-    return v / np.linalg.norm(v)
+    unit: np.ndarray = v / np.linalg.norm(v)
+    return unit
 
 
 def _residual(h: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -82,7 +83,8 @@ def rgb_to_od(rgb: np.ndarray) -> np.ndarray:
     >>> rgb_to_od(np.array([[255, 25, 1]], np.uint8)).round(2)
     array([[0.  , 1.01, 2.41]], dtype=float32)
     """
-    return _OD_LUT[_check_rgb(rgb, "rgb")]
+    od: np.ndarray = _OD_LUT[_check_rgb(rgb, "rgb")]
+    return od
 
 
 @dataclass(frozen=True)

@@ -261,7 +261,8 @@ def remove_small_pieces(mask: np.ndarray, min_area: float) -> np.ndarray:
     sizes = np.bincount(labels.ravel())
     keep = sizes >= min_area
     keep[0] = False
-    return keep[labels]
+    kept: np.ndarray = keep[labels]
+    return kept
 
 
 def fill_small_holes(mask: np.ndarray, max_area: float) -> np.ndarray:
@@ -291,7 +292,8 @@ def fill_small_holes(mask: np.ndarray, max_area: float) -> np.ndarray:
     fill[0] = False
     border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
     fill[border] = False
-    return mask | fill[labels]
+    filled: np.ndarray = mask | fill[labels]
+    return filled
 
 
 def tissue_mask(

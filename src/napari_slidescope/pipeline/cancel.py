@@ -11,21 +11,9 @@ from __future__ import annotations
 
 import threading
 
+from napari_slidescope.errors import Cancelled
+
 __all__ = ["Cancelled", "check_cancel"]
-
-
-class Cancelled(Exception):
-    """The run was cancelled (its ``cancel`` event was set).
-
-    Parameters
-    ----------
-    stage : str
-        Where the run noticed, e.g. ``"tissue detection"``.
-    """
-
-    def __init__(self, stage: str) -> None:
-        self.stage = stage
-        super().__init__(f"cancelled during {stage}")
 
 
 def check_cancel(cancel: threading.Event | None, stage: str) -> None:

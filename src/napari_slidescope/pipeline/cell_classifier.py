@@ -38,6 +38,7 @@ from napari_slidescope.analysis.cell_features import (
     cell_features,
     default_features,
 )
+from napari_slidescope.errors import ClassifierFileError
 
 __all__ = [
     "FORMAT",
@@ -76,10 +77,6 @@ _NODE_FIELDS = (
 #: Threads that predict (each sums the votes of a share of the trees).
 _THREADS = min(4, os.cpu_count() or 1)
 _MISSING = "needs scikit-learn: pip install 'napari-slidescope[classify]'"
-
-
-class ClassifierFileError(ValueError):
-    """A classifier file that is foreign, damaged or from an incompatible version."""
 
 
 def _sklearn(what: str) -> Any:

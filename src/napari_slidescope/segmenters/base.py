@@ -22,10 +22,15 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import (
+    SegmenterInfoWarning,
+    SegmenterMismatchWarning,
+    SegmenterUnavailableError,
+)
 
 __all__ = [
     "IDENTITY_KEYS",
+    "Identity",
     "INPUTS",
     "Input",
     "ModelSegmenter",
@@ -43,6 +48,8 @@ __all__ = [
 #: What names the model a segmenter runs: two results with different values here were
 #: computed by different models (recorded in results, manifests and parameter hashes).
 IDENTITY_KEYS = ("segmenter", "model", "model_version", "weights_sha256")
+#: What an adapter says of its model: :data:`IDENTITY_KEYS` to text, None where unknown.
+Identity = dict[str, str | None]
 
 _SHA_LOCK = threading.Lock()
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}
@@ -72,7 +79,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest
 
 
-def identity_of(segmenter: Any) -> dict[str, Any]:
+def identity_of(segmenter: object) -> dict[str, Any]:
     """Return what model a segmenter object runs: :data:`IDENTITY_KEYS` as a dict.
 
     ``segmenter`` is its ``name``; ``model``, ``model_version`` and ``weights_sha256``
@@ -99,18 +106,6 @@ def identity_of(segmenter: Any) -> dict[str, Any]:
 #: What a segmenter reads: RGB brightfield tiles, or one fluorescence channel.
 Input = Literal["brightfield", "fluorescence"]
 INPUTS: tuple[Input, ...] = ("brightfield", "fluorescence")
-
-
-class SegmenterUnavailableError(RuntimeError):
-    """A registered segmenter cannot be used here (package or model file missing)."""
-
-
-class SegmenterMismatchWarning(SlidescopeWarning):
-    """A segmenter runs on an image of the other kind (brightfield vs fluorescence)."""
-
-
-class SegmenterInfoWarning(SlidescopeWarning):
-    """``segmenter="auto"`` ran the built-in method: which one ran, and how to get better."""
 
 
 @runtime_checkable
@@ -247,7 +242,7 @@ class ModelSegmenter(SegmenterBase):
         return [model_file]
 
     @classmethod
-    def describe(cls, model: str) -> dict[str, Any]:
+    def describe(cls, model: str) -> Identity:
         """Return the identity of `model` as installed here (see :func:`identity_of`).
 
         ``weights_sha256`` is the SHA-256 of the weights file (of the names and hashes of
@@ -265,7 +260,7 @@ class ModelSegmenter(SegmenterBase):
         version = cls.model_version if found is not None else None
         return {"model": model, "model_version": version, "weights_sha256": sha}
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> Identity:
         """Return the model this segmenter loaded (:func:`identity_of`)."""
         return {"segmenter": self.name, **self.describe(self.model_name)}
 

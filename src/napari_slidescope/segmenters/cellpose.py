@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_slidescope.segmenters.base import ModelSegmenter
+from napari_slidescope.segmenters.base import Identity, ModelSegmenter
 
 __all__ = ["CellposeSegmenter", "cellpose_model_dir", "create", "identity", "missing_reason"]
 
@@ -79,7 +79,7 @@ class CellposeSegmenter(ModelSegmenter):
         return np.asarray(masks, np.int32)
 
 
-def identity(model: str = "nuclei") -> dict[str, Any]:
+def identity(model: str = "nuclei") -> Identity:
     """Model name and SHA-256 of its installed file (None when not installed)."""
     return CellposeSegmenter.describe(model)
 

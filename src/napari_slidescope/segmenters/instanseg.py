@@ -45,7 +45,9 @@ import numpy as np
 from skimage import segmentation
 
 from napari_slidescope._io import atomic_copy
+from napari_slidescope.errors import InstallError
 from napari_slidescope.segmenters.base import (
+    Identity,
     Input,
     ModelSegmenter,
     SegmenterUnavailableError,
@@ -104,10 +106,6 @@ _KEEP = ("rdf.yaml", "test-input.npy", "test-output_instance_segmentation.npy")
 _DOWNLOAD_TIMEOUT_S = 30.0
 
 
-class InstallError(RuntimeError):
-    """A model could not be installed (the message says why; nothing was installed)."""
-
-
 def models_dir() -> Path:
     """Folder of locally installed models: ``$SLIDESCOPE_MODELS``, else the user data folder."""
     env = os.environ.get(MODELS_ENV)
@@ -151,7 +149,7 @@ def missing_reason(model: str = "brightfield_nuclei") -> str | None:
     return InstanSegSegmenter.missing_reason(model)
 
 
-def identity(model: str = "brightfield_nuclei") -> dict[str, Any]:
+def identity(model: str = "brightfield_nuclei") -> Identity:
     """Model name, version and SHA-256 of the installed weights (None when not installed)."""
     return InstanSegSegmenter.describe(model)
 
@@ -394,7 +392,7 @@ class InstanSegSegmenter(ModelSegmenter):
         return model_folder(model), _WEIGHTS
 
     @classmethod
-    def describe(cls, model: str) -> dict[str, Any]:
+    def describe(cls, model: str) -> Identity:
         """Model name, version (:data:`MODELS`) and SHA-256 of the installed weights."""
         out = super().describe(model)
         if out["weights_sha256"] is not None:
@@ -520,8 +518,8 @@ class InstanSegSegmenter(ModelSegmenter):
         small[0] = False
         if small.any():
             labels[small[labels]] = 0
-        labels, _, _ = segmentation.relabel_sequential(labels)
-        return labels.astype(np.int32, copy=False)
+        relabelled: np.ndarray = segmentation.relabel_sequential(labels)[0]
+        return relabelled.astype(np.int32, copy=False)
 
 
 # -- ONNX Runtime for the network ---------------------------------------------------------------

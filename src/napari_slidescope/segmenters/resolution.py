@@ -11,14 +11,10 @@ import math
 import warnings
 from typing import Any
 
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import UncalibratedWarning
 from napari_slidescope.segmenters.base import Input, as_segmenter
 
 __all__ = ["UncalibratedWarning", "segmenter_mpp", "working_mpp"]
-
-
-class UncalibratedWarning(SlidescopeWarning):
-    """The slide has no pixel size: its pixels are taken to be at the working resolution."""
 
 
 def segmenter_mpp(segmenter: Any, *, input: Input = "brightfield") -> float:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_slidescope.segmenters.base import ModelSegmenter
+from napari_slidescope.segmenters.base import Identity, ModelSegmenter
 
 __all__ = ["StarDistSegmenter", "create", "identity", "missing_reason", "stardist_model_dir"]
 
@@ -93,10 +93,11 @@ class StarDistSegmenter(ModelSegmenter):
             nms_thresh=self.nms_thresh,
         )
         shape = (raw.shape[0] * grid[0], raw.shape[1] * grid[1])
-        return polygons_to_label(disti, points, prob=probi, shape=shape).astype(np.int32)
+        labels: np.ndarray = polygons_to_label(disti, points, prob=probi, shape=shape)
+        return labels.astype(np.int32)
 
 
-def identity(model: str = "2D_versatile_he") -> dict[str, Any]:
+def identity(model: str = "2D_versatile_he") -> Identity:
     """Model name and SHA-256 of its installed files (None when not installed)."""
     return StarDistSegmenter.describe(model)
 

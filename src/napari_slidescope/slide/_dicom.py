@@ -13,7 +13,7 @@ OVERVIEW image ``associated["macro"]`` (what OpenSlide and the TIFF formats call
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -182,7 +182,7 @@ def _properties(wsi: Any) -> dict[str, Any]:
     return props
 
 
-class _DicomChunks:
+class _DicomChunks(_tiff.OnDemandChunks):
     """Native chunks of one DICOM pyramid level: its tiles."""
 
     fast = False
@@ -218,12 +218,8 @@ class _DicomChunks:
         with self._lock:
             return np.asarray(self._wsi.read_tile(self._index, tile, crop_to_image_boundary=False))
 
-    def fetch(self, indices: Sequence[tuple[int, ...]]) -> None:
-        """Nothing to prefetch: :meth:`read` brings each chunk (on the reader's threads)."""
-        return None
-
     def read(
-        self, indices: Sequence[tuple[int, ...]], raw: Any = None
+        self, indices: Sequence[tuple[int, ...]], raw: Mapping[tuple[int, ...], bytes] | None = None
     ) -> list[np.ndarray | BaseException]:
         out: list[np.ndarray | BaseException] = []
         for idx in indices:

@@ -28,16 +28,20 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide import _tiff
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import choose_chunks
 from napari_slidescope.slide.errors import SlideError
+
+if TYPE_CHECKING:
+    import tifffile
 
 OnError = Literal["raise", "blank"]
 #: One half-open ``(start, stop)`` range per array axis (not the project's 2-D `_types.Box`).
@@ -434,11 +438,13 @@ class LevelArray(da.Array):
     def __getitem__(self, index: Any) -> Any:
         sel = _basic_selection(index, self.shape)
         if sel is None:
-            return super().__getitem__(index)
+            return super().__getitem__(index)  # type: ignore[no-untyped-call]  # dask's
         box, keep = sel
         return _region(self, box, keep)
 
-    def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
+    def __array__(
+        self, dtype: npt.DTypeLike | None = None, copy: bool | None = None, **kwargs: Any
+    ) -> np.ndarray:
         x = self._reader.read(tuple((0, n) for n in self.shape), parallel=True)
         return x if dtype is None else x.astype(dtype, copy=False)
 
@@ -449,7 +455,9 @@ class RegionArray(da.Array):
     __slots__ = ()
     _view: _RangesView
 
-    def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
+    def __array__(
+        self, dtype: npt.DTypeLike | None = None, copy: bool | None = None, **kwargs: Any
+    ) -> np.ndarray:
         x = self._view.read(None, parallel=True)
         return x if dtype is None else x.astype(dtype, copy=False)
 
@@ -565,11 +573,11 @@ def _region(level: LevelArray, box: AxisRanges, keep: tuple[bool, ...]) -> Regio
     )
     arr.__class__ = RegionArray  # same layout; cheaper than building a second Array
     arr._view = view
-    return arr
+    return cast(RegionArray, arr)
 
 
 def wrap_level(
-    series_level: Any,
+    series_level: tifffile.TiffPageSeries | None,
     z: Any,
     axes: str,
     budget: int,
@@ -578,7 +586,7 @@ def wrap_level(
     level: int,
     on_error: OnError,
     owner: int,
-    fetch: Any = None,
+    fetch: _tiff.Fetch | None = None,
     damage: DamageLog | None = None,
 ) -> tuple[LevelArray, str, LevelReader]:
     """Wrap one zarr level as a :class:`LevelArray`; drop singleton axes other than C, Y, X, S.
@@ -682,7 +690,7 @@ def wrap_native(
         inline_array=True,
         meta=np.empty((0,) * reader.ndim, dtype=reader.dtype),
     )
-    out = LevelArray(
+    out = LevelArray(  # type: ignore[no-untyped-call]  # dask.Array's constructor
         arr.dask, arr.name, arr.chunks, meta=np.empty((0,) * reader.ndim, reader.dtype)
     )
     out._reader = reader

@@ -249,7 +249,7 @@ def _is_rgb(info: FormatInfo) -> bool:
     )
 
 
-class _NgffChunks:
+class _NgffChunks(_tiff.OnDemandChunks):
     """Native chunks of one OME-Zarr level: the zarr chunks of its y and x axes."""
 
     fast = False
@@ -271,12 +271,8 @@ class _NgffChunks:
         self.chunks = tuple(min(c, n) for c, n in zip(self.chunks, self.shape, strict=True))
         self.dtype = np.dtype(z.dtype)
 
-    def fetch(self, indices: Sequence[tuple[int, ...]]) -> None:
-        """Nothing to prefetch: :meth:`read` brings each chunk (on the reader's threads)."""
-        return None
-
     def read(
-        self, indices: Sequence[tuple[int, ...]], raw: Any = None
+        self, indices: Sequence[tuple[int, ...]], raw: Mapping[tuple[int, ...], bytes] | None = None
     ) -> list[np.ndarray | BaseException]:
         out: list[np.ndarray | BaseException] = []
         for idx in indices:

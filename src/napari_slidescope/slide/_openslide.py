@@ -13,7 +13,7 @@ slightly from the file's stored pixels; level 0 and whole-number levels do not.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -22,21 +22,13 @@ import numpy as np
 from napari_slidescope.slide import _tiff
 from napari_slidescope.slide._source import SlideSource, missing_extra, warn_uncalibrated
 from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo
+from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo, positive_float
 
 #: Tile size assumed for a level whose tile size OpenSlide does not report.
 _DEFAULT_TILE = 512
 
 #: Most pixels read in one OpenSlide call when neighbouring tiles are merged.
 _MERGE_PIXELS = 4096 * 4096
-
-
-def _float(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if np.isfinite(out) and out > 0 else None
 
 
 def open_openslide(path: str | os.PathLike[str]) -> SlideSource:
@@ -78,10 +70,13 @@ def _source(name: str, osr: Any) -> SlideSource:
     props = dict(osr.properties)
     info = FormatInfo(str(props.get("openslide.vendor") or "openslide"))
     info.properties = props
-    mx, my = _float(props.get("openslide.mpp-x")), _float(props.get("openslide.mpp-y"))
+    mx, my = (
+        positive_float(props.get("openslide.mpp-x")),
+        positive_float(props.get("openslide.mpp-y")),
+    )
     if mx and my and all(PLAUSIBLE_MPP[0] <= v <= PLAUSIBLE_MPP[1] for v in (mx, my)):
         info.mpp, info.calibration_source = (my, mx), "OpenSlide mpp-x / mpp-y"
-    info.magnification = _float(props.get("openslide.objective-power"))
+    info.magnification = positive_float(props.get("openslide.objective-power"))
     bg = _background(props.get("openslide.background-color"))
     levels = [_OpenSlideChunks(osr, i, props, bg) for i in range(int(osr.level_count))]
     associated: dict[str, Callable[[], np.ndarray]] = {
@@ -115,7 +110,7 @@ def _composite(rgba: np.ndarray, bg: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
-class _OpenSlideChunks:
+class _OpenSlideChunks(_tiff.OnDemandChunks):
     """Native chunks of one OpenSlide level: OpenSlide's tiles of that level."""
 
     fast = False
@@ -139,12 +134,8 @@ class _OpenSlideChunks:
         (ch, cw, _), (h, w, _) = self.chunks, self.shape
         return idx[0] * ch, idx[1] * cw, min((idx[0] + 1) * ch, h), min((idx[1] + 1) * cw, w)
 
-    def fetch(self, indices: Sequence[tuple[int, ...]]) -> None:
-        """Nothing to prefetch: :meth:`read` brings each chunk (on the reader's threads)."""
-        return None
-
     def read(
-        self, indices: Sequence[tuple[int, ...]], raw: Any = None
+        self, indices: Sequence[tuple[int, ...]], raw: Mapping[tuple[int, ...], bytes] | None = None
     ) -> list[np.ndarray | BaseException]:
         if not indices:
             return []

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import FormatInfo
 from napari_slidescope.slide.source import Source

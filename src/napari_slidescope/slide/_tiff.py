@@ -37,6 +37,9 @@ TIFF_MAGIC = _check.TIFF_MAGIC
 TiffFile = tifffile.TiffFile
 TiffPageSeries = tifffile.TiffPageSeries
 
+#: A remote file's ``cat_ranges(offsets, counts)``: many byte ranges fetched at once.
+Fetch = Callable[[Sequence[int], Sequence[int]], list[bytes]]
+
 
 def has_tiff_magic(path: str | os.PathLike[str]) -> bool:
     """Return True when the file starts with a classic or BigTIFF header (reads 4 bytes)."""
@@ -149,7 +152,7 @@ def series_levels(series: tifffile.TiffPageSeries) -> list[tifffile.TiffPageSeri
     return list(series.levels)
 
 
-def first_page(series: tifffile.TiffPageSeries) -> Any:
+def first_page(series: tifffile.TiffPageSeries) -> tifffile.TiffPage:
     """Return the key page of a series (holds tags and the native chunk shape)."""
     return series.keyframe
 
@@ -171,7 +174,7 @@ def multiscale_paths(attrs: Mapping[str, Any]) -> list[str] | None:
     return paths or None
 
 
-def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array]:
+def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array[Any]]:
     """Open the zarr arrays of every level of a series (no pixel is decoded)."""
     try:
         # maxworkers given: tifffile would otherwise walk every tile offset to choose it
@@ -189,9 +192,10 @@ def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array]:
     return [arrays[p] for p in paths]
 
 
-def read_page(page: Any) -> np.ndarray:
+def read_page(page: tifffile.TiffPage | tifffile.TiffPageSeries) -> np.ndarray:
     """Decode a whole (small) page, e.g. an associated label or macro image."""
-    return page.asarray()
+    pixels: np.ndarray = page.asarray()
+    return pixels
 
 
 def tag_value(page: Any, name: str, default: Any = None) -> Any:
@@ -333,7 +337,7 @@ def decode_jpeg_strict(
     stream = _jpeg_stream(data, tables, header)
     try:
         _check_frame(simplejpeg, stream, frame)
-        out = simplejpeg.decode_jpeg(stream, colorspace=colorspace, strict=True)
+        out: np.ndarray = simplejpeg.decode_jpeg(stream, colorspace=colorspace, strict=True)
     except ValueError as exc:
         if isinstance(exc, ChunkError):
             raise
@@ -363,12 +367,24 @@ class NativeChunks(Protocol):
         ...
 
 
+class OnDemandChunks:
+    """Base of the native-chunk readers with nothing to prefetch.
+
+    The zarr path here and the DICOM, OME-Zarr and OpenSlide backends read each chunk
+    when it is asked for; only the direct TIFF decoder fetches a remote file's bytes ahead.
+    """
+
+    def fetch(self, indices: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes] | None:
+        """Nothing to prefetch: :meth:`read` brings each chunk (on the reader's threads)."""
+        return None
+
+
 def native_chunks(
     level: tifffile.TiffPageSeries,
     z: Any,
     index: tuple[int | slice, ...],
     *,
-    fetch: Callable[[Sequence[int], Sequence[int]], list[bytes]] | None = None,
+    fetch: Fetch | None = None,
 ) -> NativeChunks:
     """Return the native-chunk reader of one level.
 
@@ -407,7 +423,7 @@ def _kept(values: Sequence[int], index: tuple[int | slice, ...]) -> tuple[int, .
     return tuple(int(v) for v, i in zip(values, index, strict=True) if isinstance(i, slice))
 
 
-class _ZarrChunks:
+class _ZarrChunks(OnDemandChunks):
     """Native chunks read through the zarr array, one request per chunk."""
 
     fast = False
@@ -420,9 +436,6 @@ class _ZarrChunks:
             min(c, n) for c, n in zip(_kept(z.chunks, index), self.shape, strict=True)
         )
         self.dtype = np.dtype(z.dtype)
-
-    def fetch(self, indices: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes] | None:
-        return None
 
     def read(
         self, indices: Sequence[tuple[int, ...]], raw: Mapping[tuple[int, ...], bytes] | None = None
@@ -459,7 +472,7 @@ class _PageChunks:
         dtype: np.dtype[Any],
         *,
         tiled: bool,
-        fetch: Callable[[Sequence[int], Sequence[int]], list[bytes]] | None = None,
+        fetch: Fetch | None = None,
     ) -> None:
         self.shape, self.chunks, self.dtype = shape, chunks, dtype
         self._fetch = fetch
@@ -519,7 +532,7 @@ class _PageChunks:
         z: Any,
         index: tuple[int | slice, ...],
         *,
-        fetch: Callable[[Sequence[int], Sequence[int]], list[bytes]] | None = None,
+        fetch: Fetch | None = None,
     ) -> _PageChunks | None:
         """Return the direct decoder for `level`, or None if its layout needs the zarr path."""
         if getattr(level, "transform", None) is not None:

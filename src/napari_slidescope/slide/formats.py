@@ -9,14 +9,17 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree.ElementTree import Element, ParseError
 
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as _defused_fromstring
 
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide import _tiff
+
+if TYPE_CHECKING:
+    import tifffile
 
 #: Pixel sizes outside this range (µm/px) are not microscopy calibration (e.g. 72 dpi defaults).
 PLAUSIBLE_MPP = (0.01, 200.0)
@@ -39,7 +42,7 @@ class FormatInfo:
     calibration_source: str = "none"
 
 
-def detect_format(tif: Any) -> str:
+def detect_format(tif: tifffile.TiffFile) -> str:
     """Return the slide format name from tifffile's flags."""
     flags = _tiff.format_flags(tif)
     for flag in _FLAG_ORDER:
@@ -64,7 +67,8 @@ def parse_aperio_description(description: str) -> dict[str, str]:
     return props
 
 
-def _float(value: Any) -> float | None:
+def positive_float(value: Any) -> float | None:
+    """Return `value` as a positive finite float (a metadata field), else None."""
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -76,7 +80,7 @@ def _plausible(mpp: float | None) -> bool:
     return mpp is not None and PLAUSIBLE_MPP[0] <= mpp <= PLAUSIBLE_MPP[1]
 
 
-def resolution_mpp(page: Any) -> tuple[float, float] | None:
+def resolution_mpp(page: tifffile.TiffPage) -> tuple[float, float] | None:
     """Return (y, x) µm/px from the TIFF resolution tags, or None when absent or implausible."""
     unit = _tiff.tag_value(page, "ResolutionUnit")
     unit = int(getattr(unit, "value", unit) or 2)
@@ -105,7 +109,8 @@ def parse_xml(text: str | bytes, path: str) -> Element | None:
     whatever the XML library of the runtime would allow.
     """
     try:
-        return _defused_fromstring(text, forbid_dtd=True)
+        root: Element = _defused_fromstring(text, forbid_dtd=True)
+        return root
     except DefusedXmlException as exc:
         warnings.warn(
             f"{path}: metadata XML ignored: it declares a DTD or entities ({type(exc).__name__})",
@@ -117,7 +122,7 @@ def parse_xml(text: str | bytes, path: str) -> Element | None:
         return None
 
 
-def _ome_info(tif: Any, path: str) -> FormatInfo:
+def _ome_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
     info = FormatInfo("ome")
     root = parse_xml(tif.ome_metadata or "", path)
     if root is None:
@@ -127,8 +132,8 @@ def _ome_info(tif: Any, path: str) -> FormatInfo:
     pixels = root.find(f".//{q}Image/{q}Pixels", ns)
     if pixels is not None:
         scale = {"nm": 1e-3, "µm": 1.0, "um": 1.0, "mm": 1e3, "cm": 1e4, "m": 1e6}
-        sx = _float(pixels.get("PhysicalSizeX"))
-        sy = _float(pixels.get("PhysicalSizeY")) or sx
+        sx = positive_float(pixels.get("PhysicalSizeX"))
+        sy = positive_float(pixels.get("PhysicalSizeY")) or sx
         fx = scale.get(pixels.get("PhysicalSizeXUnit", "µm"), 1.0)
         fy = scale.get(pixels.get("PhysicalSizeYUnit", "µm"), 1.0)
         if sx and sy:
@@ -144,11 +149,11 @@ def _ome_info(tif: Any, path: str) -> FormatInfo:
                 )
     objective = root.find(f".//{q}Objective", ns)
     if objective is not None:
-        info.magnification = _float(objective.get("NominalMagnification"))
+        info.magnification = positive_float(objective.get("NominalMagnification"))
     return info
 
 
-def _qptiff_info(tif: Any, series: Any, path: str) -> FormatInfo:
+def _qptiff_info(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str) -> FormatInfo:
     info = FormatInfo("qptiff", fluorescence=True)
     for page in series.pages:
         desc = getattr(page, "description", "") or ""
@@ -162,13 +167,13 @@ def _qptiff_info(tif: Any, series: Any, path: str) -> FormatInfo:
             info.channel_colors.append((rgb[0], rgb[1], rgb[2]))
         objective = root.findtext("Objective")
         if objective and info.magnification is None:
-            info.magnification = _float(objective.lower().rstrip("x"))
+            info.magnification = positive_float(objective.lower().rstrip("x"))
         if root.findtext("ImageType", "").strip().lower() == "brightfield":
             info.fluorescence = False
     return info
 
 
-def _bif_info(tif: Any, path: str) -> FormatInfo:
+def _bif_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
     info = FormatInfo("bif")
     for page in tif.pages[:4]:
         xmp = _tiff.tag_value(page, "XMP")
@@ -177,11 +182,11 @@ def _bif_info(tif: Any, path: str) -> FormatInfo:
         text = xmp.decode("utf-8", "replace") if isinstance(xmp, bytes) else str(xmp)
         res = re.search(r'ScanRes="([0-9.eE+-]+)"', text)
         mag = re.search(r'Magnification="([0-9.]+)"', text)
-        if res and _plausible(_float(res.group(1))):
+        if res and _plausible(positive_float(res.group(1))):
             mpp = float(res.group(1))
             info.mpp, info.calibration_source = (mpp, mpp), "Ventana ScanRes"
         if mag:
-            info.magnification = _float(mag.group(1))
+            info.magnification = positive_float(mag.group(1))
         break
     overlap = _bif_overlap(tif, path)
     if overlap is not None and any(round(v) for v in overlap):
@@ -196,7 +201,7 @@ def _bif_info(tif: Any, path: str) -> FormatInfo:
     return info
 
 
-def _bif_overlap(tif: Any, path: str) -> tuple[float, float] | None:
+def _bif_overlap(tif: tifffile.TiffFile, path: str) -> tuple[float, float] | None:
     """Confidence-weighted mean overlap (rows, columns) of BIF level-0 tile joints, or None.
 
     The joints are ``TileJointInfo`` elements of level 0's XMP ``EncodeInfo`` (the mean is
@@ -216,7 +221,7 @@ def _bif_overlap(tif: Any, path: str) -> tuple[float, float] | None:
             direction = joint.get("Direction", "")
             if direction not in sums or joint.get("FlagJoined", "1") == "0":
                 continue
-            weight = _float(joint.get("Confidence")) or 0.0
+            weight = positive_float(joint.get("Confidence")) or 0.0
             value = joint.get("OverlapY" if direction == "UP" else "OverlapX", "0")
             try:
                 sums[direction][0] += weight * float(value)
@@ -229,7 +234,7 @@ def _bif_overlap(tif: Any, path: str) -> tuple[float, float] | None:
     return None
 
 
-def _scn_info(tif: Any, series: Any, path: str) -> FormatInfo:
+def _scn_info(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str) -> FormatInfo:
     info = FormatInfo("scn")
     root = parse_xml(tif.scn_metadata or "", path)
     if root is None:
@@ -243,14 +248,14 @@ def _scn_info(tif: Any, series: Any, path: str) -> FormatInfo:
             continue
         if int(dims[0].get("sizeX", -1)) != width:
             continue
-        mpp = _float(view.get("sizeX"))
+        mpp = positive_float(view.get("sizeX"))
         if mpp:
             mpp = mpp / 1000.0 / width  # view size is in nanometres
             if _plausible(mpp):
                 info.mpp, info.calibration_source = (mpp, mpp), "Leica SCN view size"
         mag = image.find(f".//{ns}objective")
         if mag is not None and mag.text:
-            info.magnification = _float(mag.text)
+            info.magnification = positive_float(mag.text)
     return info
 
 
@@ -265,7 +270,7 @@ _BIF_ASSOCIATED = {
 }
 
 
-def associated_name(fmt: str, series: Any, number: int) -> str:
+def associated_name(fmt: str, series: tifffile.TiffPageSeries, number: int) -> str:
     """Return the name an associated image series is known by (``label``, ``macro``...)."""
     if fmt == "bif":
         desc = str(getattr(first_page_of(series), "description", "") or "").strip().lower()
@@ -274,7 +279,7 @@ def associated_name(fmt: str, series: Any, number: int) -> str:
     return (str(series.name or "") or f"series {number}").strip().lower()
 
 
-def first_page_of(series: Any) -> Any:
+def first_page_of(series: tifffile.TiffPageSeries) -> tifffile.TiffPage | None:
     """Return a series' first page (None when it cannot be read)."""
     try:
         return _tiff.first_page(series)
@@ -282,24 +287,24 @@ def first_page_of(series: Any) -> Any:
         return None
 
 
-def describe(tif: Any, series: Any, path: str) -> FormatInfo:
+def describe(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str) -> FormatInfo:
     """Collect format, calibration, magnification and channel metadata of a slide."""
     fmt = detect_format(tif)
     page = _tiff.first_page(series)
     if fmt == "svs":
         props = parse_aperio_description(page.description or "")
         info = FormatInfo("svs", properties=dict(props))
-        mpp = _float(props.get("MPP"))
+        mpp = positive_float(props.get("MPP"))
         if _plausible(mpp):
             info.mpp, info.calibration_source = (mpp, mpp), "Aperio MPP"  # type: ignore[assignment]
-        info.magnification = _float(props.get("AppMag"))
+        info.magnification = positive_float(props.get("AppMag"))
     elif fmt == "ndpi":
         tags = dict(page.ndpi_tags or {})
         info = FormatInfo("ndpi")
         info.properties = {
             k: v for k, v in tags.items() if isinstance(v, str | int | float) and k != "McuStarts"
         }
-        info.magnification = _float(tags.get("Magnification"))
+        info.magnification = positive_float(tags.get("Magnification"))
         if tags.get("Fluorescence"):
             info.fluorescence = True
             info.channel_names = [str(tags["Fluorescence"])]

@@ -15,7 +15,7 @@ import dask.array as da
 import numpy as np
 
 from napari_slidescope._units import as_pair
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide import _check, _levels, _source, _tiff, level_choice
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
@@ -24,6 +24,8 @@ from napari_slidescope.slide.formats import FormatInfo, associated_name, describ
 from napari_slidescope.slide.source import Source, UrlPath, resolve
 
 if TYPE_CHECKING:
+    import tifffile
+
     from napari_slidescope.slide.remote import RemoteFile
 
 OnError = Literal["raise", "blank"]
@@ -316,7 +318,7 @@ class Slide(_BaseSlide):
         if layout.truncated is not None and on_error == "raise":
             raise SlideError(path, f"is truncated: {layout.truncated}")
         zarrs = _tiff.open_levels(main, path)
-        series_levels: list[Any] = _tiff.series_levels(main)
+        series_levels: list[tifffile.TiffPageSeries | None] = list(_tiff.series_levels(main))
         if len(series_levels) != len(zarrs):  # unexpected layout: read through zarr only
             series_levels = [None] * len(zarrs)
         elif len(keep) != len(zarrs):  # levels that cannot be delivered are left out
@@ -621,8 +623,12 @@ def open_slide(
 
 
 def _check_series(
-    path: str, all_series: list[Any], layout: _check.Layout, on_error: OnError, notes: list[str]
-) -> Any:
+    path: str,
+    all_series: list[tifffile.TiffPageSeries],
+    layout: _check.Layout,
+    on_error: OnError,
+    notes: list[str],
+) -> tifffile.TiffPageSeries:
     """Choose the main image series after checking the baseline's header.
 
     The first series is what every slide format puts first (its baseline image): when
@@ -638,7 +644,7 @@ def _check_series(
 
 def _check_levels(
     path: str,
-    main: Any,
+    main: tifffile.TiffPageSeries,
     layout: _check.Layout,
     on_error: OnError,
     notes: list[str],
@@ -697,7 +703,7 @@ def _check_levels(
     return keep
 
 
-def _level_shape(level: Any) -> tuple[int, int] | None:
+def _level_shape(level: tifffile.TiffPageSeries) -> tuple[int, int] | None:
     """(rows, cols) of a pyramid level, or None when its axes have no Y and X."""
     shape = dict(zip(level.axes, level.shape, strict=True))
     if "Y" not in shape or "X" not in shape:
@@ -705,7 +711,7 @@ def _level_shape(level: Any) -> tuple[int, int] | None:
     return int(shape["Y"]), int(shape["X"])
 
 
-def _associated_problem(series: Any, size: int) -> str | None:
+def _associated_problem(series: tifffile.TiffPageSeries, size: int) -> str | None:
     """Why an associated image cannot be delivered, or None."""
     try:
         page = _tiff.first_page(series)
@@ -722,7 +728,7 @@ def _associated_problem(series: Any, size: int) -> str | None:
     return None
 
 
-def _read_associated(path: str, name: str, series: Any) -> np.ndarray:
+def _read_associated(path: str, name: str, series: tifffile.TiffPageSeries) -> np.ndarray:
     try:
         return _tiff.read_page(series)
     except Exception as exc:
@@ -731,6 +737,6 @@ def _read_associated(path: str, name: str, series: Any) -> np.ndarray:
         ) from exc
 
 
-def _area(series: Any) -> int:
+def _area(series: tifffile.TiffPageSeries) -> int:
     shape = dict(zip(series.axes, series.shape, strict=True))
     return int(shape.get("Y", 0)) * int(shape.get("X", 0))

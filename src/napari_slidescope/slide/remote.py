@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.source import Source
+from napari_slidescope.slide.source import DICOMWEB_SCHEMES, Source
 
 __all__ = [
     "BLOCK_BYTES",
@@ -114,6 +114,9 @@ def _status(exc: BaseException) -> int | None:
         if isinstance(value, int) and 100 <= value < 600:
             return value
     response = getattr(exc, "response", None)
+    value = getattr(response, "status_code", None)  # requests' HTTPError
+    if isinstance(value, int) and 100 <= value < 600:
+        return value
     if isinstance(response, dict):  # botocore ClientError
         meta = response.get("ResponseMetadata", {})
         value = meta.get("HTTPStatusCode") if isinstance(meta, dict) else None
@@ -515,7 +518,8 @@ def stat_remote(
 ) -> dict[str, Any]:
     """Ask the store about an object: ``size``, ``etag``, ``version_id``, ``last_modified``.
 
-    A folder (an OME-Zarr or DICOM prefix) gives size 0 and what the store says of it.
+    A folder (an OME-Zarr or DICOM prefix) gives size 0 and what the store says of it; a
+    DICOMweb series size 0 and a hash of its instance UIDs as ``etag``.
     One request (with the timeout and retries of :class:`RemoteFile`); what the store
     does not say is None.
 
@@ -524,6 +528,20 @@ def stat_remote(
     SlideError
         As :class:`RemoteFile`.
     """
+    if source.protocol in DICOMWEB_SCHEMES:  # a DICOMweb series: its instance UIDs
+        from napari_slidescope.slide import _dicomweb, _tiff
+
+        seconds = default_timeout() if timeout is None else float(timeout)
+        tries = default_retries() if retries is None else int(retries)
+        try:
+            return _dicomweb.stamp(source, timeout=seconds, retries=tries)
+        except SlideError:
+            raise
+        except Exception as exc:
+            problem = classify(exc, seconds).problem
+            if problem.startswith("cannot be read ("):
+                problem = f"cannot be read ({_tiff.describe_exception(exc)})"
+            raise SlideError(source.display, source.scrub(problem)) from exc
     remote = RemoteFile(source, timeout=timeout, retries=retries, head=False)
     remote.close()
     return remote.stamp

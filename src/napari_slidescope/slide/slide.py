@@ -266,7 +266,7 @@ class Slide(_BaseSlide):
         kind = _source.choose_backend(self.source, backend)
         self.backend = kind
         if kind != "tifffile":
-            self._source = _source.open_source(kind, self.source)
+            self._source = _source.open_source(kind, self.source, timeout=timeout)
             try:
                 self._open_source(self._source, budget, on_error)
             except BaseException:

@@ -13,7 +13,8 @@ response (or, with ``server.fault_after``, every response after that many) fail:
 
 Every response carries an ``ETag`` (from the file's name, size and modification time); a
 request whose ``If-Match`` names another is answered 412, unless ``server.ignore_if_match``
-(a server that does not check it).
+(a server that does not check it); ``server.weak_etags`` makes every ETag weak (``W/"..."``),
+which no If-Match matches.
 
 ``server.log`` lists ``(method, path, range header)`` of every request.
 """
@@ -84,8 +85,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         size = st.st_size
         tag = '"' + hashlib.sha256(f"{path.name}:{size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
         tag += '"'
+        if owner.weak_etags:
+            tag = "W/" + tag  # If-Match compares strongly: a weak ETag never matches
         match = self.headers.get("If-Match")
-        if match and not owner.ignore_if_match and match.strip() not in ("*", tag):
+        if (
+            match
+            and not owner.ignore_if_match
+            and (match.strip() != "*")
+            and (tag.startswith("W/") or match.strip() != tag)
+        ):
             self._status(412)  # the object is no longer the one the client asks for
             return
         start, end, status = 0, size, 200
@@ -150,6 +158,7 @@ class RangeServer:
         self.fault_after = 0
         self.flaky = 0
         self.ignore_if_match = False
+        self.weak_etags = False
         self.log: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -167,7 +176,7 @@ class RangeServer:
         """No delay, no fault, empty log."""
         with self.lock:
             self.delay, self.fault, self.fault_after, self.flaky = 0.0, None, 0, 0
-            self.ignore_if_match = False
+            self.ignore_if_match = self.weak_etags = False
             self.log.clear()
 
     def close(self) -> None:

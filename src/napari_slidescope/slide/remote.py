@@ -274,12 +274,13 @@ class RemoteFile:
                 "bytes: the connection was cut mid-response",
             )
         self.stamp = _stamp(info, self.size)
-        seen = {t for t in self._seen if t}
+        # the ETag ranged answers carry (some servers' HEAD answers differ in form); two
+        # answers of the opening round that disagree: the object changed meanwhile
+        seen = [t for t in self._seen if t]
         self._seen.clear()
-        if self._etag is None:
-            self._etag = self.stamp["etag"]
-        if self._etag and any(not _same_etag(t, self._etag) for t in seen):
+        if any(not _same_etag(t, seen[0]) for t in seen):
             raise SlideError(self.display, "changed on the server while it was being opened")
+        self._etag = seen[0] if seen else self.stamp["etag"]
         self._extents.append((0, bytes(first)))
         if last:
             if len(last) > min(self.size, TAIL_BYTES):

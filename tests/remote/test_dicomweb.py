@@ -177,3 +177,10 @@ def test_stamp_names_the_series_instances(dicomweb):
     b = stat_remote(resolve(_url(dicomweb, "test3-DAPI-2-387.ndpi")))
     assert a == stat_remote(resolve(_url(dicomweb, "CMU-1-Small-Region.svs")))
     assert a["etag"] != b["etag"] and a["size"] == 0
+
+
+def test_a_dicomweb_url_is_no_file(dicomweb):
+    url = _url(dicomweb, "CMU-1-Small-Region.svs")
+    with pytest.raises(SlideError, match="is a DICOMweb series") as info:
+        open_slide(url, backend="tifffile")
+    assert url in str(info.value)

@@ -184,6 +184,12 @@ class Source:
             If the backend of the scheme is not installed (naming the extra to install)
             or refuses the storage options.
         """
+        if self.protocol in DICOMWEB_SCHEMES:
+            raise SlideError(
+                self.display,
+                "is a DICOMweb series, not a file or folder: open it with open_slide "
+                "(the DICOM backend); it cannot be listed or read as bytes",
+            )
         try:
             import fsspec
         except ImportError as exc:

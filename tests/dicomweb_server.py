@@ -14,8 +14,9 @@ returns a :class:`DicomWebServer`; ``server.url(study, series)`` is the slide's
 
 ``server.token`` set: every request without ``Authorization: Bearer <token>`` is 401.
 ``server.fault = "404"`` (any status): every response is that status; ``"stall"``: no
-answer until the server is stopped. ``server.log`` lists the paths
-asked for and the Authorization header each came with.
+answer until the server is stopped. ``server.delay`` sleeps that many seconds before each
+answer (a network's round trip). ``server.log`` lists the paths asked for and the
+Authorization header each came with.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import json
 import os
 import re
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         owner = self.server.owner
         auth = self.headers.get("Authorization")
+        if owner.delay:
+            time.sleep(owner.delay)  # a network's round trip
         with owner.lock:
             owner.log.append((self.path, auth))
             fault = owner.fault
@@ -219,6 +223,7 @@ class DicomWebServer:
                 self.instances[inst.uid] = inst
         self.token = token
         self.fault: str | None = None
+        self.delay = 0.0
         self.log: list[tuple[str, str | None]] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -245,7 +250,7 @@ class DicomWebServer:
     def reset(self) -> None:
         """No fault, no token, empty log."""
         with self.lock:
-            self.fault, self.token = None, None
+            self.fault, self.token, self.delay = None, None, 0.0
             self.log.clear()
 
     def close(self) -> None:

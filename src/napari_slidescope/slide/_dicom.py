@@ -266,15 +266,28 @@ class _DicomChunks:
         self._level = level
         w, h = int(level.size.width), int(level.size.height)
         tw, th = int(level.tile_size.width), int(level.tile_size.height)
-        first = np.asarray(self._decode(self._encoded((0, 0)), (0, 0)))
-        self.samples = 1 if first.ndim == 2 else int(first.shape[2])
-        self.dtype = np.dtype(first.dtype)
+        described = self._described() if network is not None else None
+        if described is None:  # decode the first tile: what the decoder gives is the truth
+            first = np.asarray(self._decode(self._encoded((0, 0)), (0, 0)))
+            described = (1 if first.ndim == 2 else int(first.shape[2]), np.dtype(first.dtype))
+        self.samples, self.dtype = described
         if self.samples >= 3:
             self.samples = 3
             self.shape: tuple[int, ...] = (h, w, 3)
             self.chunks: tuple[int, ...] = (min(th, h), min(tw, w), 3)
         else:
             self.shape, self.chunks = (h, w), (min(th, h), min(tw, w))
+
+    def _described(self) -> tuple[int, np.dtype[Any]] | None:
+        """Return samples and dtype from the level's metadata (no frame asked for), if known."""
+        try:
+            data = self._level.get_instance().image_data
+            samples, bits = int(data.samples_per_pixel), int(data.bits)
+        except Exception:  # metadata models differ between wsidicom versions
+            return None
+        if samples not in (1, 3) or bits not in (8, 16):
+            return None
+        return samples, np.dtype(np.uint8 if bits == 8 else np.uint16)
 
     def _encoded(self, tile: tuple[int, int]) -> bytes:
         try:

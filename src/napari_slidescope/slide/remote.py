@@ -247,6 +247,7 @@ class RemoteFile:
         #: (asked with If-Match and checked in the answer, over http(s) and s3).
         self._etag: str | None = None
         self._seen: list[str] = []  # ETags of the answers to the opening round
+        self._wanted: list[tuple[int, int]] = []  # header ranges to fetch with the next round
         self._native = (
             self._fs.protocol
             if isinstance(self._fs.protocol, str)
@@ -511,6 +512,29 @@ class RemoteFile:
             while len(self._blocks) * BLOCK_BYTES > CACHE_BYTES:
                 self._blocks.popitem(last=False)
 
+    def want(self, offset: int, count: int) -> None:
+        """Note a header range needed later (a tile offset table the IFD walk found).
+
+        It is fetched with the next header read that misses the cache, in the same round
+        of requests, instead of a round of its own after the walk.
+        """
+        if count > 0 and self._cached(offset, offset + count) is None:
+            with self._lock:
+                self._wanted.append((offset, count))
+
+    def _wanted_blocks(self) -> set[int]:
+        """Blocks of the wanted ranges not cached yet (the list is emptied), within a budget."""
+        out: set[int] = set()
+        for offset, count in self._wanted:
+            first = offset // BLOCK_BYTES
+            last = (min(offset + count, self.size) - 1) // BLOCK_BYTES
+            more = {b for b in range(first, last + 1) if b not in self._blocks}
+            if (len(out) + len(more)) * BLOCK_BYTES > CACHE_BYTES // 2:
+                break  # the rest waits for prefetch()
+            out |= more
+        self._wanted = []
+        return out
+
     def _cached(self, start: int, end: int) -> bytes | None:
         for e0, data in self._extents:
             if e0 <= start and end <= e0 + len(data):
@@ -531,6 +555,8 @@ class RemoteFile:
             if missing and self._tail:
                 missing = sorted(set(missing) | {b for b in self._tail if b not in self._blocks})
                 self._tail = []
+            if missing and self._wanted:
+                missing = sorted(set(missing) | self._wanted_blocks())
         self._fetch_blocks(missing)
         with self._lock:
             parts = []

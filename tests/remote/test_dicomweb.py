@@ -6,6 +6,7 @@ the shared SVS and NDPI; every level read over DICOMweb equals the local folder'
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import numpy as np
@@ -99,7 +100,8 @@ def test_reader_layers_from_a_dicomweb_url(dicomweb, dicom_slides):
         assert np.array_equal(np.asarray(data[-1]), np.asarray(local.levels[-1]))
 
 
-def test_token_from_storage_options_or_the_environment(dicomweb, monkeypatch):
+def test_token_from_storage_options_or_the_environment(dicomweb, monkeypatch, caplog):
+    caplog.set_level(logging.DEBUG)  # dicomweb-client, urllib3 and wsidicom log requests
     url = _url(dicomweb, "CMU-1-Small-Region.svs")
     dicomweb.token = TOKEN
     exc = _fails(lambda: open_slide(url))
@@ -110,6 +112,7 @@ def test_token_from_storage_options_or_the_environment(dicomweb, monkeypatch):
     with open_slide(url) as slide:
         assert slide.level_shapes == [(2967, 2220)]
     assert {auth for _, auth in dicomweb.log} <= {None, f"Bearer {TOKEN}"}
+    assert "GET" in caplog.text and TOKEN not in caplog.text  # never in a log
 
 
 def test_credentials_never_in_messages(dicomweb):

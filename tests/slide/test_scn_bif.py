@@ -120,12 +120,13 @@ def test_bif_stitched_like_openslide(slide_writers, tmp_path):
         osr.close()
 
 
-def test_bif_overlaps_that_cannot_be_stitched_are_reported(slide_writers, tmp_path):
+@pytest.mark.parametrize("rows", [b"0", b"9"], ids=["no grid", "grid past level 0"])
+def test_bif_overlaps_that_cannot_be_stitched_are_reported(slide_writers, tmp_path, rows):
     path = tmp_path / "overlap.bif"
     slide_writers.write_bif(path, overlap=(6, 10))
     data = bytearray(path.read_bytes())
     at = data.index(b'NumRows="3"')
-    data[at : at + 11] = b'NumRows="0"'  # the tile grid is gone: nothing to stitch with
+    data[at : at + 11] = b'NumRows="' + rows + b'"'  # nothing sane to stitch with
     path.write_bytes(bytes(data))
     with pytest.warns(SlidescopeWarning, match="not stitched"):
         slide = open_slide(path)

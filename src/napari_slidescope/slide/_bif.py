@@ -85,7 +85,9 @@ def mean_overlap(root: Any) -> tuple[float, float]:
     return oy, ox
 
 
-def stitch_plan(root: Any, tile: tuple[int, int]) -> tuple[StitchPlan | None, str | None]:
+def stitch_plan(
+    root: Any, tile: tuple[int, int], stored: tuple[int, int] | None = None
+) -> tuple[StitchPlan | None, str | None]:
     """Read the stitching geometry from level 0's parsed ``EncodeInfo`` XML.
 
     Parameters
@@ -94,6 +96,8 @@ def stitch_plan(root: Any, tile: tuple[int, int]) -> tuple[StitchPlan | None, st
         The parsed XMP packet of the ``level=0`` page.
     tile : (int, int)
         The level-0 TIFF tile height and width.
+    stored : (int, int), optional
+        The level-0 image height and width: the grid's frames must all be stored in it.
 
     Returns
     -------
@@ -113,6 +117,11 @@ def stitch_plan(root: Any, tile: tuple[int, int]) -> tuple[StitchPlan | None, st
     th, tw = _int(info, "Height"), _int(info, "Width")
     if not rows or not cols or rows < 1 or cols < 1:
         return None, "the tile grid (NumRows / NumCols) is missing"
+    if stored is not None and (rows > -(-stored[0] // tile[0]) or cols > -(-stored[1] // tile[1])):
+        return None, (
+            f"the tile grid ({rows} x {cols} frames) is larger than level 0 "
+            f"({stored[0]} x {stored[1]} px)"
+        )
     if (th, tw) != tuple(tile):
         return None, f"the frames ({th} x {tw}) are not the TIFF tiles ({tile[0]} x {tile[1]})"
     pos = [_int(info, "Pos-X") or 0, _int(info, "Pos-Y") or 0]
@@ -225,7 +234,11 @@ def level0_plan(tif: Any, path: str) -> tuple[StitchPlan | None, str | None, tup
         root = parse_xml(xmp if isinstance(xmp, bytes) else str(xmp).encode(), path)
         if root is None:
             break
-        plan, why = stitch_plan(root, (int(page.tilelength), int(page.tilewidth)))
+        plan, why = stitch_plan(
+            root,
+            (int(page.tilelength), int(page.tilewidth)),
+            (int(page.imagelength), int(page.imagewidth)),
+        )
         if plan is not None:
             return plan, None, plan.overlap
         if why is not None:

@@ -6,7 +6,8 @@ returns a :class:`DicomWebServer`; ``server.url(study, series)`` is the slide's
 
 * QIDO-RS ``GET /studies/{study}/series`` and ``/studies/{study}/instances`` (filters
   ``SeriesInstanceUID``/``0020000E``, ``SOPClassUID``/``00080016``,
-  ``Modality``/``00080060``), with each instance's ``AvailableTransferSyntaxUID``;
+  ``Modality``/``00080060``), with each instance's ``AvailableTransferSyntaxUID`` (left
+  out with ``server.list_syntaxes = False``: the client then probes);
   an unknown study is 404, no match is an empty list;
 * WADO-RS ``GET .../instances/{uid}/metadata`` (the dataset without its pixel data, as
   DICOM JSON) and ``.../instances/{uid}/frames/{n,m,...}`` (the stored frames as
@@ -129,10 +130,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             ]
             self._json(rows)
         elif len(segs) == 3 and segs[2] == "instances":
-            self._json([i.qido() for i in self._match(study, query)])
+            self._json([self._row(i) for i in self._match(study, query)])
         elif len(segs) == 5 and segs[2] == "series" and segs[4] == "instances":
             query.setdefault("0020000E", []).append(segs[3])
-            self._json([i.qido() for i in self._match(study, query)])
+            self._json([self._row(i) for i in self._match(study, query)])
         elif len(segs) >= 7 and segs[2] == "series" and segs[4] == "instances":
             inst = owner.instances.get(segs[5])
             if inst is None or inst.series != segs[3] or inst.study != study:
@@ -145,6 +146,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._send(404, b"", "text/plain")
         else:
             self._send(404, b"", "text/plain")
+
+    def _row(self, inst: _Instance) -> dict[str, Any]:
+        row = inst.qido()
+        if not self.server.owner.list_syntaxes:  # the client must probe with frame 1
+            row.pop("00083002")
+        return row
 
     def _match(self, study: str, query: dict[str, list[str]]) -> list[_Instance]:
         want: dict[str, set[str]] = {}
@@ -224,6 +231,7 @@ class DicomWebServer:
         self.token = token
         self.fault: str | None = None
         self.delay = 0.0
+        self.list_syntaxes = True
         self.log: list[tuple[str, str | None]] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -251,6 +259,7 @@ class DicomWebServer:
         """No fault, no token, empty log."""
         with self.lock:
             self.fault, self.token, self.delay = None, None, 0.0
+            self.list_syntaxes = True
             self.log.clear()
 
     def close(self) -> None:

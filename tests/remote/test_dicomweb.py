@@ -187,3 +187,11 @@ def test_a_dicomweb_url_is_no_file(dicomweb):
     with pytest.raises(SlideError, match="is a DICOMweb series") as info:
         open_slide(url, backend="tifffile")
     assert url in str(info.value)
+
+
+def test_a_server_that_lists_no_transfer_syntax(dicomweb, dicom_slides):
+    dicomweb.list_syntaxes = False  # wsidicom asks for frame 1 in the syntaxes it prefers
+    with open_slide(_url(dicomweb, "test3-DAPI-2-387.ndpi")) as remote:
+        with open_slide(dicom_slides["test3-DAPI-2-387.ndpi"]) as local:
+            assert remote.level_shapes == local.level_shapes
+            assert np.array_equal(np.asarray(remote.levels[-1]), np.asarray(local.levels[-1]))

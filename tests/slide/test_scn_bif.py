@@ -133,3 +133,15 @@ def test_bif_overlaps_that_cannot_be_stitched_are_reported(slide_writers, tmp_pa
     with slide:
         assert slide.metadata["properties"]["ventana.tile_overlap_yx"] == "6, 10"
         assert slide.level_shapes[0] == (3 * 128, 4 * 128)  # as stored
+
+
+def test_bif_stored_tiles_kept_for_their_frames_and_dropped_on_close(slide_writers, tmp_path):
+    from napari_slidescope.slide import tile_cache
+
+    path = tmp_path / "overlap.bif"
+    levels, _, _ = slide_writers.write_bif(path, overlap=OVERLAP)
+    slide = open_slide(path)
+    np.testing.assert_array_equal(np.asarray(slide.levels[2]), levels[2])
+    assert [k for k in tile_cache()._items if "bif-stored" in k]  # a tile of 4 x 4 frames
+    slide.close()
+    assert not [k for k in tile_cache()._items if "bif-stored" in k]

@@ -20,6 +20,7 @@ offsets, resampling); the stitched pixels are otherwise OpenSlide's.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,10 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope.slide import _tiff
+from napari_slidescope.slide.cache import tile_cache
+
+#: Distinguishes the stored tiles of every stitched level in the shared decoded-tile cache.
+_LEVELS = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -146,9 +151,14 @@ class StitchedChunks:
     plan : StitchPlan
     downsample : int
         The level's downsample (1 for level 0): each stored tile holds ``d x d`` frames.
+    owner : hashable, optional
+        The slide's key in the decoded-tile cache (stored tiles of lower levels are kept
+        there under it, decoded once for their ``d x d`` frames).
     """
 
-    def __init__(self, inner: _tiff.NativeChunks, plan: StitchPlan, downsample: int) -> None:
+    def __init__(
+        self, inner: _tiff.NativeChunks, plan: StitchPlan, downsample: int, owner: Any = None
+    ) -> None:
         self._inner, self._plan, self._d = inner, plan, int(downsample)
         self.fast = inner.fast
         self.dtype = inner.dtype
@@ -163,6 +173,8 @@ class StitchedChunks:
         self.shape: tuple[int, ...] = (h, w, *rest)
         self.chunks: tuple[int, ...] = (min(self._adv[0], h), min(self._adv[1], w), *rest)
         self._n = (plan.rows, plan.cols)
+        # the slide's owner first: closing the slide drops them from the shared cache
+        self._key = (owner, "bif-stored", next(_LEVELS))
 
     def _box(self, idx: tuple[int, ...]) -> tuple[int, int, int, int, int, int]:
         """Stored-level box (y0, x0, rows, cols) of a stitched chunk, and its own rows, cols."""
@@ -189,6 +201,8 @@ class StitchedChunks:
     def fetch(self, indices: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes] | None:
         """Fetch the stored tiles under `indices` at once (a remote slide), else None."""
         need = list(dict.fromkeys(s for idx in indices for s in self._stored(idx)))
+        cache = tile_cache()
+        need = [s for s in need if cache.get((*self._key, s)) is None]
         return self._inner.fetch(need) if need else None
 
     def read(
@@ -196,7 +210,20 @@ class StitchedChunks:
     ) -> list[np.ndarray | BaseException]:
         """Return each stitched chunk (or the error of a stored tile under it)."""
         need = list(dict.fromkeys(s for idx in indices for s in self._stored(idx)))
-        tiles = dict(zip(need, self._inner.read(need, raw), strict=True)) if need else {}
+        # a stored tile holds d x d frames that reads may ask for in different batches:
+        # decoded once, kept in the shared decoded-tile cache
+        cache = tile_cache()
+        tiles: dict[tuple[int, ...], np.ndarray | BaseException] = {}
+        for s in need:
+            hit = cache.get((*self._key, s))
+            if hit is not None:
+                tiles[s] = hit
+        todo = [s for s in need if s not in tiles]
+        if todo:
+            for s, tile in zip(todo, self._inner.read(todo, raw), strict=True):
+                tiles[s] = tile
+                if not isinstance(tile, BaseException) and self._d > 1:
+                    cache.put((*self._key, s), tile)
         ny, nx = self._inner.chunks[0], self._inner.chunks[1]
         out: list[np.ndarray | BaseException] = []
         for idx in indices:

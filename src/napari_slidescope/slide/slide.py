@@ -392,7 +392,12 @@ class Slide(_BaseSlide):
             return none
         width0 = zarrs[0].shape[1]
         return [
-            partial(_bif.StitchedChunks, plan=plan, downsample=max(1, round(width0 / z.shape[1])))
+            partial(
+                _bif.StitchedChunks,
+                plan=plan,
+                downsample=max(1, round(width0 / z.shape[1])),
+                owner=self._owner,
+            )
             for z in zarrs
         ]
 

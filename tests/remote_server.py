@@ -11,6 +11,11 @@ response (or, with ``server.fault_after``, every response after that many) fail:
 * ``"stall"``: no answer at all until the server is stopped (or 60 s pass);
 * ``"flaky"``: like ``"cut"`` for the next ``server.flaky`` responses only, then normal.
 
+Every response carries an ``ETag`` (from the file's name, size and modification time); a
+request whose ``If-Match`` names another is answered 412, unless ``server.ignore_if_match``
+(a server that does not check it); ``server.weak_etags`` makes every ETag weak (``W/"..."``),
+which no If-Match matches.
+
 ``server.log`` lists ``(method, path, range header)`` of every request.
 """
 
@@ -78,6 +83,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         st = path.stat()
         size = st.st_size
+        tag = '"' + hashlib.sha256(f"{path.name}:{size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
+        tag += '"'
+        if owner.weak_etags:
+            tag = "W/" + tag  # If-Match compares strongly: a weak ETag never matches
+        match = self.headers.get("If-Match")
+        if (
+            match
+            and not owner.ignore_if_match
+            and (match.strip() != "*")
+            and (tag.startswith("W/") or match.strip() != tag)
+        ):
+            self._status(412)  # the object is no longer the one the client asks for
+            return
         start, end, status = 0, size, 200
         spec = self.headers.get("Range")
         if spec:
@@ -101,8 +119,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(end - start))
-        tag = hashlib.sha256(f"{path.name}:{size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
-        self.send_header("ETag", f'"{tag}"')
+        self.send_header("ETag", tag)
         self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
@@ -140,6 +157,8 @@ class RangeServer:
         self.fault: str | None = None
         self.fault_after = 0
         self.flaky = 0
+        self.ignore_if_match = False
+        self.weak_etags = False
         self.log: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -157,6 +176,7 @@ class RangeServer:
         """No delay, no fault, empty log."""
         with self.lock:
             self.delay, self.fault, self.fault_after, self.flaky = 0.0, None, 0, 0
+            self.ignore_if_match = self.weak_etags = False
             self.log.clear()
 
     def close(self) -> None:

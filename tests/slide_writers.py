@@ -170,10 +170,24 @@ def _serpentine_number(col, row, cols, rows):
 
 
 def write_bif(path, *, mpp=0.465, grid=(3, 4), tile=128, overlap=(0, 0)):
-    """A Ventana BIF: label (iScan XMP), thumbnail, 3 levels; level 0 lists tile joints."""
+    """A Ventana BIF: label (iScan XMP), thumbnail, 3 levels; level 0 lists tile joints.
+
+    With an `overlap` (rows, columns), the scanner's frames overlap their neighbours by
+    that much: frame (r, c) is the truth image's ``tile`` pixels at ``(r, c) * (tile -
+    overlap)``, stored side by side as the level-0 tiles; each lower level stores the
+    frames downsampled, side by side. Returns the truth's levels (what a stitching reader
+    shows; the stored levels when there is no overlap), the label and the thumbnail.
+    """
     rows, cols = grid
-    main = _textured((rows * tile, cols * tile), 3)
-    levels = [main, _down(main, 2), _down(main, 4)]
+    adv = (tile - overlap[0], tile - overlap[1])
+    truth = _textured(((rows - 1) * adv[0] + tile, (cols - 1) * adv[1] + tile), 3)
+    main = np.zeros((rows * tile, cols * tile, 3), np.uint8)
+    for r in range(rows):
+        for c in range(cols):
+            frame = truth[r * adv[0] : r * adv[0] + tile, c * adv[1] : c * adv[1] + tile]
+            main[r * tile : (r + 1) * tile, c * tile : (c + 1) * tile] = frame
+    stored = [main, _down(main, 2), _down(main, 4)]
+    levels = [truth, _down(truth, 2), _down(truth, 4)]
     iscan = (
         '<?xml version="1.0" encoding="utf-8"?><iScan BuildDate="1/1/2026" '
         f'BuildVersion="3.3.1.1" Magnification="20" ScanRes="{mpp}" Z-layers="1" '
@@ -203,7 +217,7 @@ def write_bif(path, *, mpp=0.465, grid=(3, 4), tile=128, overlap=(0, 0)):
         '</SlideStitchInfo><AoiOrigin><AOI0 OriginX="0" OriginY="0"/></AoiOrigin></EncodeInfo>'
     ).encode()
     label = _textured((96, 160), 4)
-    thumb = _down(main, 8)
+    thumb = _down(truth, 8)
     sw = "ScanOutputManager 1.1.0.15854"
     common = {"photometric": "rgb", "compression": "zlib", "metadata": None, "software": sw}
     with tifffile.TiffWriter(path, bigtiff=True) as tw:
@@ -214,7 +228,7 @@ def write_bif(path, *, mpp=0.465, grid=(3, 4), tile=128, overlap=(0, 0)):
             **common,
         )
         tw.write(thumb, description="Thumbnail", **common)
-        for i, a in enumerate(levels):
+        for i, a in enumerate(stored):
             desc = f"level={i} mag={20 / 2**i:g} quality=95"
             extra = [(700, 1, len(encode), encode, True)] if i == 0 else []
             tw.write(a, tile=(tile, tile), description=desc, extratags=extra, **common)

@@ -110,3 +110,20 @@ def s3(remote_server, served, tmp_path_factory: pytest.TempPathFactory):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def dicomweb_server(dicom_slides):
+    """A DICOMweb server (``tests/dicomweb_server.py``) over the wsidicomizer fixtures."""
+    pytest.importorskip("dicomweb_client")
+    server = _load("dicomweb_server").serve(list(dicom_slides.values()))
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def dicomweb(dicomweb_server):
+    """:func:`dicomweb_server` with no fault, no token and an empty log."""
+    dicomweb_server.reset()
+    yield dicomweb_server
+    dicomweb_server.reset()

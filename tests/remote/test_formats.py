@@ -101,3 +101,12 @@ def test_s3_prefix_without_slide(bucket, tmp_path):
         open_slide(url, storage_options=options)
     assert "s3://formats/empty" in str(info.value)
     assert options["secret"] not in str(info.value)
+
+
+def test_bif_stitched_over_http(remote_server, slide_writers, tmp_path):
+    levels, _, _ = slide_writers.write_bif(tmp_path / "overlap.bif", overlap=(8, 12))
+    with remote_server.serve(tmp_path) as server:
+        with open_slide(server.url("overlap.bif")) as slide:
+            assert slide.level_shapes == [a.shape[:2] for a in levels]
+            for i, (got, want) in enumerate(zip(slide.levels, levels, strict=True)):
+                assert np.array_equal(np.asarray(got), want), f"level {i}"

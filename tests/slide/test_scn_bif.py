@@ -86,10 +86,62 @@ def test_bif_matches_openslide(slide_writers, tmp_path):
         osr.close()
 
 
-def test_bif_tile_overlaps_are_reported(slide_writers, tmp_path):
+#: Overlaps (rows, columns) whose advances (120, 116) the level downsamples 2 and 4 divide.
+OVERLAP = (8, 12)
+
+
+def test_bif_overlapping_tiles_are_stitched(slide_writers, tmp_path, recwarn):
+    path = tmp_path / "overlap.bif"
+    levels, _, _ = slide_writers.write_bif(path, overlap=OVERLAP)
+    with open_slide(path) as slide:
+        assert slide.metadata["properties"]["ventana.tile_overlap_yx"] == "8, 12"
+        assert slide.level_shapes == [a.shape[:2] for a in levels]
+        assert slide.level_shapes[0] == (2 * 120 + 128, 3 * 116 + 128)
+        for i, (got, want) in enumerate(zip(slide.levels, levels, strict=True)):
+            np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"level {i}")
+        box = (100, 50, 300, 400)  # across frame joints, in level-0 pixels
+        np.testing.assert_array_equal(slide.read_region(box), levels[0][100:300, 50:400])
+    assert not [w for w in recwarn if "overlap" in str(w.message)]
+
+
+def test_bif_stitched_like_openslide(slide_writers, tmp_path):
+    openslide = pytest.importorskip("openslide")
+    path = tmp_path / "overlap.bif"
+    slide_writers.write_bif(path, overlap=OVERLAP)
+    osr = openslide.OpenSlide(str(path))
+    try:
+        with open_slide(path) as slide:
+            for i, level in enumerate(slide.levels):
+                h, w = level.shape[:2]
+                assert osr.level_dimensions[i] == (w, h), f"level {i}"
+                got = np.asarray(osr.read_region((0, 0), i, (w, h)))[..., :3]
+                np.testing.assert_array_equal(got, np.asarray(level), err_msg=f"level {i}")
+    finally:
+        osr.close()
+
+
+@pytest.mark.parametrize("rows", [b"0", b"9"], ids=["no grid", "grid past level 0"])
+def test_bif_overlaps_that_cannot_be_stitched_are_reported(slide_writers, tmp_path, rows):
     path = tmp_path / "overlap.bif"
     slide_writers.write_bif(path, overlap=(6, 10))
-    with pytest.warns(SlidescopeWarning, match="overlap"):
+    data = bytearray(path.read_bytes())
+    at = data.index(b'NumRows="3"')
+    data[at : at + 11] = b'NumRows="' + rows + b'"'  # nothing sane to stitch with
+    path.write_bytes(bytes(data))
+    with pytest.warns(SlidescopeWarning, match="not stitched"):
         slide = open_slide(path)
     with slide:
         assert slide.metadata["properties"]["ventana.tile_overlap_yx"] == "6, 10"
+        assert slide.level_shapes[0] == (3 * 128, 4 * 128)  # as stored
+
+
+def test_bif_stored_tiles_kept_for_their_frames_and_dropped_on_close(slide_writers, tmp_path):
+    from napari_slidescope.slide import tile_cache
+
+    path = tmp_path / "overlap.bif"
+    levels, _, _ = slide_writers.write_bif(path, overlap=OVERLAP)
+    slide = open_slide(path)
+    np.testing.assert_array_equal(np.asarray(slide.levels[2]), levels[2])
+    assert [k for k in tile_cache()._items if "bif-stored" in k]  # a tile of 4 x 4 frames
+    slide.close()
+    assert not [k for k in tile_cache()._items if "bif-stored" in k]

@@ -97,6 +97,8 @@ def _wants_url(url: str) -> bool:
     from napari_slidescope.slide.source import redact
 
     name = redact(url).lower().rstrip("/")
+    if name.startswith("dicomweb+"):  # a DICOMweb series
+        return True
     return name.endswith(SLIDE_EXTENSIONS + TIFF_EXTENSIONS + (".zarr", ".dcm"))
 
 

@@ -162,6 +162,7 @@ def _entry_dtype(bo: str, word: str) -> np.dtype[Any]:
 class _Walker:
     def __init__(self, path: str, fh: Any, size: int) -> None:
         self.path, self.fh, self.size = path, fh, size
+        self._want = getattr(fh, "want", None)
         head = self._read(0, 16)
         self.bo = "<" if head[:2] == b"II" else ">"
         version = struct.unpack(self.bo + "H", head[2:4])[0]
@@ -304,6 +305,8 @@ class _Walker:
                 continue
             if total > self.inline:
                 self.layout.values.append((int(value), int(total)))
+                if self._want is not None:  # a remote file: fetched with its next round
+                    self._want(int(value), int(total))
             if code == 270 and top and self.layout.description is None and total:
                 if total > self.inline:
                     self.layout.description = self._read(value, total)

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from napari_slidescope.slide import _tiff
+from napari_slidescope.slide import _dicomweb, _tiff
 from napari_slidescope.slide._source import SlideSource, missing_extra, warn_uncalibrated
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo
-from napari_slidescope.slide.source import Source
+from napari_slidescope.slide.source import Source, scrub
 
 
 def _import_wsidicom() -> Any:
@@ -31,8 +31,16 @@ def _import_wsidicom() -> Any:
     return wsidicom
 
 
-def open_dicom(source: Source) -> SlideSource:
-    """Open a DICOM WSI folder, file or series (local or an fsspec URL) as a :class:`SlideSource`.
+def open_dicom(source: Source, *, timeout: float | None = None) -> SlideSource:
+    """Open a DICOM WSI folder, file or series (local, an fsspec URL or a DICOMweb series).
+
+    Parameters
+    ----------
+    source : Source
+        A local folder or file, an fsspec URL of one, or a ``dicomweb+http(s)://`` URL
+        (see :mod:`._dicomweb`).
+    timeout : float, optional
+        Seconds one DICOMweb request may take (default ``$SLIDESCOPE_REMOTE_TIMEOUT``).
 
     Raises
     ------
@@ -45,6 +53,8 @@ def open_dicom(source: Source) -> SlideSource:
         wsidicom = _import_wsidicom()
     except ImportError:
         raise missing_extra(name, "DICOM WSI", "dicom") from None
+    if _dicomweb.is_dicomweb(source):
+        return _open_web(source, wsidicom, timeout=timeout)
     streams: list[Any] = []
     try:
         if source.is_remote and hasattr(wsidicom.WsiDicom, "open_streams"):
@@ -84,6 +94,51 @@ def open_dicom(source: Source) -> SlideSource:
         raise SlideError(
             name, f"cannot be read as DICOM WSI ({source.scrub(_tiff.describe_exception(exc))})"
         ) from exc
+
+
+def _open_web(source: Source, wsidicom: Any, *, timeout: float | None) -> SlideSource:
+    """Open a series on a DICOMweb server; every failure a SlideError naming the URL."""
+    from napari_slidescope.slide import remote
+
+    name = source.display
+    url = _dicomweb.parse(source)
+    seconds = remote.default_timeout() if timeout is None else float(timeout)
+    secrets = _dicomweb.secrets(source)
+
+    def failed(exc: BaseException, what: str) -> SlideError:
+        if isinstance(exc, SlideError):
+            return exc
+        text = remote.classify(exc, seconds).problem
+        if text.startswith("cannot be read ("):
+            text = f"{what} ({_tiff.describe_exception(exc)})"
+        return SlideError(name, scrub(source.scrub(text), secrets))
+
+    try:
+        web = _dicomweb.client(source, url, timeout=seconds, retries=remote.default_retries())
+        series = _dicomweb.series_of(web, url, name)
+        client = wsidicom.WsiDicomWebClient(web)
+        wsi = wsidicom.WsiDicom.open_web(client, url.study, [series])
+    except (AttributeError, StopIteration, wsidicom.errors.WsiDicomNotFoundError) as exc:
+        # wsidicom's web source finds no level instance (an empty QIDO answer)
+        raise SlideError(
+            name,
+            "holds no DICOM instance of a slide (VL Whole Slide Microscopy) in that series",
+        ) from exc
+    except Exception as exc:
+        raise failed(exc, "cannot be opened as DICOM WSI over DICOMweb") from exc
+
+    def close() -> None:
+        wsi.close()
+        web._session.close()
+
+    try:
+        return _source(name, wsi, close, network=failed)
+    except SlideError:
+        close()
+        raise
+    except Exception as exc:
+        close()
+        raise failed(exc, "cannot be read as DICOM WSI over DICOMweb") from exc
 
 
 def _dcm_objects(source: Source) -> tuple[Any, list[str]]:
@@ -134,7 +189,7 @@ def _close_all(streams: list[Any]) -> None:
             pass
 
 
-def _source(name: str, wsi: Any, close: Any) -> SlideSource:
+def _source(name: str, wsi: Any, close: Any, network: Any = None) -> SlideSource:
     levels = list(wsi.levels)
     if not levels:
         raise SlideError(name, "holds no pyramid level (no VOLUME instance)")
@@ -147,16 +202,28 @@ def _source(name: str, wsi: Any, close: Any) -> SlideSource:
     info.magnification = _magnification(wsi)
     info.properties = _properties(wsi)
     lock = threading.Lock()
-    readers = [_DicomChunks(wsi, i, lv, lock) for i, lv in enumerate(levels)]
+    readers = [_DicomChunks(wsi, i, lv, lock, network) for i, lv in enumerate(levels)]
     samples = readers[0].samples
     axes = "YXS" if samples >= 3 else "YX"
     associated: dict[str, Any] = {}
     if wsi.labels is not None:
-        associated["label"] = lambda: np.asarray(wsi.read_label())
+        associated["label"] = _associated(wsi.read_label, network)
     if wsi.overviews is not None:
-        associated["macro"] = lambda: np.asarray(wsi.read_overview())
+        associated["macro"] = _associated(wsi.read_overview, network)
     warn_uncalibrated(name, info)
     return SlideSource(info=info, levels=readers, axes=axes, associated=associated, close=close)
+
+
+def _associated(read: Any, network: Any) -> Any:
+    def load() -> np.ndarray:
+        try:
+            return np.asarray(read())
+        except Exception as exc:
+            if network is None:
+                raise
+            raise network(exc, "cannot read the image") from exc
+
+    return load
 
 
 def _magnification(wsi: Any) -> float | None:
@@ -183,17 +250,27 @@ def _properties(wsi: Any) -> dict[str, Any]:
 
 
 class _DicomChunks(_tiff.OnDemandChunks):
-    """Native chunks of one DICOM pyramid level: its tiles."""
+    """Native chunks of one DICOM pyramid level: its tiles.
+
+    `network` (a DICOMweb series) turns a failed request into the SlideError naming the
+    URL, raised from :meth:`fetch` and :meth:`read` (never a blank tile), and makes a read
+    ask for all the tiles it misses in one WADO-RS request.
+    """
 
     fast = False
 
-    def __init__(self, wsi: Any, index: int, level: Any, lock: threading.Lock) -> None:
-        self._wsi, self._index, self._lock = wsi, index, lock
+    def __init__(
+        self, wsi: Any, index: int, level: Any, lock: threading.Lock, network: Any = None
+    ) -> None:
+        self._wsi, self._index, self._lock, self._network = wsi, index, lock, network
+        self._level = level
         w, h = int(level.size.width), int(level.size.height)
         tw, th = int(level.tile_size.width), int(level.tile_size.height)
-        first = np.asarray(self._decode(self._encoded((0, 0)), (0, 0)))
-        self.samples = 1 if first.ndim == 2 else int(first.shape[2])
-        self.dtype = np.dtype(first.dtype)
+        described = self._described() if network is not None else None
+        if described is None:  # decode the first tile: what the decoder gives is the truth
+            first = np.asarray(self._decode(self._encoded((0, 0)), (0, 0)))
+            described = (1 if first.ndim == 2 else int(first.shape[2]), np.dtype(first.dtype))
+        self.samples, self.dtype = described
         if self.samples >= 3:
             self.samples = 3
             self.shape: tuple[int, ...] = (h, w, 3)
@@ -201,11 +278,27 @@ class _DicomChunks(_tiff.OnDemandChunks):
         else:
             self.shape, self.chunks = (h, w), (min(th, h), min(tw, w))
 
+    def _described(self) -> tuple[int, np.dtype[Any]] | None:
+        """Return samples and dtype from the level's metadata (no frame asked for), if known."""
+        try:
+            data = self._level.get_instance().image_data
+            samples, bits = int(data.samples_per_pixel), int(data.bits)
+        except Exception:  # metadata models differ between wsidicom versions
+            return None
+        if samples not in (1, 3) or bits not in (8, 16):
+            return None
+        return samples, np.dtype(np.uint8 if bits == 8 else np.uint16)
+
     def _encoded(self, tile: tuple[int, int]) -> bytes:
-        with self._lock:
-            return bytes(
-                self._wsi.read_encoded_tile(self._index, tile, crop_to_image_boundary=False)
-            )
+        try:
+            with self._lock:
+                return bytes(
+                    self._wsi.read_encoded_tile(self._index, tile, crop_to_image_boundary=False)
+                )
+        except Exception as exc:
+            if self._network is None:
+                raise
+            raise self._network(exc, f"cannot read tile {tile}") from exc
 
     def _decode(self, data: bytes, tile: tuple[int, int]) -> np.ndarray:
         if data[:2] == b"\xff\xd8":
@@ -218,14 +311,39 @@ class _DicomChunks(_tiff.OnDemandChunks):
         with self._lock:
             return np.asarray(self._wsi.read_tile(self._index, tile, crop_to_image_boundary=False))
 
+    def fetch(self, indices: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes] | None:
+        """Fetch every tile of `indices` in one WADO-RS request (DICOMweb); else None."""
+        if self._network is None or not indices:
+            return None
+        try:
+            from wsidicom.geometry import Point
+
+            instance = self._level.get_instance()
+            tiles = [Point(int(idx[1]), int(idx[0])) for idx in indices]
+            with self._lock:
+                frames = instance.image_data.get_encoded_tiles(
+                    tiles, instance.default_z, instance.default_path
+                )
+                datas = [bytes(f) for f in frames]
+        except Exception as exc:
+            raise self._network(exc, "cannot read tiles") from exc
+        return dict(zip(indices, datas, strict=True))
+
     def read(
         self, indices: Sequence[tuple[int, ...]], raw: Mapping[tuple[int, ...], bytes] | None = None
     ) -> list[np.ndarray | BaseException]:
+        if raw is None and self._network is not None and len(indices) > 1:
+            raw = self.fetch(indices)  # a network failure raises: never a blank tile
         out: list[np.ndarray | BaseException] = []
         for idx in indices:
             ty, tx = idx[0], idx[1]
+            data = None if raw is None else raw.get(idx)
             try:
-                tile = self._decode(self._encoded((tx, ty)), (tx, ty))
+                if data is None:
+                    data = self._encoded((tx, ty))
+                tile = self._decode(data, (tx, ty))
+            except SlideError:
+                raise
             except Exception as exc:
                 out.append(exc)
                 continue

@@ -588,6 +588,7 @@ def wrap_level(
     owner: int,
     fetch: _tiff.Fetch | None = None,
     damage: DamageLog | None = None,
+    adapt: Callable[[_tiff.NativeChunks], _tiff.NativeChunks] | None = None,
 ) -> tuple[LevelArray, str, LevelReader]:
     """Wrap one zarr level as a :class:`LevelArray`; drop singleton axes other than C, Y, X, S.
 
@@ -603,6 +604,9 @@ def wrap_level(
         Dask chunk budget in bytes (see :func:`choose_chunks`).
     fetch : callable, optional
         A remote file's ``cat_ranges``: a read fetches all its missing tiles at once.
+    adapt : callable, optional
+        Turns the stored level's native-chunk reader into the one shown (a BIF level
+        stitched, :class:`~._bif.StitchedChunks`).
 
     Returns
     -------
@@ -630,6 +634,8 @@ def wrap_level(
         if series_level is not None
         else _tiff.zarr_chunks(z, index)
     )
+    if adapt is not None:
+        source = adapt(source)
     arr, reader = wrap_native(
         source,
         out_axes,

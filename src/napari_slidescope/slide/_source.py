@@ -23,7 +23,7 @@ import numpy as np
 from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import FormatInfo
-from napari_slidescope.slide.source import Source
+from napari_slidescope.slide.source import DICOMWEB_SCHEMES, Source
 
 #: Backends :func:`open_slide` accepts by name (``backend=``); None chooses from the path.
 BACKENDS = ("tifffile", "dicom", "ome-zarr", "openslide")
@@ -111,6 +111,8 @@ def choose_backend(source: Source, backend: str | None = None) -> str:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
         return backend
+    if source.protocol in DICOMWEB_SCHEMES:
+        return "dicom"
     lower = source.name.lower().rstrip("/")
     if lower.endswith(".zarr"):
         return "ome-zarr"
@@ -173,12 +175,17 @@ def missing_extra(path: str | os.PathLike[str], what: str, extra: str) -> SlideE
     )
 
 
-def open_source(kind: str, source: Source) -> SlideSource:
-    """Open `source` with the non-TIFF backend `kind` (see :func:`choose_backend`)."""
+def open_source(kind: str, source: Source, *, timeout: float | None = None) -> SlideSource:
+    """Open `source` with the non-TIFF backend `kind` (see :func:`choose_backend`).
+
+    `timeout` bounds each request of a DICOMweb series (other backends use fsspec's).
+    """
+    if source.protocol in DICOMWEB_SCHEMES and kind != "dicom":
+        raise SlideError(source.display, f"is a DICOMweb series: the {kind} backend cannot read it")
     if kind == "dicom":
         from napari_slidescope.slide import _dicom
 
-        return _dicom.open_dicom(source)
+        return _dicom.open_dicom(source, timeout=timeout)
     if kind == "ome-zarr":
         from napari_slidescope.slide import _ngff
 

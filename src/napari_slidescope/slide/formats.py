@@ -188,50 +188,20 @@ def _bif_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
         if mag:
             info.magnification = positive_float(mag.group(1))
         break
-    overlap = _bif_overlap(tif, path)
-    if overlap is not None and any(round(v) for v in overlap):
+    from napari_slidescope.slide import _bif
+
+    plan, why, overlap = _bif.level0_plan(tif, path)
+    if any(round(v) for v in overlap):
         info.properties["ventana.tile_overlap_yx"] = f"{overlap[0]:g}, {overlap[1]:g}"
+    if why is not None:
         warnings.warn(
             f"{path}: level-0 tiles overlap their neighbours by {overlap[0]:g} x "
-            f"{overlap[1]:g} px (rows x columns, the scanner's mean); they are shown side "
-            "by side as stored, not stitched (OpenSlide stitches them)",
+            f"{overlap[1]:g} px (rows x columns, the scanner's mean) but are not stitched: "
+            f"{why}; they are shown side by side as stored",
             SlidescopeWarning,
             stacklevel=4,
         )
     return info
-
-
-def _bif_overlap(tif: tifffile.TiffFile, path: str) -> tuple[float, float] | None:
-    """Confidence-weighted mean overlap (rows, columns) of BIF level-0 tile joints, or None.
-
-    The joints are ``TileJointInfo`` elements of level 0's XMP ``EncodeInfo`` (the mean is
-    what OpenSlide's Ventana reader uses to place the tiles).
-    """
-    for page in tif.pages[:8]:
-        if not str(getattr(page, "description", "") or "").startswith("level=0"):
-            continue
-        xmp = _tiff.tag_value(page, "XMP")
-        if not xmp:
-            return None
-        root = parse_xml(xmp if isinstance(xmp, bytes) else str(xmp).encode(), path)
-        if root is None:
-            return None
-        sums = {"UP": [0.0, 0.0], "RIGHT": [0.0, 0.0]}
-        for joint in root.iter("TileJointInfo"):
-            direction = joint.get("Direction", "")
-            if direction not in sums or joint.get("FlagJoined", "1") == "0":
-                continue
-            weight = positive_float(joint.get("Confidence")) or 0.0
-            value = joint.get("OverlapY" if direction == "UP" else "OverlapX", "0")
-            try:
-                sums[direction][0] += weight * float(value)
-            except ValueError:
-                continue
-            sums[direction][1] += weight
-        oy = sums["UP"][0] / sums["UP"][1] if sums["UP"][1] else 0.0
-        ox = sums["RIGHT"][0] / sums["RIGHT"][1] if sums["RIGHT"][1] else 0.0
-        return oy, ox
-    return None
 
 
 def _scn_info(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str) -> FormatInfo:

@@ -15,6 +15,10 @@ the fetcher the level readers take tile bytes from:
   exponential backoff, a bounded number of times: every request is a read, so idempotent.
   Anything else (403, 404, ...) fails at once. Every failure is a :class:`SlideError`
   naming the URL without credentials and the problem: no tile is ever made up.
+* The object's ETag at open is remembered; over http(s) and s3 every later ranged read
+  asks for it (``If-Match``, unless the ETag is weak) and checks the answer's, so an
+  object replaced while the slide is open is a :class:`SlideError` ("changed on the
+  server since it was opened"), never a mix of two files' bytes.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.source import Source
+from napari_slidescope.slide.source import DICOMWEB_SCHEMES, Source
 
 __all__ = [
     "BLOCK_BYTES",
@@ -92,6 +96,18 @@ def _env_number(name: str, default: float) -> float:
     return value
 
 
+#: What a read says when the object is no longer the one opened.
+CHANGED = (
+    "changed on the server since it was opened (its ETag differs): open it again to read "
+    "the new version"
+)
+
+
+def _same_etag(a: str, b: str) -> bool:
+    """Weak comparison of two ETags (``W/"x"`` and ``"x"`` are the same)."""
+    return a.removeprefix("W/").strip() == b.removeprefix("W/").strip()
+
+
 class _Failure(Exception):
     """A classified failure: what to say, and whether trying again may help."""
 
@@ -114,6 +130,9 @@ def _status(exc: BaseException) -> int | None:
         if isinstance(value, int) and 100 <= value < 600:
             return value
     response = getattr(exc, "response", None)
+    value = getattr(response, "status_code", None)  # requests' HTTPError
+    if isinstance(value, int) and 100 <= value < 600:
+        return value
     if isinstance(response, dict):  # botocore ClientError
         meta = response.get("ResponseMetadata", {})
         value = meta.get("HTTPStatusCode") if isinstance(meta, dict) else None
@@ -142,6 +161,8 @@ def classify(exc: BaseException, timeout: float) -> _Failure:
             return e
     for e in chain:
         status = _status(e)
+        if status == 412:  # If-Match failed: another object now lies under the name
+            return _Failure(CHANGED, False)
         if status is not None and status >= 400:
             word = _STATUS_WORDS.get(status, "server error" if status >= 500 else "refused")
             return _Failure(f"HTTP {status} ({word})", status == 429 or status >= 500)
@@ -222,6 +243,16 @@ class RemoteFile:
         self._pos = 0
         self.closed = False
         self.requests = 0
+        #: The ETag the object had when opened: every later read must find the same one
+        #: (asked with If-Match and checked in the answer, over http(s) and s3).
+        self._etag: str | None = None
+        self._seen: list[str] = []  # ETags of the answers to the opening round
+        self._wanted: list[tuple[int, int]] = []  # header ranges to fetch with the next round
+        self._native = (
+            self._fs.protocol
+            if isinstance(self._fs.protocol, str)
+            else (self._fs.protocol[0] if self._fs.protocol else "")
+        )
         calls: list[Callable[[], Any]] = [lambda: self._info()]
         if head:
             calls.append(lambda: self._cat(0, HEAD_BYTES))
@@ -244,6 +275,13 @@ class RemoteFile:
                 "bytes: the connection was cut mid-response",
             )
         self.stamp = _stamp(info, self.size)
+        # the ETag ranged answers carry (some servers' HEAD answers differ in form); two
+        # answers of the opening round that disagree: the object changed meanwhile
+        seen = [t for t in self._seen if t]
+        self._seen.clear()
+        if any(not _same_etag(t, seen[0]) for t in seen):
+            raise SlideError(self.display, "changed on the server while it was being opened")
+        self._etag = seen[0] if seen else self.stamp["etag"]
         self._extents.append((0, bytes(first)))
         if last:
             if len(last) > min(self.size, TAIL_BYTES):
@@ -327,7 +365,7 @@ class RemoteFile:
         if self._async:
 
             async def get() -> bytes:
-                data = await self._fs._cat_file(self._path, start=start, end=end)
+                data = await self._ranged(f"bytes={start}-{end - 1}", start, end)
                 return self._checked(data, start, end)
 
             return get()
@@ -337,9 +375,57 @@ class RemoteFile:
         """Ask for the last `n` bytes (fewer when the object is smaller) as a suffix range."""
 
         async def get() -> bytes:
-            return bytes(await self._fs._cat_file(self._path, start=-n, end=None))
+            return bytes(await self._ranged(f"bytes=-{n}", -n, None))
 
         return get()
+
+    async def _ranged(self, spec: str, start: int, end: int | None) -> bytes:
+        """GET one byte range; over http(s) and s3 the answer must carry the opened ETag."""
+        if self._native in ("http", "https"):
+            return await self._ranged_http(spec)
+        if self._native in ("s3", "s3a"):
+            return await self._ranged_s3(spec)
+        return bytes(await self._fs._cat_file(self._path, start=start, end=end))
+
+    def _check_etag(self, got: Any) -> None:
+        if not got:
+            return
+        got = str(got)
+        if self._etag is None:
+            self._seen.append(got)  # the opening round: compared once the size is known
+        elif not _same_etag(got, self._etag):
+            raise _Failure(CHANGED, False)
+
+    async def _ranged_http(self, spec: str) -> bytes:
+        fs = self._fs
+        kw = dict(fs.kwargs)
+        headers = dict(kw.pop("headers", None) or {})
+        headers["Range"] = spec
+        if self._etag and not self._etag.startswith("W/"):  # If-Match compares strongly
+            headers["If-Match"] = self._etag
+        session = await fs.set_session()
+        async with session.get(fs.encode_url(self._path), headers=headers, **kw) as r:
+            if r.status == 412:
+                raise _Failure(CHANGED, False)
+            fs._raise_not_found_for_status(r, self._path)
+            self._check_etag(r.headers.get("ETag"))
+            return bytes(await r.read())
+
+    async def _ranged_s3(self, spec: str) -> bytes:
+        fs = self._fs
+        bucket, key, version = fs.split_path(self._path)
+        kw: dict[str, Any] = {**getattr(fs, "req_kw", {}), "Bucket": bucket, "Key": key}
+        kw["Range"] = spec
+        if version:
+            kw["VersionId"] = version
+        if self._etag:
+            kw["IfMatch"] = self._etag
+        resp = await fs._call_s3("get_object", **kw)
+        try:
+            self._check_etag(resp.get("ETag"))
+            return bytes(await resp["Body"].read())
+        finally:
+            resp["Body"].close()
 
     def _checked(self, data: bytes, start: int, end: int) -> bytes:
         size = getattr(self, "size", None)
@@ -426,6 +512,29 @@ class RemoteFile:
             while len(self._blocks) * BLOCK_BYTES > CACHE_BYTES:
                 self._blocks.popitem(last=False)
 
+    def want(self, offset: int, count: int) -> None:
+        """Note a header range needed later (a tile offset table the IFD walk found).
+
+        It is fetched with the next header read that misses the cache, in the same round
+        of requests, instead of a round of its own after the walk.
+        """
+        if count > 0 and self._cached(offset, offset + count) is None:
+            with self._lock:
+                self._wanted.append((offset, count))
+
+    def _wanted_blocks(self) -> set[int]:
+        """Blocks of the wanted ranges not cached yet (the list is emptied), within a budget."""
+        out: set[int] = set()
+        for offset, count in self._wanted:
+            first = offset // BLOCK_BYTES
+            last = (min(offset + count, self.size) - 1) // BLOCK_BYTES
+            more = {b for b in range(first, last + 1) if b not in self._blocks}
+            if (len(out) + len(more)) * BLOCK_BYTES > CACHE_BYTES // 2:
+                break  # the rest waits for prefetch()
+            out |= more
+        self._wanted = []
+        return out
+
     def _cached(self, start: int, end: int) -> bytes | None:
         for e0, data in self._extents:
             if e0 <= start and end <= e0 + len(data):
@@ -446,6 +555,8 @@ class RemoteFile:
             if missing and self._tail:
                 missing = sorted(set(missing) | {b for b in self._tail if b not in self._blocks})
                 self._tail = []
+            if missing and self._wanted:
+                missing = sorted(set(missing) | self._wanted_blocks())
         self._fetch_blocks(missing)
         with self._lock:
             parts = []
@@ -515,7 +626,8 @@ def stat_remote(
 ) -> dict[str, Any]:
     """Ask the store about an object: ``size``, ``etag``, ``version_id``, ``last_modified``.
 
-    A folder (an OME-Zarr or DICOM prefix) gives size 0 and what the store says of it.
+    A folder (an OME-Zarr or DICOM prefix) gives size 0 and what the store says of it; a
+    DICOMweb series size 0 and a hash of its instance UIDs as ``etag``.
     One request (with the timeout and retries of :class:`RemoteFile`); what the store
     does not say is None.
 
@@ -524,6 +636,20 @@ def stat_remote(
     SlideError
         As :class:`RemoteFile`.
     """
+    if source.protocol in DICOMWEB_SCHEMES:  # a DICOMweb series: its instance UIDs
+        from napari_slidescope.slide import _dicomweb, _tiff
+
+        seconds = default_timeout() if timeout is None else float(timeout)
+        tries = default_retries() if retries is None else int(retries)
+        try:
+            return _dicomweb.stamp(source, timeout=seconds, retries=tries)
+        except SlideError:
+            raise
+        except Exception as exc:
+            problem = classify(exc, seconds).problem
+            if problem.startswith("cannot be read ("):
+                problem = f"cannot be read ({_tiff.describe_exception(exc)})"
+            raise SlideError(source.display, source.scrub(problem)) from exc
     remote = RemoteFile(source, timeout=timeout, retries=retries, head=False)
     remote.close()
     return remote.stamp

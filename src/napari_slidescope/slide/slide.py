@@ -268,7 +268,7 @@ class Slide(_BaseSlide):
         kind = _source.choose_backend(self.source, backend)
         self.backend = kind
         if kind != "tifffile":
-            self._source = _source.open_source(kind, self.source)
+            self._source = _source.open_source(kind, self.source, timeout=timeout)
             try:
                 self._open_source(self._source, budget, on_error)
             except BaseException:
@@ -333,6 +333,7 @@ class Slide(_BaseSlide):
         self.calibration_source = info.calibration_source
         self.levels, self.axes = [], ""
         self._readers: list[_levels.LevelReader] = []
+        stitch = self._bif_stitch(info, zarrs, axes)
         for i, (z, lv) in enumerate(zip(zarrs, series_levels, strict=True)):
             arr, self.axes, reader = _levels.wrap_level(
                 lv,
@@ -345,6 +346,7 @@ class Slide(_BaseSlide):
                 owner=self._owner,
                 fetch=fetch,
                 damage=self.damage,
+                adapt=stitch[i],
             )
             self.levels.append(arr)
             self._readers.append(reader)
@@ -379,6 +381,27 @@ class Slide(_BaseSlide):
                 SlidescopeWarning,
                 stacklevel=4,
             )
+
+    def _bif_stitch(self, info: FormatInfo, zarrs: list[Any], axes: str) -> list[Any]:
+        """Per level, what stitches a BIF level's overlapping tiles (None: shown as stored)."""
+        none: list[Any] = [None] * len(zarrs)
+        if info.format != "bif" or not axes.startswith("YX") or not zarrs:
+            return none
+        from napari_slidescope.slide import _bif
+
+        plan = _bif.level0_plan(self._tif, self.source.display)[0]
+        if plan is None:
+            return none
+        width0 = zarrs[0].shape[1]
+        return [
+            partial(
+                _bif.StitchedChunks,
+                plan=plan,
+                downsample=max(1, round(width0 / z.shape[1])),
+                owner=self._owner,
+            )
+            for z in zarrs
+        ]
 
     def _describe(
         self, path: str, properties: Mapping[str, Any], associated: Iterable[str]

@@ -184,6 +184,12 @@ class Source:
             If the backend of the scheme is not installed (naming the extra to install)
             or refuses the storage options.
         """
+        if self.protocol in DICOMWEB_SCHEMES:
+            raise SlideError(
+                self.display,
+                "is a DICOMweb series, not a file or folder: open it with open_slide "
+                "(the DICOM backend); it cannot be listed or read as bytes",
+            )
         try:
             import fsspec
         except ImportError as exc:
@@ -263,13 +269,20 @@ def resolve(
     if not _known_protocol(scheme):
         raise SlideError(
             redact(url),
-            f"unknown URL scheme {scheme!r}: expected a local path or a URL that fsspec "
-            "reads (http://, https://, s3://, gs://, az://, ...)",
+            f"unknown URL scheme {scheme!r}: expected a local path, a URL that fsspec "
+            "reads (http://, https://, s3://, gs://, az://, ...) or a DICOMweb series "
+            "(dicomweb+https://...)",
         )
     return Source(url, scheme, dict(storage_options or {}))
 
 
+#: DICOMweb services (``dicomweb+https://host/root/studies/<uid>/series/<uid>``): no fsspec.
+DICOMWEB_SCHEMES = ("dicomweb+http", "dicomweb+https")
+
+
 def _known_protocol(scheme: str) -> bool:
+    if scheme in DICOMWEB_SCHEMES:
+        return True
     try:
         from fsspec.registry import known_implementations, registry
     except ImportError:  # without fsspec: name the usual schemes, the extra is asked later

@@ -1,0 +1,35 @@
+"""A DICOMweb series in a real viewer: the layer, and the widget's analysis (xvfb)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gui
+
+pytest.importorskip("wsidicom")
+
+
+def test_viewer_opens_a_dicomweb_series_and_the_widget_analyses_it(
+    make_napari_viewer, dicomweb, dicom_slides, qtbot
+):
+    from napari_slidescope.slide import open_slide
+
+    study, series = dicomweb.series()["CMU-1-Small-Region_svs"]
+    url = dicomweb.url(study, series)
+    viewer = make_napari_viewer(show=True)
+    [layer] = viewer.open(url, plugin="napari-slidescope")
+    assert layer.metadata["path"] == url
+    with open_slide(dicom_slides["CMU-1-Small-Region.svs"]) as local:
+        assert tuple(layer.scale) == pytest.approx(local.mpp)
+        got = np.asarray(layer.data[0][:300, :400]) if layer.multiscale else layer.data[:300, :400]
+        assert np.array_equal(np.asarray(got), np.asarray(local.levels[0][:300, :400]))
+    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
+    qtbot.wait(10)
+    assert widget.image.value is layer
+    widget.task.value = "tissue"
+    widget.scope.value = "slide"
+    assert widget.run() is not None
+    qtbot.waitUntil(lambda: not widget.controller.busy, timeout=120_000)
+    assert widget.status.value.startswith("Done"), widget.status.value
+    assert any(ly is not layer for ly in viewer.layers)

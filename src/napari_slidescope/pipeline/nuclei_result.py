@@ -152,6 +152,27 @@ class NucleiResult:
 
         return to_anndata(self, compartment=compartment)
 
+    def to_spatialdata(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        image: str = "copy",
+        compartment: str = "auto",
+        overwrite: bool = False,
+    ) -> Path:
+        """Write a SpatialData zarr store (needs the ``scverse`` extra; not spatialdata).
+
+        See :func:`~napari_slidescope.pipeline.sdata.to_spatialdata`: shapes ``"cells"``
+        and ``"nuclei"``, the :meth:`to_anndata` table linked to them, and the slide's
+        pyramid over the region as the image ``"slide"`` (``image="reference"`` or
+        ``"none"`` to leave the pixels out).
+        """
+        from napari_slidescope.pipeline.sdata import to_spatialdata
+
+        return to_spatialdata(
+            self, path, image=image, compartment=compartment, overwrite=overwrite
+        )
+
     def to_geojson(self, path: str | os.PathLike[str]) -> Path:
         """Write the nuclei (or cells) as a GeoJSON FeatureCollection QuPath imports.
 

@@ -5,6 +5,8 @@ thresholds and compartment, or a rules file, become
 :class:`~napari_slidescope.pipeline.classify.PhenotypeRules`; **Apply** classifies the
 active slide's nuclei layer (class colours and the "Cell classes" legend); **Save rules...**
 and **Load rules...** write and read the same JSON ``slidescope batch --classify`` takes.
+Thresholds dragged on the measurements table's histogram come back here (the IHC
+thresholds' boxes, or the loaded rules), so **Save rules...** saves them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class ClassifyWidget(QWidget):
         super().__init__()
         self.viewer = napari_viewer
         self.rules: PhenotypeRules | None = None  # rules loaded from a file
+        self._dragged: tuple[float, ...] | None = None  # IHC thresholds set elsewhere
         box = QVBoxLayout(self)
         form = QFormLayout()
         self.mode = QComboBox()
@@ -74,6 +77,29 @@ class ClassifyWidget(QWidget):
         self.load_button.clicked.connect(self._on_load)
         self.save_button.clicked.connect(self._on_save)
         self.apply_button.clicked.connect(self._on_apply)
+        from napari_slidescope._napari.classes import events as class_events
+
+        class_events.changed.connect(self._on_classes_changed)
+
+    def _on_classes_changed(self, layer: Any, result: Any) -> None:
+        """Take the rules a layer of this viewer was classified with (e.g. dragged)."""
+        info = getattr(result, "classification", None)
+        if not isinstance(info, dict) or info.get("kind") != "rules":
+            return
+        if layer not in getattr(self.viewer, "layers", ()):
+            return
+        rules = PhenotypeRules.from_dict(info["rules"])
+        if rules.dab is not None and not rules.markers and not rules.phenotypes:
+            for spin, value in zip(self.thresholds, rules.dab["thresholds"], strict=True):
+                spin.blockSignals(True)
+                spin.setValue(float(value))
+                spin.blockSignals(False)
+            self._dragged = tuple(float(v) for v in rules.dab["thresholds"])
+            self.compartment.setCurrentText(str(rules.dab["compartment"]))
+            self.mode.setCurrentIndex(0)
+        else:
+            self.rules = rules
+            self.mode.setCurrentIndex(1)
 
     def current_rules(self) -> PhenotypeRules:
         """Return the rules the widget shows: a loaded file's, or IHC from the thresholds.
@@ -88,6 +114,12 @@ class ClassifyWidget(QWidget):
                 raise ValueError("no rules file loaded: press Load rules...")
             return self.rules
         t = [s.value() for s in self.thresholds]
+        exact = self._dragged
+        if exact is not None and all(
+            abs(a - b) <= 0.5 * 10.0 ** -s.decimals()
+            for a, b, s in zip(t, exact, self.thresholds, strict=True)
+        ):  # the boxes round what was dragged on the histogram: keep the exact values
+            t = list(exact)
         return PhenotypeRules.of(
             dab={"thresholds": t, "compartment": self.compartment.currentText()},
             where="IHC thresholds",

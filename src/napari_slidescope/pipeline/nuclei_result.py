@@ -51,8 +51,9 @@ class NucleiResult:
         SHA-256 of the weights it loaded; None for the built-in methods), ``mpp`` (the
         working resolution, µm/px), ``stain_mode`` (``"brightfield"`` or
         ``"fluorescence"``), ``nuclear_channel`` (its name, fluorescence only) and
-        ``segmenter_options``. Two results computed differently never have the same
-        parameters.
+        ``segmenter_options``; with cells, ``cell_outlines`` (``"model"``: the
+        segmenter's own cells bound them, InstanSeg's fluorescence model; ``"expansion"``).
+        Two results computed differently never have the same parameters.
     cells : (M, N) ndarray of int32 or None
         With ``segment_nuclei(cell_expansion_um=...)``: the cells (same ids as the
         nuclei) on the grid of ``labels``; None otherwise or when ``labels`` is None.
@@ -169,9 +170,7 @@ class NucleiResult:
         """
         from napari_slidescope.pipeline.sdata import to_spatialdata
 
-        return to_spatialdata(
-            self, path, image=image, compartment=compartment, overwrite=overwrite
-        )
+        return to_spatialdata(self, path, image=image, compartment=compartment, overwrite=overwrite)
 
     def to_geojson(self, path: str | os.PathLike[str]) -> Path:
         """Write the nuclei (or cells) as a GeoJSON FeatureCollection QuPath imports.

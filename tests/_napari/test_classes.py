@@ -193,3 +193,42 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     for i in ids[hema > got][:20]:
         assert np.allclose(layer.colormap.map(int(i))[:3], pos, atol=1 / 255)
     assert layer.features["hematoxylin_od_positive"].sum() == (hema > got).sum()
+
+
+def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
+    make_napari_viewer, tmp_path, qtbot
+):
+    from napari_slidescope._napari.classify_widget import ClassifyWidget
+    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._napari.shapes import aligned, to_layer_coords
+    from napari_slidescope.sample_cells import make_hdab
+
+    truth = make_hdab(seed=9, shape=(256, 256))
+    path = truth.write(tmp_path / "ki67.ome.tif")
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(path), plugin="napari-slidescope")
+    ctl = controller_for(viewer)
+    viewer.reset_view()
+    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
+    dock = ClassifyWidget(viewer)
+    with pytest.raises(ValueError, match="Apply first"):
+        dock.count_in_annotation()
+    res = dock.apply()
+    # a "tumour annotation": the left half of the image, drawn over the slide
+    ring = np.array([[0, 0], [0, 128], [256, 128], [256, 0]], float)  # level-0 (row, col)
+    shapes = viewer.add_shapes(
+        [to_layer_coords(ring)], shape_type="polygon", name="tumour", **aligned(image)
+    )
+    with pytest.raises(ValueError, match="no shape selected"):
+        dock.count_in_annotation()
+    shapes.selected_data = {0}
+    s = dock.count_in_annotation()
+    inside = np.asarray(res.table["centroid_col"]) < 128
+    assert s["cells"] == int(inside.sum()) > 10
+    assert s["area_mm2"] == pytest.approx(256 * 128 * truth.mpp**2 / 1e6)
+    for name in res.classes:
+        n = int((np.asarray(res.table["class"])[inside] == name).sum())
+        assert s[f"{name}_count"] == n
+        assert s[f"{name}_per_mm2"] == pytest.approx(n / s["area_mm2"])
+    assert "H-score" in dock.status.text() and "/mm²" in dock.status.text()

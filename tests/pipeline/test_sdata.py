@@ -180,3 +180,22 @@ def test_bad_input(multiplex, tmp_path):
         arr.to_spatialdata(tmp_path / "y.zarr")
     assert arr.to_spatialdata(tmp_path / "y.zarr", image="none").is_dir()
     assert not (tmp_path / "x.zarr").exists()
+
+
+def test_a_result_without_labels_writes_its_outlines(tmp_path):
+    """Whole-slide results keep outlines, not label images: the shapes come from them."""
+    truth = make_multiplex(seed=4, shape=(256, 256))
+    path = truth.write(tmp_path / "mx.ome.tif")
+    res = segment_nuclei(
+        path, segmenter="builtin-fluorescence", tissue=False, cell_expansion_um=3, labels=False
+    )
+    assert res.labels is None and res.cells is None and res.count > 20
+    store = res.to_spatialdata(tmp_path / "w.zarr", image="reference")
+    for name in ("cells", "nuclei"):
+        shapes = pq.read_table(store / "shapes" / name / "shapes.parquet")
+        assert sorted(shapes.column("__index_level_0__").to_pylist()) == sorted(
+            res.table["id"].tolist()
+        )
+    out = _read_with_spatialdata(store)
+    assert out["images"] == [] and out["joined"] == res.count
+    assert out["attrs"]["slidescope"]["image"] == "reference"

@@ -108,7 +108,7 @@ def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer
     assert "not JSON" in other.status.text()
 
 
-def _drag(canvas, axes, x0, x1):
+def _drag(canvas, axes, x0, x1, release=True):
     """Press at data x `x0` mid-height of `axes`, move to `x1` in steps, release there."""
     from matplotlib.backend_bases import MouseButton, MouseEvent
 
@@ -118,8 +118,9 @@ def _drag(canvas, axes, x0, x1):
     for name, x in [("button_press_event", x0)] + [("motion_notify_event", v) for v in steps]:
         px = axes.transData.transform((x, 0))[0]
         MouseEvent(name, canvas, px, y, button=MouseButton.LEFT)._process()
-    px = axes.transData.transform((x1, 0))[0]
-    MouseEvent("button_release_event", canvas, px, y, button=MouseButton.LEFT)._process()
+    if release:
+        px = axes.transData.transform((x1, 0))[0]
+        MouseEvent("button_release_event", canvas, px, y, button=MouseButton.LEFT)._process()
 
 
 def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
@@ -157,7 +158,11 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     k = between.size // 2
     new = float(between[k - 1] + between[k]) / 2
     assert k >= 2
-    _drag(table.canvas, table.axes, 0.2, new)
+    meta = layer.metadata
+    _drag(table.canvas, table.axes, 0.2, new, release=False)  # still held: live
+    qtbot.waitUntil(lambda: meta["slidescope_classification"]["dab_thresholds"][0] != 0.2)
+    assert meta["slidescope_classification"]["dab_thresholds"][0] == pytest.approx(new, abs=0.01)
+    _drag(table.canvas, table.axes, new, new)  # let go there
     t1 = dock.current_rules().dab["thresholds"][0]
     assert t1 == pytest.approx(new, abs=0.01)  # a display pixel of the histogram
     assert layer.metadata["slidescope_classification"]["dab_thresholds"][0] == t1

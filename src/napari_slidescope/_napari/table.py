@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 import numpy as np
-from qtpy.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from qtpy.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer
 from qtpy.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -244,6 +244,11 @@ class NucleiTableWidget(QWidget):
         self.canvas.setMinimumHeight(160)
         self._lines: list[tuple[Any, str, int]] = []  # (line, marker, index) drawn
         self._drag: tuple[str, int] | None = None  # (marker, index) being dragged
+        self._pending: tuple[str, float, int] | None = None  # a move not yet applied
+        self._throttle = QTimer(self)
+        self._throttle.setSingleShot(True)
+        self._throttle.setInterval(60)  # ms between classifications while dragging
+        self._throttle.timeout.connect(self._apply_pending)
         self.canvas.mpl_connect("button_press_event", self._on_press)
         self.canvas.mpl_connect("motion_notify_event", self._on_motion)
         self.canvas.mpl_connect("button_release_event", self._on_release)
@@ -501,11 +506,26 @@ class NucleiTableWidget(QWidget):
     def _on_motion(self, event: Any) -> None:
         if self._drag is None or event.inaxes is not self.axes or event.xdata is None:
             return
-        self.set_threshold(self._drag[0], float(event.xdata), self._drag[1])
+        x = float(event.xdata)
+        for line, marker, index in self._lines:  # the line follows the mouse at once
+            if (marker, index) == self._drag:
+                line.set_xdata([x, x])
+        self.canvas.draw_idle()
+        # the cells follow as often as classifying allows (a whole slide takes a while)
+        self._pending = (self._drag[0], x, self._drag[1])
+        if not self._throttle.isActive():
+            self._throttle.start()
+
+    def _apply_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.set_threshold(*pending)
 
     def _on_release(self, event: Any) -> None:
+        self._throttle.stop()
         if self._drag is not None and event.inaxes is self.axes and event.xdata is not None:
-            self.set_threshold(self._drag[0], float(event.xdata), self._drag[1])
+            self._pending = (self._drag[0], float(event.xdata), self._drag[1])
+        self._apply_pending()  # where it was let go (or last seen over the histogram)
         self._drag = None
 
     # -- selection both ways ----------------------------------------------------------------

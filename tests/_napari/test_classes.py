@@ -106,3 +106,134 @@ def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer
     with pytest.raises(ValueError, match="not JSON"):
         other.load(tmp_path / "bad.json")
     assert "not JSON" in other.status.text()
+
+
+def _drag(canvas, axes, x0, x1, release=True):
+    """Press at data x `x0` mid-height of `axes`, move to `x1` in steps, release there."""
+    from matplotlib.backend_bases import MouseButton, MouseEvent
+
+    canvas.draw()  # as on screen: the view limits (and so the transforms) are up to date
+    y = axes.transAxes.transform((0, 0.5))[1]
+    steps = np.linspace(x0, x1, 4)
+    for name, x in [("button_press_event", x0)] + [("motion_notify_event", v) for v in steps]:
+        px = axes.transData.transform((x, 0))[0]
+        MouseEvent(name, canvas, px, y, button=MouseButton.LEFT)._process()
+    if release:
+        px = axes.transData.transform((x1, 0))[0]
+        MouseEvent("button_release_event", canvas, px, y, button=MouseButton.LEFT)._process()
+
+
+def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
+    make_napari_viewer, tmp_path, qtbot
+):
+    from napari_slidescope._napari.classes import classify
+    from napari_slidescope._napari.classify_widget import ClassifyWidget
+    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._napari.table import NucleiTableWidget
+    from napari_slidescope.pipeline.classify import load_rules
+    from napari_slidescope.sample_cells import make_hdab
+
+    path = make_hdab(seed=9, shape=(256, 256)).write(tmp_path / "ki67.ome.tif")
+    viewer = make_napari_viewer(show=True)
+    [image] = viewer.open(str(path), plugin="napari-slidescope")
+    ctl = controller_for(viewer)
+    viewer.reset_view()
+    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
+    layer = viewer.layers[f"{image.name} nuclei"]
+    table = NucleiTableWidget(viewer)
+    dock = ClassifyWidget(viewer)
+    res = dock.apply()  # IHC at 0.2 / 0.4 / 0.6 on the nucleus
+    col = "dab_od_mean"
+    dab = np.asarray(res.table[col])
+    table.hist_column.setCurrentIndex(table.hist_column.findData(col))
+    assert table.thresholds(col) == [
+        ("DAB", 0, 0.2, "1+"),
+        ("DAB", 1, 0.4, "2+"),
+        ("DAB", 2, 0.6, "3+"),
+    ]
+    assert len(table._lines) == 3 and table.thresholds("area_um2") == []
+    # drag the 1+ line from 0.2 to a value with cells on both sides of it
+    between = np.sort(dab[(dab > 0.2) & (dab < 0.4)])
+    k = between.size // 2
+    new = float(between[k - 1] + between[k]) / 2
+    assert k >= 2
+    meta = layer.metadata
+    _drag(table.canvas, table.axes, 0.2, new, release=False)  # still held: live
+    qtbot.waitUntil(lambda: meta["slidescope_classification"]["dab_thresholds"][0] != 0.2)
+    assert meta["slidescope_classification"]["dab_thresholds"][0] == pytest.approx(new, abs=0.01)
+    _drag(table.canvas, table.axes, new, new)  # let go there
+    t1 = dock.current_rules().dab["thresholds"][0]
+    assert t1 == pytest.approx(new, abs=0.01)  # a display pixel of the histogram
+    assert layer.metadata["slidescope_classification"]["dab_thresholds"][0] == t1
+    ids = np.asarray(res.table["id"])
+    neg = np.array(res.classes["Negative"]) / 255
+    moved = ids[(dab > 0.2) & (dab <= t1)]
+    kept = ids[(dab > t1) & (dab <= 0.4)]
+    for i in moved:  # once 1+, now negative: their colour followed
+        assert np.allclose(layer.colormap.map(int(i))[:3], neg, atol=1 / 255)
+    for i in kept:
+        assert np.allclose(
+            layer.colormap.map(int(i))[:3], np.array(res.classes["1+"]) / 255, atol=1 / 255
+        )
+    # the line stays between its neighbours, and the saved rules hold the dragged value
+    _drag(table.canvas, table.axes, t1, 0.9)
+    t = dock.current_rules().dab["thresholds"]
+    assert t[0] < t[1] == pytest.approx(0.4) and t[0] == pytest.approx(0.4, abs=1e-5)
+    saved = load_rules(dock.save(tmp_path / "rules.json"))
+    assert saved.dab["thresholds"] == tuple(t)
+    assert tuple(layer.metadata["slidescope_classification"]["dab_thresholds"]) == tuple(t)
+    # a marker's positivity threshold: one line, dragged, into the rules file's markers
+    res = classify(viewer, markers={"hematoxylin_od": 0.3})
+    hema = np.asarray(res.table["hematoxylin_od_mean"])
+    table.hist_column.setCurrentIndex(table.hist_column.findData("hematoxylin_od_mean"))
+    [(marker, index, value, label)] = table.thresholds("hematoxylin_od_mean")
+    assert (marker, index, value, label) == ("hematoxylin_od", 0, 0.3, "hematoxylin_od+")
+    target = float(np.median(hema))
+    _drag(table.canvas, table.axes, 0.3, target)
+    rules = dock.current_rules()
+    got = rules.markers["hematoxylin_od"]["threshold"]
+    assert got == pytest.approx(target, abs=0.02) and dock.mode.currentIndex() == 1
+    pos = np.array(layer.metadata["slidescope_classes"]["hematoxylin_od"]) / 255
+    for i in ids[hema > got][:20]:
+        assert np.allclose(layer.colormap.map(int(i))[:3], pos, atol=1 / 255)
+    assert layer.features["hematoxylin_od_positive"].sum() == (hema > got).sum()
+
+
+def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
+    make_napari_viewer, tmp_path, qtbot
+):
+    from napari_slidescope._napari.classify_widget import ClassifyWidget
+    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._napari.shapes import aligned, to_layer_coords
+    from napari_slidescope.sample_cells import make_hdab
+
+    truth = make_hdab(seed=9, shape=(256, 256))
+    path = truth.write(tmp_path / "ki67.ome.tif")
+    viewer = make_napari_viewer()
+    [image] = viewer.open(str(path), plugin="napari-slidescope")
+    ctl = controller_for(viewer)
+    viewer.reset_view()
+    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
+    dock = ClassifyWidget(viewer)
+    with pytest.raises(ValueError, match="Apply first"):
+        dock.count_in_annotation()
+    res = dock.apply()
+    # a "tumour annotation": the left half of the image, drawn over the slide
+    ring = np.array([[0, 0], [0, 128], [256, 128], [256, 0]], float)  # level-0 (row, col)
+    shapes = viewer.add_shapes(
+        [to_layer_coords(ring)], shape_type="polygon", name="tumour", **aligned(image)
+    )
+    with pytest.raises(ValueError, match="no shape selected"):
+        dock.count_in_annotation()
+    shapes.selected_data = {0}
+    s = dock.count_in_annotation()
+    inside = np.asarray(res.table["centroid_col"]) < 128
+    assert s["cells"] == int(inside.sum()) > 10
+    assert s["area_mm2"] == pytest.approx(256 * 128 * truth.mpp**2 / 1e6)
+    for name in res.classes:
+        n = int((np.asarray(res.table["class"])[inside] == name).sum())
+        assert s[f"{name}_count"] == n
+        assert s[f"{name}_per_mm2"] == pytest.approx(n / s["area_mm2"])
+    assert "H-score" in dock.status.text() and "/mm²" in dock.status.text()

@@ -61,3 +61,32 @@ def test_owned_cells_are_stopped_by_neighbours_the_tile_does_not_own():
     owned = np.where(nuclei == 7, 1, 0).astype(np.int32)
     cells = owned_cells(nuclei, owned, 3)
     assert cells.tolist() == [[1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]]
+
+
+def test_model_cells_follow_the_model_within_the_expansion():
+    from napari_slidescope.analysis.cells import model_cells
+
+    nuclei = np.zeros((20, 40), np.int32)
+    nuclei[8:12, 4:8] = 1  # its model cell: columns 0-13
+    nuclei[8:12, 16:20] = 2  # 2 and 3 share one model cell (columns 14-33)
+    nuclei[8:12, 26:30] = 3
+    nuclei[8:12, 35:38] = 4  # no model cell: the expansion
+    model = np.zeros_like(nuclei)
+    model[7:13, 0:14] = 10  # narrower than the expansion (rows 5-14)
+    model[3:17, 14:34] = 20
+    d = 3.0
+    cells = model_cells(nuclei, model, d)
+    grown = expand_cells(nuclei, d)
+    for i in (1, 2, 3, 4):
+        assert np.all(cells[nuclei == i] == i)  # the nucleus lies in its cell
+    # within the expansion region: never beyond the distance, never into a neighbour
+    assert np.all((cells == 0) | (cells == grown))
+    assert np.all(model[(cells == 1) & (nuclei != 1)] == 10)
+    assert set(np.unique(model[(cells == 2) | (cells == 3)])) == {20}
+    # the shared model cell is split at the Voronoi boundary; 4 keeps its expansion
+    assert np.array_equal(cells == 4, grown == 4)
+    assert np.array_equal(cells[cells > 0] > 0, grown[cells > 0] > 0)
+    assert (cells == 1).sum() < (grown == 1).sum()  # the model cuts the expansion
+    # owned_cells with a model: the same cells under the tile's own ids
+    owned = np.where(nuclei == 2, 1, 0).astype(np.int32)
+    assert np.array_equal(owned_cells(nuclei, owned, d, model) == 1, cells == 2)

@@ -155,3 +155,32 @@ def test_a_classifier_plugs_in_through_the_protocol():
     assert out.classes == {"Tumour": (200, 0, 0), "Stroma": (0, 200, 0)}
     with pytest.raises(ValueError, match="not both"):
         classify_cells(res, classifier=_Fixed(), markers=["CD3"])
+
+
+def test_densities_per_annotation_count_the_cells_inside_on_its_area():
+    from napari_slidescope.pipeline.classify import annotation_summary
+
+    # a 4 x 4 grid of cells 250 px apart; level-0 pixels of 0.5 µm (downsample 2 at 1 µm)
+    rows, cols = np.meshgrid(np.arange(4) * 250.0 + 100, np.arange(4) * 250.0 + 100)
+    cd8 = np.array([10.0, 1.0] * 8)
+    res = NucleiResult(
+        None, 1.0, (0, 0), (2.0, 2.0), 16,
+        {"id": np.arange(1, 17), "centroid_row": rows.ravel(), "centroid_col": cols.ravel(),
+         "CD8_nucleus_mean": cd8}, (0, 0, 1000, 1000),
+    )  # fmt: skip
+    res = classify_cells(res, markers={"CD8": 5.0})
+    square = np.array([[0, 0], [0, 500], [500, 500], [500, 0]], float)  # 4 cells
+    s = annotation_summary(res, square)
+    assert s["cells"] == 4 and s["area_mm2"] == pytest.approx(500 * 500 * 0.25 / 1e6)
+    inside = (rows.ravel() < 500) & (cols.ravel() < 500)
+    want = int((cd8[inside] > 5).sum())
+    assert want == 2 and s["CD8_count"] == want
+    assert s["CD8_per_mm2"] == pytest.approx(want / 0.0625)
+    # a hole takes its cells and its area away
+    hole = np.array([[50, 50], [50, 150], [150, 150], [150, 50]], float)
+    h = annotation_summary(res, square, holes=[hole])
+    assert h["cells"] == 3 and h["area_mm2"] == pytest.approx((250000 - 10000) * 0.25 / 1e6)
+    with pytest.raises(ValueError, match="rings of 3 or more"):
+        annotation_summary(res, square[:2])
+    with pytest.raises(ValueError, match="no classes"):
+        annotation_summary(_result(CD8_nucleus_mean=cd8[:3]), square)

@@ -356,3 +356,44 @@ def test_small_nuclei_of_a_20x_slide_are_kept_fragments_dropped(model):
     labels = model.postprocess(raw, mpp=0.5)
     assert model.min_area_um2 == 5.0
     assert labels.max() == 1 and (labels == 1).sum() == 32
+
+
+def test_fluorescence_model_outlines_the_cells_itself(fluo_model, tmp_path):
+    """With cell_expansion_um, the model's own cells (on every channel) bound the cells."""
+    import tifffile
+
+    from napari_slidescope import segment_nuclei
+    from napari_slidescope.analysis.cells import expand_cells
+
+    folder = instanseg.model_folder(FL)
+    x = np.load(folder / "test-input.npy")[0]  # (2, 256, 256): cytoplasm, then nuclei
+    card = np.load(folder / "test-output_instance_segmentation.npy")[0]  # nuclei, cells
+    path = tmp_path / "fl.ome.tif"
+    meta = {"axes": "CYX", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5}
+    tifffile.imwrite(
+        path, x.astype(np.uint16), metadata={**meta, "Channel": {"Name": ["CK", "DAPI"]}}
+    )
+    res = segment_nuclei(
+        path, segmenter="instanseg-fluorescence", tissue=False, cell_expansion_um=5
+    )
+    assert res.parameters["cell_outlines"] == "model"
+    assert res.parameters["nuclear_channel"] == "DAPI"
+    nuclei, cells = res.labels, res.cells
+    assert res.count == len(np.unique(card[0])) - 1  # every channel in: the card's nuclei
+    ids = np.unique(nuclei)[1:]
+    for i in ids:
+        assert np.all(cells[nuclei == i] == i)  # a cell contains its nucleus
+        rim = (cells == i) & (nuclei != i)
+        assert len(np.unique(card[1][rim])) <= 1  # ... and lies in one of the model's cells
+    grown = expand_cells(nuclei, 5 / 0.5)
+    assert np.all((cells == 0) | (cells == grown))  # within 5 µm, out of the neighbours
+    assert (cells > 0).sum() < (grown > 0).sum()  # the model's outlines, not the expansion
+    # the compartments partition the cell: areas add up, and so do the means
+    t = res.table
+    assert np.allclose(t["cell_area_um2"], t["area_um2"] + t["cytoplasm_area_um2"])
+    with_cyto = t["cytoplasm_area_um2"] > 0
+    assert with_cyto.mean() > 0.8
+    weighted = (
+        t["CK_nucleus_mean"] * t["area_um2"] + t["CK_cytoplasm_mean"] * t["cytoplasm_area_um2"]
+    ) / t["cell_area_um2"]
+    assert np.allclose(weighted[with_cyto], t["CK_cell_mean"][with_cyto], rtol=1e-6)

@@ -14,11 +14,26 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from psygnal import Signal
 
-__all__ = ["add_cells", "class_colormap", "classify", "legend_text", "show_classes"]
+__all__ = ["add_cells", "class_colormap", "classify", "events", "legend_text", "show_classes"]
 
 #: Name of the legend dock widget.
 LEGEND_NAME = "Cell classes"
+
+
+class _ClassEvents:
+    """``changed(layer, result)``: a layer's classes were (re)coloured by :func:`show_classes`.
+
+    The measurements table redraws its threshold lines and the "Cell classification" dock
+    takes the rules (thresholds dragged on the histogram included) from it.
+    """
+
+    changed = Signal(object, object)
+
+
+#: The module's events (:class:`_ClassEvents`).
+events = _ClassEvents()
 
 
 def class_colormap(
@@ -66,6 +81,8 @@ def show_classes(layer: Any, result: Any) -> None:
                 new[col] = [values[r] if r >= 0 else None for r in rows]
         layer.features = new
     layer.metadata["slidescope_classes"] = dict(result.classes)
+    layer.metadata["slidescope_classification"] = result.classification
+    events.changed.emit(layer, result)
 
 
 def _legend(viewer: Any, result: Any, area_mm2: float | None) -> Any:
@@ -88,6 +105,7 @@ def _legend(viewer: Any, result: Any, area_mm2: float | None) -> Any:
         item: Any = box.takeAt(0)
         old: Any = item.widget() if item is not None else None
         if old is not None:
+            old.hide()  # at once: deleteLater waits for the event loop (a drag redraws often)
             old.deleteLater()
     text = legend_text(result, area_mm2).splitlines()
     for name, line in zip(list(result.classes) + [None] * len(text), text, strict=False):

@@ -5,6 +5,8 @@ thresholds and compartment, or a rules file, become
 :class:`~napari_slidescope.pipeline.classify.PhenotypeRules`; **Apply** classifies the
 active slide's nuclei layer (class colours and the "Cell classes" legend); **Save rules...**
 and **Load rules...** write and read the same JSON ``slidescope batch --classify`` takes.
+Thresholds dragged on the measurements table's histogram come back here (the IHC
+thresholds' boxes, or the loaded rules), so **Save rules...** saves them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class ClassifyWidget(QWidget):
         super().__init__()
         self.viewer = napari_viewer
         self.rules: PhenotypeRules | None = None  # rules loaded from a file
+        self._dragged: tuple[float, ...] | None = None  # IHC thresholds set elsewhere
         box = QVBoxLayout(self)
         form = QFormLayout()
         self.mode = QComboBox()
@@ -67,6 +70,11 @@ class ClassifyWidget(QWidget):
         box.addLayout(row)
         self.apply_button = QPushButton("Apply")
         box.addWidget(self.apply_button)
+        self.annotation_button = QPushButton("Count in selected shape")
+        self.annotation_button.setToolTip(
+            "Cells per class and per mm² inside the selected polygon (e.g. a tumour annotation)"
+        )
+        box.addWidget(self.annotation_button)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         box.addWidget(self.status)
@@ -74,6 +82,32 @@ class ClassifyWidget(QWidget):
         self.load_button.clicked.connect(self._on_load)
         self.save_button.clicked.connect(self._on_save)
         self.apply_button.clicked.connect(self._on_apply)
+        self.annotation_button.clicked.connect(self._on_annotation)
+        self.result: Any = None  # the last classified result of this viewer
+        from napari_slidescope._napari.classes import events as class_events
+
+        class_events.changed.connect(self._on_classes_changed)
+
+    def _on_classes_changed(self, layer: Any, result: Any) -> None:
+        """Take the rules a layer of this viewer was classified with (e.g. dragged)."""
+        if layer not in getattr(self.viewer, "layers", ()):
+            return
+        self.result = result
+        info = getattr(result, "classification", None)
+        if not isinstance(info, dict) or info.get("kind") != "rules":
+            return
+        rules = PhenotypeRules.from_dict(info["rules"])
+        if rules.dab is not None and not rules.markers and not rules.phenotypes:
+            for spin, value in zip(self.thresholds, rules.dab["thresholds"], strict=True):
+                spin.blockSignals(True)
+                spin.setValue(float(value))
+                spin.blockSignals(False)
+            self._dragged = tuple(float(v) for v in rules.dab["thresholds"])
+            self.compartment.setCurrentText(str(rules.dab["compartment"]))
+            self.mode.setCurrentIndex(0)
+        else:
+            self.rules = rules
+            self.mode.setCurrentIndex(1)
 
     def current_rules(self) -> PhenotypeRules:
         """Return the rules the widget shows: a loaded file's, or IHC from the thresholds.
@@ -88,6 +122,12 @@ class ClassifyWidget(QWidget):
                 raise ValueError("no rules file loaded: press Load rules...")
             return self.rules
         t = [s.value() for s in self.thresholds]
+        exact = self._dragged
+        if exact is not None and all(
+            abs(a - b) <= 0.5 * 10.0 ** -s.decimals()
+            for a, b, s in zip(t, exact, self.thresholds, strict=True)
+        ):  # the boxes round what was dragged on the histogram: keep the exact values
+            t = list(exact)
         return PhenotypeRules.of(
             dab={"thresholds": t, "compartment": self.compartment.currentText()},
             where="IHC thresholds",
@@ -122,6 +162,46 @@ class ClassifyWidget(QWidget):
             raise
         self.status.setText(f"{result.count} cells classified")
         return result
+
+    def count_in_annotation(self) -> dict[str, Any]:
+        """Return counts and densities per class in the selected shape (last classification).
+
+        Returns
+        -------
+        dict
+            :func:`~napari_slidescope.pipeline.classify.annotation_summary`, also shown in
+            the status line.
+
+        Raises
+        ------
+        ValueError
+            Nothing classified yet, or no shape selected (shown in the status line too).
+        """
+        from napari_slidescope._napari import jobs
+        from napari_slidescope._napari.shapes import selected_polygon
+        from napari_slidescope.pipeline.classify import annotation_summary
+
+        try:
+            if self.result is None or "class" not in self.result.table:
+                raise ValueError("nothing classified yet: press Apply first")
+            polygon = selected_polygon(self.viewer, jobs.active_slide_layer(self.viewer))
+            s = annotation_summary(self.result, polygon)
+        except ValueError as exc:
+            self.status.setText(str(exc))
+            raise
+        lines = [f"Selected shape: {s['area_mm2']:.4g} mm², {s['cells']} cells"]
+        for name in self.result.classes:
+            lines.append(f"{name}: {s[f'{name}_count']} ({s[f'{name}_per_mm2']:.0f} /mm²)")
+        if "h_score" in s:
+            lines.append(f"Positive {s['positive_percent']:.1f} % · H-score {s['h_score']:.0f}")
+        self.status.setText("\n".join(lines))
+        return s
+
+    def _on_annotation(self) -> None:
+        try:
+            self.count_in_annotation()
+        except ValueError:
+            pass  # shown in the status line
 
     def _on_load(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Load rules", "", "JSON (*.json)")

@@ -5,6 +5,12 @@ last one) and its ``"<slide> nuclei"`` layer; it reloads when a run ends. Select
 row centres the view on that nucleus and rings it; clicking a nucleus in the viewer
 selects its row. Sorting and filtering run on numpy arrays (a whole slide holds
 hundreds of thousands of nuclei), never row by row in Python.
+
+The histogram offers the marker means too (``CD3_cell_mean``, ``dab_od_nucleus_mean``). Once
+the cells are classified by rules (the "Cell classification" dock, or ``classify``), a
+marker's histogram shows its positivity threshold (IHC: the 1+, 2+, 3+ thresholds) as a red
+line: drag it and the cells are classified again as it moves, their colours and the legend
+following; the "Cell classification" dock takes the new value into the rules it saves.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import math
 from typing import Any
 
 import numpy as np
-from qtpy.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from qtpy.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer
 from qtpy.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -93,6 +99,10 @@ class NucleiTableModel(QAbstractTableModel):
     def columns(self) -> list[str]:
         """Names of the shown columns."""
         return list(self._columns)
+
+    def marker_columns(self) -> list[str]:
+        """Numeric ``*_mean`` columns (markers per compartment, stain optical densities)."""
+        return [c for c, v in self._table.items() if c.endswith("_mean") and v.dtype.kind in "biuf"]
 
     @property
     def total(self) -> int:
@@ -232,6 +242,16 @@ class NucleiTableWidget(QWidget):
         self.axes = self.figure.add_subplot()
         self.canvas = FigureCanvasQTAgg(self.figure)
         self.canvas.setMinimumHeight(160)
+        self._lines: list[tuple[Any, str, int]] = []  # (line, marker, index) drawn
+        self._drag: tuple[str, int] | None = None  # (marker, index) being dragged
+        self._pending: tuple[str, float, int] | None = None  # a move not yet applied
+        self._throttle = QTimer(self)
+        self._throttle.setSingleShot(True)
+        self._throttle.setInterval(60)  # ms between classifications while dragging
+        self._throttle.timeout.connect(self._apply_pending)
+        self.canvas.mpl_connect("button_press_event", self._on_press)
+        self.canvas.mpl_connect("motion_notify_event", self._on_motion)
+        self.canvas.mpl_connect("button_release_event", self._on_release)
 
         column = QHBoxLayout()
         column.addWidget(QLabel("Show nuclei with"))
@@ -264,6 +284,9 @@ class NucleiTableWidget(QWidget):
         self._viewer.layers.events.removed.connect(self._on_layers_changed)
         self._viewer.layers.selection.events.active.connect(self._on_layers_changed)
         self._viewer.mouse_drag_callbacks.append(self._on_viewer_click)
+        from napari_slidescope._napari.classes import events as class_events
+
+        class_events.changed.connect(self._on_classes_changed)
         self.refresh()
 
     # -- loading -----------------------------------------------------------------------
@@ -285,11 +308,12 @@ class NucleiTableWidget(QWidget):
         table = canvas.table() if canvas is not None else {}
         self.model.set_table(table)
         self.view.resizeColumnsToContents()
+        markers = [c for c in self.model.marker_columns() if c not in self.model.columns]
         for combo in (self.filter_column, self.hist_column):
             current = combo.currentData()
             combo.blockSignals(True)
             combo.clear()
-            for col in self.model.columns:
+            for col in self.model.columns + (markers if combo is self.hist_column else []):
                 if col != "id":
                     combo.addItem(column_title(col), col)
             i = combo.findData(current if current is not None else "area_um2")
@@ -370,7 +394,139 @@ class NucleiTableWidget(QWidget):
         else:
             self.axes.text(0.5, 0.5, "no nuclei", ha="center", va="center")
             self.axes.set_axis_off()
+        self._lines = []
+        for marker, index, value, label in self.thresholds(col) if col is not None else []:
+            line = self.axes.axvline(value, color="#d62728", linewidth=2)
+            self.axes.annotate(
+                label,
+                (value, 1.0),
+                xycoords=("data", "axes fraction"),
+                color="#d62728",
+                xytext=(3, -12),
+                textcoords="offset points",
+                fontsize=8,
+            )
+            self._lines.append((line, marker, index))
         self.canvas.draw_idle()
+
+    # -- thresholds on the histogram ------------------------------------------------------
+
+    def _classification(self) -> dict[str, Any] | None:
+        info = self._layer.metadata.get("slidescope_classification") if self._layer else None
+        return info if isinstance(info, dict) and info.get("kind") == "rules" else None
+
+    def thresholds(self, column: str) -> list[tuple[str, int, float, str]]:
+        """Thresholds of the classification that apply to `column`.
+
+        Returns
+        -------
+        list of (marker, index, value, label)
+            A marker's positivity threshold (index 0, label ``"CD3+"``), or the three IHC
+            thresholds on the DAB column (index 0-2, labels ``"1+"`` to ``"3+"``); empty
+            when the layer is not classified by rules or `column` is none of theirs.
+        """
+        from napari_slidescope.pipeline.classify import DAB, marker_column
+
+        info = self._classification()
+        if info is None:
+            return []
+        table = self.model._table
+        rules = info["rules"]
+        out: list[tuple[str, int, float, str]] = []
+        for marker, spec in rules.get("markers", {}).items():
+            comp = (spec.get("compartment") if isinstance(spec, dict) else None) or info[
+                "compartment"
+            ]
+            try:
+                hit = marker_column(table, marker, comp) == column
+            except ValueError:
+                continue
+            value = info["thresholds"].get(marker)
+            if hit and value is not None and math.isfinite(value):
+                out.append((marker, 0, float(value), f"{marker}+"))
+        dab = rules.get("dab")
+        if dab is not None:
+            try:
+                hit = marker_column(table, DAB, dab["compartment"]) == column
+            except ValueError:
+                hit = False
+            if hit:
+                for k, value in enumerate(info.get("dab_thresholds", dab["thresholds"])):
+                    out.append((DAB, k, float(value), f"{k + 1}+"))
+        return out
+
+    def set_threshold(self, marker: str, value: float, index: int = 0) -> Any:
+        """Move a threshold of the classification and classify the cells again.
+
+        `marker` and `index` as :meth:`thresholds` gives them; an IHC threshold stays
+        between its neighbours. Returns the classified result (None when the layer is
+        not classified by rules).
+        """
+        from napari_slidescope._napari.classes import classify
+        from napari_slidescope.pipeline.classify import DAB, PhenotypeRules
+
+        info = self._classification()
+        if info is None or self._layer is None:
+            return None
+        rules = dict(info["rules"])
+        if marker == DAB:
+            t = [float(v) for v in rules["dab"]["thresholds"]]
+            step = 1e-6 * max(1.0, abs(value))
+            lo = t[index - 1] + step if index > 0 else -math.inf
+            hi = t[index + 1] - step if index < len(t) - 1 else math.inf
+            t[index] = min(max(float(value), lo), hi)
+            rules["dab"] = {**rules["dab"], "thresholds": t}
+        else:
+            markers = dict(rules["markers"])
+            spec = markers[marker]
+            markers[marker] = (
+                {**spec, "threshold": float(value)} if isinstance(spec, dict) else float(value)
+            )
+            rules["markers"] = markers
+        new = PhenotypeRules.from_dict(rules, where="threshold on the histogram")
+        return classify(self._viewer, self._layer, rules=new)
+
+    def _on_classes_changed(self, layer: Any, _result: Any = None) -> None:
+        if layer is self._layer:
+            self._draw_histogram()
+
+    def _line_near(self, event: Any) -> tuple[str, int] | None:
+        if event.inaxes is not self.axes or event.x is None:
+            return None
+        best, key = 6.0, None  # display pixels
+        for line, marker, index in self._lines:
+            x = self.axes.transData.transform((line.get_xdata()[0], 0))[0]
+            if abs(x - event.x) <= best:
+                best, key = abs(x - event.x), (marker, index)
+        return key
+
+    def _on_press(self, event: Any) -> None:
+        self._drag = self._line_near(event)
+
+    def _on_motion(self, event: Any) -> None:
+        if self._drag is None or event.inaxes is not self.axes or event.xdata is None:
+            return
+        x = float(event.xdata)
+        for line, marker, index in self._lines:  # the line follows the mouse at once
+            if (marker, index) == self._drag:
+                line.set_xdata([x, x])
+        self.canvas.draw_idle()
+        # the cells follow as often as classifying allows (a whole slide takes a while)
+        self._pending = (self._drag[0], x, self._drag[1])
+        if not self._throttle.isActive():
+            self._throttle.start()
+
+    def _apply_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.set_threshold(*pending)
+
+    def _on_release(self, event: Any) -> None:
+        self._throttle.stop()
+        if self._drag is not None and event.inaxes is self.axes and event.xdata is not None:
+            self._pending = (self._drag[0], float(event.xdata), self._drag[1])
+        self._apply_pending()  # where it was let go (or last seen over the histogram)
+        self._drag = None
 
     # -- selection both ways ----------------------------------------------------------------
 

@@ -4,6 +4,11 @@ A cell is its nucleus grown by up to a distance, each background pixel going to 
 nearest nucleus (a Voronoi partition bounded by the distance; QuPath's cell expansion and
 ``skimage.segmentation.expand_labels``). Its compartments partition it: ``nucleus``, the
 ``cytoplasm`` (cell minus nucleus) and the whole ``cell``.
+
+A segmentation model that outlines cells itself (InstanSeg's
+``fluorescence_nuclei_and_cells``) gives :func:`model_cells`: each nucleus keeps the part
+of that expansion region lying in the model's cell it overlaps most, so the cell follows
+the model's boundary but stays within the distance and out of its neighbours.
 """
 
 from __future__ import annotations
@@ -12,7 +17,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["COMPARTMENTS", "compartment_means", "expand_cells", "owned_cells"]
+__all__ = [
+    "COMPARTMENTS",
+    "compartment_means",
+    "expand_cells",
+    "model_cells",
+    "owned_cells",
+]
 
 #: The compartments measured on every cell, in column order.
 COMPARTMENTS = ("nucleus", "cytoplasm", "cell")
@@ -56,7 +67,64 @@ def expand_cells(nuclei: np.ndarray, distance_px: float) -> np.ndarray:
     return cells.astype(np.int32, copy=False)
 
 
-def owned_cells(labels: np.ndarray, owned: np.ndarray, distance_px: float) -> np.ndarray:
+def model_cells(nuclei: np.ndarray, model: np.ndarray, distance_px: float) -> np.ndarray:
+    """Cells of the nuclei from a model's own cell labels, bounded as an expansion is.
+
+    Each nucleus is matched with the model cell that covers most of its pixels. Its cell
+    is the part of its expansion region (:func:`expand_cells`: within `distance_px`,
+    nearest to it) that lies in that model cell, plus the nucleus itself. A nucleus the
+    model gives no cell keeps the whole expansion region; two nuclei in one model cell
+    split it at their Voronoi boundary.
+
+    Parameters
+    ----------
+    nuclei : (M, N) ndarray of int
+        Nuclei labels, 0 = background.
+    model : (M, N) ndarray of int
+        The model's cell labels (any ids, 0 = background).
+    distance_px : float
+        Largest distance of a cell pixel from its nucleus.
+
+    Returns
+    -------
+    (M, N) ndarray of int32
+        Cells with the nuclei's ids; every nucleus lies inside its cell.
+
+    Examples
+    --------
+    >>> nuc = np.zeros((1, 9), np.int32); nuc[0, 1] = 1; nuc[0, 6] = 2
+    >>> mod = np.array([[5, 5, 5, 0, 0, 0, 7, 7, 7]])
+    >>> model_cells(nuc, mod, 3).tolist()
+    [[1, 1, 1, 0, 0, 0, 2, 2, 2]]
+    """
+    nuclei = np.asarray(nuclei)
+    model = np.asarray(model).astype(np.int64, copy=False)
+    if nuclei.shape != model.shape:
+        raise ValueError(f"model: expected shape {nuclei.shape}, got {model.shape}")
+    grown = expand_cells(nuclei, distance_px)
+    top = int(max(nuclei.max(initial=0), 0))
+    match = np.zeros(top + 1, np.int64)  # nucleus id -> its model cell (0: none)
+    inside = (nuclei > 0) & (model > 0)
+    if inside.any():
+        base = int(model.max()) + 1
+        pairs, counts = np.unique(
+            nuclei[inside].astype(np.int64) * base + model[inside], return_counts=True
+        )
+        nucleus, cell = pairs // base, pairs % base
+        order = np.lexsort((-counts, nucleus))  # per nucleus, the largest overlap first
+        first = np.unique(nucleus[order], return_index=True)[1]
+        match[nucleus[order][first]] = cell[order][first]
+    own = match[np.clip(grown, 0, top)]
+    keep = (grown > 0) & ((own == 0) | (model == own) | (nuclei > 0))
+    return np.where(keep, grown, 0).astype(np.int32, copy=False)
+
+
+def owned_cells(
+    labels: np.ndarray,
+    owned: np.ndarray,
+    distance_px: float,
+    model: np.ndarray | None = None,
+) -> np.ndarray:
     """Cells of a tile's owned nuclei, grown among all the tile's nuclei.
 
     Neighbours the tile does not own still stop the growth, so a cell comes out the same
@@ -71,6 +139,8 @@ def owned_cells(labels: np.ndarray, owned: np.ndarray, distance_px: float) -> np
         The owned nuclei, renumbered (``owned_labels(labels, tile)``).
     distance_px : float
         Largest growth in pixels.
+    model : (M, N) ndarray of int, optional
+        A model's own cell labels: cells as :func:`model_cells` makes them.
 
     Returns
     -------
@@ -83,7 +153,10 @@ def owned_cells(labels: np.ndarray, owned: np.ndarray, distance_px: float) -> np
     compact = inverse.reshape(lab.shape).astype(np.int32)  # 0 stays 0 (it is the smallest)
     if not (lab == 0).any():
         compact += 1
-    cells = expand_cells(compact, distance_px)
+    if model is None:
+        cells = expand_cells(compact, distance_px)
+    else:
+        cells = model_cells(compact, model, distance_px)
     lut = np.zeros(int(np.max(compact)) + 1, np.int32)
     where = owned > 0
     lut[compact[where]] = owned[where]

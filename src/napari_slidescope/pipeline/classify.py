@@ -46,6 +46,7 @@ __all__ = [
     "RULES_KIND",
     "CellClassifier",
     "PhenotypeRules",
+    "annotation_summary",
     "check_rules",
     "class_summary",
     "classification_from",
@@ -569,6 +570,68 @@ def class_summary(result: NucleiResult, *, area_mm2: float | None = None) -> dic
     if "dab_score" in result.table:
         out.update(ihc_summary(np.asarray(result.table["dab_score"]), area_mm2=area_mm2))
     return out
+
+
+def annotation_summary(result: NucleiResult, polygon: Any, *, holes: Any = ()) -> dict[str, Any]:
+    """Return counts and densities per class of the cells inside an annotation (a polygon).
+
+    "CD8+ per mm² of the tumour annotation": a cell counts when its nucleus's centroid lies
+    inside `polygon` and outside its `holes`; the area is the polygon's less the holes'.
+
+    Parameters
+    ----------
+    result : NucleiResult
+        A classified result (:func:`classify_cells`).
+    polygon : (N, 2) array_like
+        Level-0 ``(row, col)`` ring (the slide's pixels, as QuPath annotations and the
+        napari plugin's shapes give them).
+    holes : sequence of (K, 2) array_like
+        Rings cut out of it.
+
+    Returns
+    -------
+    dict
+        ``area_mm2``, ``cells`` (how many inside) and :func:`class_summary` of those cells
+        on that area (``{class}_count``, ``{class}_per_mm2``, IHC figures).
+
+    Raises
+    ------
+    ValueError
+        Unclassified result, or a ring of fewer than three points.
+    """
+    from skimage.measure import points_in_poly
+
+    rings = [np.asarray(polygon, float), *(np.asarray(h, float) for h in holes)]
+    for r in rings:
+        if r.ndim != 2 or r.shape[1] != 2 or len(r) < 3:
+            raise ValueError(
+                f"annotation: expected (row, col) rings of 3 or more points, got shape {r.shape}"
+            )
+    table = result.table
+    if "class" not in table:
+        raise ValueError("annotation_summary: the result has no classes; run classify_cells first")
+    points = np.column_stack(
+        [np.asarray(table["centroid_row"], float), np.asarray(table["centroid_col"], float)]
+    ).reshape(-1, 2)
+    inside = points_in_poly(points, rings[0]) if len(points) else np.zeros(0, bool)
+    for hole in rings[1:]:
+        inside &= ~points_in_poly(points, hole)
+
+    def area(r: np.ndarray) -> float:
+        y, x = r[:, 0], r[:, 1]
+        return float(abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))) / 2)
+
+    mpp = result.mpp
+    my, mx = (float(mpp), float(mpp)) if isinstance(mpp, int | float) else map(float, mpp)
+    dy, dx = (float(v) for v in result.downsample)
+    px_um2 = (my / dy) * (mx / dx)  # one level-0 pixel
+    area_mm2 = max(area(rings[0]) - sum(area(h) for h in rings[1:]), 0.0) * px_um2 / 1e6
+    subset = dataclasses.replace(result, table={k: np.asarray(v)[inside] for k, v in table.items()})
+    return {
+        "area_mm2": area_mm2,
+        "cells": int(inside.sum()),
+        **class_summary(subset, area_mm2=area_mm2),
+    }
 
 
 def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:

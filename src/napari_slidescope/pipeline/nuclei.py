@@ -27,6 +27,7 @@ from napari_slidescope.analysis.geometry import labels_to_polygons
 from napari_slidescope.analysis.measure import concat_tables, measure_nuclei
 from napari_slidescope.analysis.resample import resample_nearest
 from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, for_stain
+from napari_slidescope.pipeline import runner as _runner
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 from napari_slidescope.pipeline.runner import TileResult, iter_tiles, postprocess_tile
@@ -232,13 +233,22 @@ class _ChannelView(SegmenterBase):
         self.name, self.input = segmenter.name, segmenter.input
         self.parallel_predict = segmenter.parallel_predict
 
+    def __getattr__(self, name: str) -> Any:  # the model's own cells (runner.cell_outlines)
+        if name in ("cells_from_model", "postprocess_cells"):
+            return getattr(self.inner, name)
+        raise AttributeError(name)
+
+    def _view(self, x: np.ndarray) -> np.ndarray:  # every channel for a model's own cells
+        every = getattr(self.inner, "all_channels", False)
+        return x if every else x[..., self.channel : self.channel + 1]
+
     def prepare(self, reference: np.ndarray, *, mpp: float) -> None:
         """Prepare the segmenter on the channel."""
-        self.inner.prepare(reference[..., self.channel : self.channel + 1], mpp=mpp)
+        self.inner.prepare(self._view(reference), mpp=mpp)
 
     def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
         """Predict on the channel."""
-        return self.inner.predict(tiles[..., self.channel : self.channel + 1], mpp=mpp)
+        return self.inner.predict(self._view(tiles), mpp=mpp)
 
     def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
         """Run the segmenter's own post-processing."""
@@ -461,6 +471,7 @@ def _setup(source: Any, options: _RunOptions) -> _Run:
         check_cancel(cancel, "set-up")
         kind = image_kind(slide, channel=options.channel)
         seg = _segmenter(options.segmenter, kind, dict(options.segmenter_options))
+        seg, outlines = _runner.cell_outlines(seg, cells_um)  # a model's own cells or expansion
         _check_input(seg, kind, str(getattr(slide, "path", "image")))
         plan = _work_plan(
             slide,
@@ -483,7 +494,8 @@ def _setup(source: Any, options: _RunOptions) -> _Run:
     runner_kwargs = dict(options.runner_kwargs)
     return _Run(
         slide, owned, plan, tiles, seg, measure, array_shape, runner_kwargs, polygon,
-        _resolved(seg, kind, plan, options.segmenter_options),
+        {**_resolved(seg, kind, plan, options.segmenter_options),
+         **({"cell_outlines": outlines} if outlines else {})},
     )  # fmt: skip
 
 

@@ -51,8 +51,9 @@ class NucleiResult:
         SHA-256 of the weights it loaded; None for the built-in methods), ``mpp`` (the
         working resolution, µm/px), ``stain_mode`` (``"brightfield"`` or
         ``"fluorescence"``), ``nuclear_channel`` (its name, fluorescence only) and
-        ``segmenter_options``. Two results computed differently never have the same
-        parameters.
+        ``segmenter_options``; with cells, ``cell_outlines`` (``"model"``: the
+        segmenter's own cells bound them, InstanSeg's fluorescence model; ``"expansion"``).
+        Two results computed differently never have the same parameters.
     cells : (M, N) ndarray of int32 or None
         With ``segment_nuclei(cell_expansion_um=...)``: the cells (same ids as the
         nuclei) on the grid of ``labels``; None otherwise or when ``labels`` is None.
@@ -151,6 +152,25 @@ class NucleiResult:
         from napari_slidescope.pipeline.scverse import to_anndata
 
         return to_anndata(self, compartment=compartment)
+
+    def to_spatialdata(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        image: str = "copy",
+        compartment: str = "auto",
+        overwrite: bool = False,
+    ) -> Path:
+        """Write a SpatialData zarr store (needs the ``scverse`` extra; not spatialdata).
+
+        See :func:`~napari_slidescope.pipeline.sdata.to_spatialdata`: shapes ``"cells"``
+        and ``"nuclei"``, the :meth:`to_anndata` table linked to them, and the slide's
+        pyramid over the region as the image ``"slide"`` (``image="reference"`` or
+        ``"none"`` to leave the pixels out).
+        """
+        from napari_slidescope.pipeline.sdata import to_spatialdata
+
+        return to_spatialdata(self, path, image=image, compartment=compartment, overwrite=overwrite)
 
     def to_geojson(self, path: str | os.PathLike[str]) -> Path:
         """Write the nuclei (or cells) as a GeoJSON FeatureCollection QuPath imports.

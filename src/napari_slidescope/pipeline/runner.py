@@ -42,7 +42,7 @@ from napari_slidescope.pipeline.tiling import (
 from napari_slidescope.segmenters.base import Segmenter, as_segmenter
 from napari_slidescope.slide.level_choice import coarsest_level_not_coarser
 
-__all__ = ["TileResult", "iter_tiles", "postprocess_tile"]
+__all__ = ["TileResult", "cell_outlines", "iter_tiles", "postprocess_tile"]
 
 _POLL = 0.02  # seconds between checks of the stop flag while blocked
 _CANCEL_POLL = 0.1  # seconds between checks of the cancel flag while waiting for a tile
@@ -473,7 +473,9 @@ def postprocess_tile(
     A ``measure`` with a ``cell_distance_px`` attribute > 0 also grows the owned nuclei
     into cells among all the tile's nuclei
     (:func:`~napari_slidescope.analysis.cells.owned_cells`) and is called as
-    ``measure(owned, rgb, tile, cells)``.
+    ``measure(owned, rgb, tile, cells)``. A segmenter with ``cells_from_model`` set (see
+    :func:`cell_outlines`) gives its own cells (``postprocess_cells(raw, *, mpp)``), which
+    bound them (:func:`~napari_slidescope.analysis.cells.model_cells`).
 
     Parameters
     ----------
@@ -511,7 +513,11 @@ def postprocess_tile(
     if distance > 0:
         from napari_slidescope.analysis.cells import owned_cells
 
-        cells = owned_cells(labels, owned, distance)
+        model = None
+        if getattr(segmenter, "cells_from_model", False):  # the model's own cell outlines
+            own: Any = segmenter
+            model = np.asarray(own.postprocess_cells(raw, mpp=mpp))[:h, :w]
+        cells = owned_cells(labels, owned, distance, model)
         table = measure(owned, rgb, tile, cells) if measure is not None else {}
     else:
         table = measure(owned, rgb, tile) if measure is not None else {}
@@ -537,3 +543,31 @@ def _global_ids(
     return TileResult(
         tile=tile, labels=labels, count=count, offset=offset, table=table, cells=cells
     )
+
+
+def cell_outlines(segmenter: Any, cell_expansion_um: float | None) -> tuple[Any, str | None]:
+    """Which cells a run makes, and the segmenter that makes them.
+
+    With ``cell_expansion_um`` and a segmenter whose model outlines cells itself
+    (``makes_cells``: InstanSeg's ``fluorescence_nuclei_and_cells``), a copy of it with
+    ``cells_from_model`` set: it reads every channel and returns its cells too, and each
+    cell is the model's, kept within ``cell_expansion_um`` of its nucleus and out of its
+    neighbours (:func:`~napari_slidescope.analysis.cells.model_cells`). Other segmenters'
+    cells are the nuclei's expansion.
+
+    Returns
+    -------
+    segmenter : object
+        The segmenter to run (the one given, or that copy).
+    outlines : {"model", "expansion"} or None
+        What the cells are (``result.parameters["cell_outlines"]``); None without cells.
+    """
+    if not cell_expansion_um:
+        return segmenter, None
+    if getattr(segmenter, "makes_cells", False):
+        import copy
+
+        segmenter = copy.copy(segmenter)
+        segmenter.cells_from_model = True
+        return segmenter, "model"
+    return segmenter, "expansion"

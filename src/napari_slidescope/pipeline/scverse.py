@@ -1,8 +1,7 @@
 """Results as scverse objects: :func:`to_anndata` (cells x markers) for scanpy and squidpy.
 
-anndata is optional (``pip install "napari-slidescope[scverse]"``). SpatialData is not
-offered: every spatialdata release on PyPI pins dask and distributed below the versions
-this project runs on (checked with ``pip install --dry-run spatialdata``).
+anndata is optional (``pip install "napari-slidescope[scverse]"``). SpatialData stores are
+written by :mod:`~napari_slidescope.pipeline.sdata` (without spatialdata itself).
 """
 
 from __future__ import annotations

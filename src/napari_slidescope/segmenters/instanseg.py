@@ -9,7 +9,12 @@ channel between the 0.1st and 99.9th percentile:
     CoNSeP (none of the MoNuSeg images this project measures accuracy on).
 ``fluorescence_nuclei_and_cells`` (registry name ``"instanseg-fluorescence"``)
     Any number of fluorescence channels in (channel-invariant), nuclei and cells out; the
-    pipeline gives it the nuclear channel and keeps the nuclei.
+    pipeline gives it the nuclear channel and keeps the nuclei. With
+    ``segment_nuclei(cell_expansion_um=...)`` it gets every channel instead and its cells
+    are used (``result.parameters["cell_outlines"] == "model"``): each nucleus's cell is
+    the model's cell it lies in, kept within ``cell_expansion_um`` of the nucleus and out
+    of its neighbours' expansion (so tiles agree at their seams), in place of the
+    expansion other segmenters' cells are.
 
 Network and embedding clustering run inside the model's ``forward`` (the runner's model
 stage); post-processing removes fragments below ``min_area_um2``. Only ``torch`` is needed
@@ -384,6 +389,11 @@ class InstanSegSegmenter(ModelSegmenter):
 
     packages = ("torch",)
 
+    #: Set by the pipeline (:func:`~napari_slidescope.pipeline.runner.cell_outlines`) on a
+    #: copy when cells are asked for: the model reads every channel, and :meth:`predict`
+    #: returns its cells after its nuclei (fluorescence model only).
+    cells_from_model = False
+
     install_hint = f"install it once with `{INSTALL_COMMAND}`"
 
     @classmethod
@@ -453,6 +463,16 @@ class InstanSegSegmenter(ModelSegmenter):
                 raise ValueError(f"intensity_range: expected (low, high), got {intensity_range!r}")
             self._fixed = (lo, hi)
 
+    @property
+    def makes_cells(self) -> bool:
+        """Whether the model outlines cells too (``fluorescence_nuclei_and_cells``)."""
+        return self.input == "fluorescence"
+
+    @property
+    def all_channels(self) -> bool:
+        """Whether the model is given every channel, not only the nuclear one (cells)."""
+        return bool(self.cells_from_model)
+
     def _channels(self, x: np.ndarray) -> np.ndarray:
         return x[..., :3] if self.input == "brightfield" else x
 
@@ -503,12 +523,25 @@ class InstanSegSegmenter(ModelSegmenter):
         return np.asarray(y.to("cpu").numpy())
 
     def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
-        """Model stage: nuclei labels of a (B, H, W, C) batch, as (B, H, W, 1) float32."""
+        """Model stage: nuclei labels of a (B, H, W, C) batch, as (B, H, W, 1) float32.
+
+        With ``cells_from_model``: (B, H, W, 2), the nuclei and the model's cells.
+        """
         tiles = np.asarray(tiles)
         need = 3 if self.input == "brightfield" else 1
         if tiles.ndim != 4 or tiles.shape[-1] < need:
             raise ValueError(f"tiles must have shape (B, H, W, >={need}); got {tiles.shape}")
-        return self.raw_forward(self._scale(tiles))[:, 0, ..., None].astype(np.float32)
+        out = self.raw_forward(self._scale(tiles))
+        if self.cells_from_model:  # nuclei, then the model's cells
+            return np.moveaxis(out[:, :2], 1, -1).astype(np.float32)
+        return out[:, 0, ..., None].astype(np.float32)
+
+    def postprocess_cells(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
+        """Return the model's cell labels in a :meth:`predict` output (``cells_from_model``)."""
+        raw = np.asarray(raw)
+        if raw.shape[-1] < 2:
+            raise ValueError("postprocess_cells: this output has no cells (cells_from_model)")
+        return np.rint(raw[..., 1]).astype(np.int32)
 
     def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
         """CPU stage: int32 labels without fragments below ``min_area_um2``, numbered 1..n."""

@@ -143,12 +143,12 @@ def _features(path):
 
 
 def test_large_regions_keep_outlines_instead_of_a_label_image(tmp_path, monkeypatch):
-    from napari_slidescope.pipeline import nuclei as nuclei_mod
+    from napari_slidescope.pipeline import nuclei_stitch
 
     img, _ = discs()
     kw = dict(segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False, workers=2)
     dense = segment_nuclei(ArraySlide(img, mpp=MPP), **kw)
-    monkeypatch.setattr(nuclei_mod, "DENSE_LABELS_BYTES", 1000)  # smaller than this region
+    monkeypatch.setattr(nuclei_stitch, "DENSE_LABELS_BYTES", 1000)  # smaller than this region
     with pytest.warns(SlidescopeWarning, match=r"would take .* GiB.*labels=True"):
         auto = segment_nuclei(ArraySlide(img, mpp=MPP), **kw)
     none = segment_nuclei(ArraySlide(img, mpp=MPP), labels=False, **kw)

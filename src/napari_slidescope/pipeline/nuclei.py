@@ -11,13 +11,8 @@ and are stitched into one label image with a measurement table
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
-from napari_slidescope.analysis.geometry import labels_to_polygons
-from napari_slidescope.analysis.measure import concat_tables
 from napari_slidescope.options import NucleiOptions
 from napari_slidescope.pipeline.nuclei_prepared import PreparedNuclei
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
@@ -31,8 +26,8 @@ from napari_slidescope.pipeline.nuclei_setup import (
     _setup,
     _steps,
 )
-from napari_slidescope.pipeline.nuclei_stitch import DENSE_LABELS_BYTES, _dense_labels, _to_level0
-from napari_slidescope.pipeline.tiling import Box, paste_owned
+from napari_slidescope.pipeline.nuclei_stitch import DENSE_LABELS_BYTES, _Assembly, _dense_labels
+from napari_slidescope.pipeline.tiling import Box
 
 __all__ = [
     "AUTO_TISSUE_TILES",
@@ -181,72 +176,19 @@ def segment_nuclei(
     if labels not in (True, False, "auto"):
         raise ValueError(f"labels must be True, False or 'auto'; got {labels!r}")
     run = _setup(source, request)
-    plan = run.plan
-    dense = _dense_labels(labels, plan, run.array_shape is not None)
-    image = np.zeros(plan.shape, np.int32) if dense else None
+    dense = _dense_labels(labels, run.plan, run.array_shape is not None)
     with_cells = bool(getattr(run.measure, "cell_distance_px", 0))
-    cell_image = np.zeros(plan.shape, np.int32) if dense and with_cells else None
-    polys: list[np.ndarray] = []
-    poly_ids: list[np.ndarray] = []
-    cell_polys: list[np.ndarray] = []
-    cell_ids: list[np.ndarray] = []
-    tables = []
+    assembly = _Assembly(run.plan, dense=dense, with_cells=with_cells)
     if progress is not None:
         progress(0, len(run.tiles))
     for step in _steps(run):
-        cells = step.result.cells
-        if image is not None:
-            paste_owned(image, step.result.labels, step.result.tile)
-            if cell_image is not None and cells is not None:
-                paste_owned(cell_image, cells, step.result.tile)
-        else:  # outlines in level-0 px, tile by tile: memory grows with the nuclei only
-            dy, dx = plan.downsample
-            y0, x0 = step.result.tile.box[:2]
-            tile_origin = (plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx)
-            p, i = labels_to_polygons(
-                step.result.labels, downsample=plan.downsample, origin=tile_origin
-            )
-            polys.extend(p)
-            poly_ids.append(i)
-            if cells is not None:
-                p, i = labels_to_polygons(cells, downsample=plan.downsample, origin=tile_origin)
-                cell_polys.extend(p)
-                cell_ids.append(i)
-        tables.append(step.result.table)
+        assembly.add(step.result)
         if progress is not None:
             progress(step.done, step.total)
-    table = concat_tables(tables)
-    origin, downsample = plan.origin, plan.downsample
-    out_mpp: float | tuple[float, float] = plan.mpp
-    if image is not None and run.array_shape is not None and plan.downsample != (1.0, 1.0):
-        image = _to_level0(image, plan)
-        if cell_image is not None:
-            cell_image = _to_level0(cell_image, plan)
-        downsample = (1.0, 1.0)
-        out_mpp = (plan.mpp / plan.downsample[0], plan.mpp / plan.downsample[1])
-        if out_mpp[0] == out_mpp[1]:
-            out_mpp = out_mpp[0]
-    outlines = cell_outlines = None
-    if image is None:
-        ids = np.concatenate(poly_ids) if poly_ids else np.zeros(0, np.int64)
-        outlines = (polys, ids)
-        if with_cells:
-            ids = np.concatenate(cell_ids) if cell_ids else np.zeros(0, np.int64)
-            cell_outlines = (cell_polys, ids)
-    return NucleiResult(
-        labels=image,
-        mpp=out_mpp,
-        origin=origin,
-        downsample=downsample,
-        count=int(table["id"].size),
-        table=table,
-        region=plan.region,
+    return assembly.result(
+        array_pixels=run.array_shape is not None,
         segmenter=run.segmenter.name,
-        source=None if plan.path is None else Path(plan.path),
-        parameters=dict(run.parameters),
-        outlines=outlines,
-        cells=cell_image,
-        cell_outlines=cell_outlines,
+        parameters=run.parameters,
     )
 
 

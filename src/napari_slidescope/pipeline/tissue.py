@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 import warnings
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from napari_slidescope.options import TissueOptions
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region, split_region
 from napari_slidescope.pipeline.summary import tissue_area_px
+from napari_slidescope.segmenters.stain import slide_is_fluorescence
 
 __all__ = ["DEFAULT_TARGET_MPP", "TissueOptions", "TissueResult", "detect_tissue"]
 
@@ -46,9 +46,6 @@ NOMINAL_MPP = 0.5
 _READ_BYTES = 64 * 2**20
 #: Strip size when a run can be cancelled: one strip decodes well within a second.
 _CANCEL_READ_BYTES = 8 * 2**20
-_FLUO_NAMES = re.compile(
-    r"dapi|hoechst|fitc|tritc|texas|\bcy[2-7]|alexa|\baf\d{3}|opal|[gry]fp\b|fluor", re.I
-)
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,13 +121,12 @@ class TissueResult:
 
 
 def _auto_mode(slide: SlideLike) -> Mode | None:
-    """Mode from the slide's metadata, or None when it does not say."""
-    if getattr(slide, "fluorescence", False) or slide.axes == "CYX":
-        return "fluorescence"
-    names = " ".join(str(n) for n in getattr(slide, "channel_names", []) or [])
-    if names and _FLUO_NAMES.search(names):
-        return "fluorescence"
-    return None
+    """Mode from the slide's metadata (the library's one rule), or None when they do not say.
+
+    (A one-channel ``YX`` slide is fluorescence by the rule; its grayscale pixels were
+    always found so by :func:`~napari_slidescope.analysis.tissue.infer_mode` too.)
+    """
+    return "fluorescence" if slide_is_fluorescence(slide) else None
 
 
 def _read_working(

@@ -207,6 +207,15 @@ def test_all_background_gives_no_nuclei():
     assert res.count == 0 and not res.labels.any()
     assert list(res.table) == list(COLUMNS) and all(v.size == 0 for v in res.table.values())
     assert calls[0] == (0, calls[-1][1]) and calls[-1][0] == calls[-1][1] > 1
+    # the one-argument form gets the same progress as Progress records
+    from napari_slidescope.pipeline.progress import Progress
+
+    records = []
+    segment_nuclei(
+        img, mpp=MPP, segmenter=ThresholdSegmenter(), tissue=False, tile_size_um=20,
+        progress=records.append,
+    )  # fmt: skip
+    assert records == [Progress(d, t) for d, t in calls]
 
 
 def tissue_half(img):

@@ -27,6 +27,7 @@ from napari_slidescope.pipeline.nuclei_setup import (
     _steps,
 )
 from napari_slidescope.pipeline.nuclei_stitch import DENSE_LABELS_BYTES, _Assembly, _dense_labels
+from napari_slidescope.pipeline.progress import ProgressCallback, progress_caller
 from napari_slidescope.pipeline.tiling import Box
 
 __all__ = [
@@ -92,7 +93,7 @@ def segment_nuclei(
     options: NucleiOptions | None = None,
     tissue: TissueArg = "auto",
     workers: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: ProgressCallback | Callable[[int, int], Any] | None = None,
     labels: bool | Literal["auto"] = "auto",
     **keywords: Any,
 ) -> NucleiResult:
@@ -128,8 +129,9 @@ def segment_nuclei(
     workers : int, optional
         Post-processing threads; default ``os.cpu_count()``.
     progress : callable, optional
-        ``progress(done, total)`` called with ``(0, total)`` once set up and after each
-        tile (the one progress signature of the library).
+        ``progress(Progress)`` (:class:`~napari_slidescope.pipeline.progress.Progress`:
+        tiles ``done`` of ``total``) once set up (``done=0``) and after each tile. A
+        two-argument callable is called ``progress(done, total)``, as before.
     labels : "auto" or bool
         Build the label image of the region (True), or keep only the table and each
         nucleus's outline (False: memory grows with the number of nuclei, not with the
@@ -175,16 +177,17 @@ def segment_nuclei(
     )  # fmt: skip
     if labels not in (True, False, "auto"):
         raise ValueError(f"labels must be True, False or 'auto'; got {labels!r}")
+    report = progress_caller(progress)
     run = _setup(source, request)
     dense = _dense_labels(labels, run.plan, run.array_shape is not None)
     with_cells = bool(getattr(run.measure, "cell_distance_px", 0))
     assembly = _Assembly(run.plan, dense=dense, with_cells=with_cells)
-    if progress is not None:
-        progress(0, len(run.tiles))
+    if report is not None:
+        report(0, len(run.tiles))
     for step in _steps(run):
         assembly.add(step.result)
-        if progress is not None:
-            progress(step.done, step.total)
+        if report is not None:
+            report(step.done, step.total)
     return assembly.result(
         array_pixels=run.array_shape is not None,
         segmenter=run.segmenter.name,

@@ -232,3 +232,21 @@ def test_options_object_and_keywords_agree_and_keywords_win():
         detect_tissue(dark, mpp=1.0, min_tissue=5)
     with pytest.raises(TypeError, match="expected a TissueOptions"):
         detect_tissue(dark, mpp=1.0, options={"mode": "brightfield"})
+
+
+def test_results_are_frozen_with_int_origins_and_exports_return_the_path(tmp_path):
+    import dataclasses
+
+    from napari_slidescope.pipeline.nuclei_result import NucleiResult
+
+    img = np.full((300, 300, 3), 240, np.uint8)
+    img[60:240, 60:240] = (150, 80, 160)
+    tissue = detect_tissue(img, mpp=1.0, target_mpp=4.0, region=(2, 2, 298, 298))
+    assert tissue.origin == (2, 2)  # the region's corner: the one level read from there
+    assert all(type(v) is int for v in tissue.origin)
+    assert tissue.to_geojson(tmp_path / "t.geojson") == tmp_path / "t.geojson"
+    assert (tmp_path / "t.geojson").stat().st_size > 0
+    nuclei = NucleiResult(None, 1.0, (0, 0), (1.0, 1.0), 0, {"id": np.zeros(0)}, (0, 0, 1, 1))
+    for result in (tissue, nuclei):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            result.mpp = 2.0  # type: ignore[misc]

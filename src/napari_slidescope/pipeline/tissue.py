@@ -17,6 +17,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,14 +53,19 @@ _CANCEL_READ_BYTES = 8 * 2**20
 class TissueResult:
     """Tissue found on a slide or region.
 
+    A frozen value, as :class:`~napari_slidescope.pipeline.nuclei_result.NucleiResult`:
+    its attributes cannot be rebound (make a changed copy with ``dataclasses.replace``);
+    results compare by identity (they hold arrays).
+
     Attributes
     ----------
     mask : (M, N) ndarray of bool
         Tissue at the working resolution, covering ``region``.
     mpp : float or None
         µm per mask pixel, or None for an uncalibrated slide.
-    origin : (float, float)
-        Level-0 ``(y, x)`` of the top-left corner of ``mask[0, 0]``.
+    origin : (int, int)
+        Level-0 ``(y, x)`` of the top-left corner of ``mask[0, 0]`` (to the nearest
+        level-0 pixel where a pyramid level's downsample is not a whole number).
     downsample : (float, float)
         Level-0 pixels per mask pixel, ``(y, x)``.
     polygons : list of (N, 2) ndarray of float
@@ -86,7 +92,7 @@ class TissueResult:
 
     mask: np.ndarray = field(repr=False)
     mpp: float | None
-    origin: tuple[float, float]
+    origin: tuple[int, int]
     downsample: tuple[float, float]
     polygons: list[np.ndarray] = field(repr=False)
     holes: list[list[np.ndarray]] = field(repr=False)
@@ -104,16 +110,23 @@ class TissueResult:
         *,
         name: str = "Tissue",
         color: Sequence[int] = geojson.TISSUE_COLOR,
-    ) -> None:
+    ) -> Path:
         """Write the polygons as a GeoJSON FeatureCollection that QuPath imports.
 
         One ``"annotation"`` feature per tissue piece, classified as ``name``, with
         holes as interior rings, in level-0 pixel ``(x, y)``. Read it back with
         :func:`napari_slidescope.analysis.geojson.read_geojson`.
+
+        Returns
+        -------
+        path : Path
+            The file written (as :meth:`NucleiResult.to_geojson
+            <napari_slidescope.pipeline.nuclei_result.NucleiResult.to_geojson>`).
         """
         geojson.write_geojson(
             path, self.polygons, self.holes, name=name, color=color, object_type="annotation"
         )
+        return Path(path)
 
     def tiles_with_tissue(self, boxes: Any, *, min_fraction: float = 0.0) -> np.ndarray:
         """Which level-0 boxes ``(K, 4)`` hold tissue (see ``geometry.tiles_with_tissue``)."""
@@ -287,7 +300,7 @@ def _detect(
     )
     check_cancel(cancel, "tissue detection")
 
-    origin = (ly0 * dy, lx0 * dx)
+    origin = (round(ly0 * dy), round(lx0 * dx))
     ds = (wdy, wdx)
     if polygon is not None:  # tissue clipped to the polygon (mask pixel centres inside)
         mask = mask & geometry.polygons_to_mask(

@@ -8,7 +8,7 @@ means per compartment), called by the runner's post-process stage on every tile.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -17,6 +17,17 @@ from napari_slidescope.analysis.measure import measure_nuclei
 from napari_slidescope.pipeline.tiling import Tile, TilePlan
 from napari_slidescope.segmenters import ImageKind
 
+
+class StainSeparator(Protocol):
+    """What unmixes stains: a ``StainMatrix`` or a segmenter's own ``stains``.
+
+    Its ``second`` attribute (``"eosin"`` or ``"dab"``) is read when present.
+    """
+
+    def separate(self, rgb: np.ndarray) -> np.ndarray:  # noqa: D102
+        ...
+
+
 #: Pixels per stain-unmixing call. A (n, 3) @ (3, 3) product of a million rows makes
 #: OpenBLAS start its threads: 8x slower than in chunks on one thread, and those threads
 #: compete with the pipeline's workers.
@@ -24,7 +35,10 @@ _UNMIX_ROWS = 32_768
 
 
 def _measure(
-    plan: TilePlan, kind: ImageKind, stains: Any, cell_expansion_um: float | None = None
+    plan: TilePlan,
+    kind: ImageKind,
+    stains: StainSeparator | None,
+    cell_expansion_um: float | None = None,
 ) -> Callable[..., dict[str, np.ndarray]]:
     """Measurements that fit the image: stain ODs (H&E, H-DAB), channel means (fluorescence).
 
@@ -68,7 +82,11 @@ def _measure(
         return table
 
     def _compartments(
-        nuclei: np.ndarray, cells: np.ndarray, ids: np.ndarray, pixels: np.ndarray, od: Any
+        nuclei: np.ndarray,
+        cells: np.ndarray,
+        ids: np.ndarray,
+        pixels: np.ndarray,
+        od: np.ndarray | None,
     ) -> dict[str, np.ndarray]:
         if columns:
             names = [c.removesuffix("_mean") for c in columns.values()]

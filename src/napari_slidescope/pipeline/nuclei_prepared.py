@@ -164,7 +164,7 @@ class PreparedNuclei:
         raw = np.asarray(self._run.segmenter.predict(rgb[None], mpp=self._run.plan.mpp))
         if raw.shape[0] != 1:
             raise ValueError(f"predict: expected 1 output, got shape {raw.shape}")
-        return raw[0]
+        return np.asarray(raw[0])
 
     def postprocess(self, index: int, raw: np.ndarray) -> TileResult:
         """Post-process one tile's model output: the nuclei it owns and their measurements.

@@ -18,7 +18,8 @@ import os
 import warnings
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from threading import Event
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -26,7 +27,8 @@ from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, for_stain
 from napari_slidescope.options import NucleiOptions
 from napari_slidescope.pipeline.cancel import check_cancel
-from napari_slidescope.pipeline.nuclei_measure import _measure
+from napari_slidescope.pipeline.nuclei_measure import StainSeparator, _measure
+from napari_slidescope.pipeline.regions import SlideLike
 from napari_slidescope.pipeline.runner import TileResult, iter_tiles
 from napari_slidescope.pipeline.tiling import Box, Tile, TilePlan, make_plan, read_tile
 from napari_slidescope.segmenters import (
@@ -65,7 +67,21 @@ _SAMPLE_TILES = 8
 _SAMPLE_MIN_SIDE = 64
 
 
-TissueArg = Literal["auto"] | bool | Any
+class TissueMask(Protocol):
+    """A tissue mask on a grid (``TissueResult``, the batch's ``TissueGrid``)."""
+
+    @property
+    def mask(self) -> np.ndarray: ...  # noqa: D102
+
+    @property
+    def downsample(self) -> tuple[float, float]: ...  # noqa: D102
+
+    @property
+    def origin(self) -> tuple[float, float]: ...  # noqa: D102
+
+
+#: The ``tissue`` argument: ``"auto"``, True (detect), False / None (every tile) or a mask.
+TissueArg = Literal["auto"] | bool | None | TissueMask
 
 
 @dataclass
@@ -167,11 +183,11 @@ def _request(
 
 @dataclass
 class _Run:
-    slide: Any
+    slide: SlideLike
     owned: bool
     plan: TilePlan
     tiles: tuple[Tile, ...]
-    segmenter: Any
+    segmenter: Segmenter
     measure: Callable[[np.ndarray, np.ndarray, Tile], dict[str, np.ndarray]]
     array_shape: tuple[int, int] | None
     runner_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -181,7 +197,9 @@ class _Run:
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
-def _as_source(source: Any, mpp: float | tuple[float, float] | None) -> tuple[Any, bool, bool]:
+def _as_source(
+    source: Any, mpp: float | tuple[float, float] | None
+) -> tuple[SlideLike, bool, bool]:
     """Return ``(slide, owned, is_array)`` for a Slide, a path or an RGB array."""
     from napari_slidescope.pipeline.regions import as_slide
 
@@ -195,7 +213,7 @@ def _as_source(source: Any, mpp: float | tuple[float, float] | None) -> tuple[An
 
 
 def _working_sample(
-    slide: Any, plan: TilePlan, tiles: tuple[Tile, ...], cancel: Any = None
+    slide: SlideLike, plan: TilePlan, tiles: tuple[Tile, ...], cancel: Event | None = None
 ) -> np.ndarray:
     """Pixels of the region's tiles at the working resolution, for ``segmenter.prepare``.
 
@@ -228,7 +246,7 @@ def _box_shape(box: Box) -> tuple[int, int]:
     return box[2] - box[0], box[3] - box[1]
 
 
-def _tissue_tiles(plan: TilePlan, tissue: Any) -> tuple[Tile, ...]:
+def _tissue_tiles(plan: TilePlan, tissue: TissueMask) -> tuple[Tile, ...]:
     """Tiles whose core touches tissue in a ``TissueResult``-like mask."""
     from napari_slidescope.analysis.geometry import tiles_with_tissue
 
@@ -288,7 +306,7 @@ def _check_input(segmenter: Segmenter, kind: ImageKind, where: str) -> None:
 
 
 def _work_plan(
-    slide: Any,
+    slide: SlideLike,
     segmenter: Segmenter,
     kind: ImageKind,
     *,
@@ -315,7 +333,9 @@ def _work_plan(
             SlidescopeWarning,
             stacklevel=4,
         )
-    path = None if is_array or getattr(slide, "format", "") == "array" else str(slide.path)
+    where = getattr(slide, "path", None)
+    array = is_array or getattr(slide, "format", "") == "array"
+    path = None if array or where is None else str(where)
     return make_plan(
         region,
         slide_mpp=slide_mpp,
@@ -327,7 +347,11 @@ def _work_plan(
 
 
 def _tissue_filter(
-    slide: Any, plan: TilePlan, tissue: TissueArg, cancel: Any = None, polygon: Any = None
+    slide: SlideLike,
+    plan: TilePlan,
+    tissue: TissueArg,
+    cancel: Event | None = None,
+    polygon: np.ndarray | None = None,
 ) -> tuple[Tile, ...]:
     """Return the tiles that touch tissue (``tissue="auto"``: detect on big plans)."""
     if tissue == "auto":
@@ -341,14 +365,14 @@ def _tissue_filter(
 
 
 def _prepare_run(
-    slide: Any,
+    slide: SlideLike,
     plan: TilePlan,
     tiles: tuple[Tile, ...],
     segmenter: Segmenter,
     kind: ImageKind,
-    cancel: Any = None,
+    cancel: Event | None = None,
     stain: str = "auto",
-) -> tuple[Segmenter, ImageKind, Any]:
+) -> tuple[Segmenter, ImageKind, StainSeparator | None]:
     """Prepare the segmenter on a working sample; fix the nuclear channel and the stains."""
     if not tiles:
         return segmenter, kind, None
@@ -402,7 +426,7 @@ def _setup(source: Any, request: _Request) -> _Run:
         if owned:
             slide.close()
         raise
-    array_shape = tuple(slide.shape0) if is_array else None
+    array_shape = (int(slide.shape0[0]), int(slide.shape0[1])) if is_array else None
     measure = _measure(plan, kind, stains, cells_um)
     runner_kwargs = dict(request.runner_kwargs)
     return _Run(

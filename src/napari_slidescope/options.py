@@ -15,6 +15,16 @@ spin boxes and menus. Only options that change what is computed belong here; how
 executed (worker threads, progress callbacks, the cluster) stays with the function that
 runs it.
 
+Classification has no options class here: its options object is
+:class:`~napari_slidescope.pipeline.classify.PhenotypeRules`, already frozen, checked
+once (``PhenotypeRules.of``), saved and loaded as JSON, and taken whole by
+:func:`~napari_slidescope.pipeline.classify.classify_cells`. A ``ClassifyOptions`` beside
+it would be a second copy of the same rules; what classification adds to a digest is the
+rules' JSON.
+
+Entry points take an options object and, for its fields, keywords applied on top of it
+(:meth:`NucleiOptions.merged`: a keyword wins over the same field of the object).
+
 Examples
 --------
 >>> from napari_slidescope.options import NucleiOptions, TissueOptions

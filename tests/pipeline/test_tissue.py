@@ -226,6 +226,8 @@ def test_options_object_and_keywords_agree_and_keywords_win():
     assert by_options.mode == by_keywords.mode == "brightfield"
     np.testing.assert_array_equal(by_options.mask, by_keywords.mask)
     assert by_options.mask.shape == (100, 100)  # 400 px at 1 µm/px, 4 µm/px working pixels
+    assert by_options.parameters == {"options": opts.as_dict()}
+    assert by_keywords.parameters == by_options.parameters
     # a keyword wins over the same field of options
     assert detect_tissue(dark, mpp=1.0, options=opts, mode="fluorescence").mode == "fluorescence"
     with pytest.raises(TypeError, match=r"unexpected keyword.*'min_tissue'"):

@@ -88,6 +88,11 @@ class TissueResult:
         Mode used.
     threshold : float
         Feature threshold used.
+    parameters : dict
+        What was asked for: ``options``, the run's
+        :class:`~napari_slidescope.options.TissueOptions` as ``as_dict()`` (what ``"auto"``
+        resolved to is ``mode``, ``threshold`` and ``mpp`` above), as
+        ``NucleiResult.parameters["options"]``.
     """
 
     mask: np.ndarray = field(repr=False)
@@ -103,6 +108,7 @@ class TissueResult:
     level: int
     mode: Mode
     threshold: float
+    parameters: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def to_geojson(
         self,
@@ -328,4 +334,5 @@ def _detect(
         level=level,
         mode=use,
         threshold=thr,
+        parameters={"options": options.as_dict()},
     )

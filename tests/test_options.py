@@ -90,3 +90,40 @@ def test_from_mapping_names_unknown_keys() -> None:
     ):
         TissueOptions.from_mapping({"tile": 1}, where="settings")
     assert TissueOptions.from_mapping({"target_mpp": 4}).target_mpp == 4.0
+
+
+def test_merged_applies_keywords_on_top_and_names_unknown_ones() -> None:
+    base = NucleiOptions(tile_size_um=256, stain="H&E")
+    merged = NucleiOptions.merged(base, {"tile_size_um": 128}, where="f")
+    assert merged.tile_size_um == 128.0  # the keyword wins
+    assert merged.stain == "H&E"  # the rest of the object stays
+    assert NucleiOptions.merged(None, {}, where="f") == NucleiOptions()
+    with pytest.raises(TypeError, match=r"^f\(\) got unexpected keyword argument\(s\) \['tile'\]"):
+        NucleiOptions.merged(None, {"tile": 1}, where="f")
+    with pytest.raises(TypeError, match=r"^f: options: expected a NucleiOptions"):
+        NucleiOptions.merged(TissueOptions(), {}, where="f")  # type: ignore[arg-type]
+
+
+def test_numpy_numbers_are_accepted_as_python_numbers() -> None:
+    import numpy as np
+
+    opts = NucleiOptions(cell_expansion_um=np.float32(2.5), tile_size_um=np.int64(300))
+    assert opts.cell_expansion_um == 2.5
+    assert type(opts.cell_expansion_um) is float
+    assert opts.tile_size_um == 300.0
+    with pytest.raises(ValueError, match=r"^tile_size_um: expected a positive number"):
+        NucleiOptions(tile_size_um=np.bool_(True))
+
+
+def test_tissue_mask_defaults_are_the_tissue_options_defaults() -> None:
+    """analysis.tissue (numpy-only, below options) keeps its own keyword defaults: the same."""
+    import inspect
+
+    from napari_slidescope.analysis.tissue import tissue_mask
+
+    params = inspect.signature(tissue_mask).parameters
+    shared = ["threshold", "smooth_um", "min_tissue_um2", "max_hole_um2", "outer_only"]
+    shared.append("reject_artifacts")  # (mode: tissue_mask needs a concrete one)
+    for name, default, _info in option_fields(TissueOptions):
+        if name in shared:
+            assert params[name].default == default, name

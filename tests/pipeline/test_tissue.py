@@ -211,3 +211,44 @@ def test_strip_reads_give_the_same_mask(scene, monkeypatch):
     monkeypatch.setattr(mod, "_READ_BYTES", 100 * 1600 * 3)  # ~100-row strips
     strips = detect_tissue(img, mpp=1.0, region=(3, 5, 1195, 1597))
     np.testing.assert_array_equal(strips.mask, whole.mask)
+
+
+def test_options_object_and_keywords_agree_and_keywords_win():
+    from napari_slidescope.options import TissueOptions
+
+    rng = np.random.default_rng(0)
+    dark = np.clip(rng.normal(3, 1, (400, 400, 3)), 0, 255)
+    dark[100:300, 100:300, 2] += 60
+    dark = dark.astype(np.uint8)
+    opts = TissueOptions(mode="brightfield", target_mpp=4)
+    by_options = detect_tissue(dark, mpp=1.0, options=opts)
+    by_keywords = detect_tissue(dark, mpp=1.0, mode="brightfield", target_mpp=4)
+    assert by_options.mode == by_keywords.mode == "brightfield"
+    np.testing.assert_array_equal(by_options.mask, by_keywords.mask)
+    assert by_options.mask.shape == (100, 100)  # 400 px at 1 µm/px, 4 µm/px working pixels
+    assert by_options.parameters == {"options": opts.as_dict()}
+    assert by_keywords.parameters == by_options.parameters
+    # a keyword wins over the same field of options
+    assert detect_tissue(dark, mpp=1.0, options=opts, mode="fluorescence").mode == "fluorescence"
+    with pytest.raises(TypeError, match=r"unexpected keyword.*'min_tissue'"):
+        detect_tissue(dark, mpp=1.0, min_tissue=5)
+    with pytest.raises(TypeError, match="expected a TissueOptions"):
+        detect_tissue(dark, mpp=1.0, options={"mode": "brightfield"})
+
+
+def test_results_are_frozen_with_int_origins_and_exports_return_the_path(tmp_path):
+    import dataclasses
+
+    from napari_slidescope.pipeline.nuclei_result import NucleiResult
+
+    img = np.full((300, 300, 3), 240, np.uint8)
+    img[60:240, 60:240] = (150, 80, 160)
+    tissue = detect_tissue(img, mpp=1.0, target_mpp=4.0, region=(2, 2, 298, 298))
+    assert tissue.origin == (2, 2)  # the region's corner: the one level read from there
+    assert all(type(v) is int for v in tissue.origin)
+    assert tissue.to_geojson(tmp_path / "t.geojson") == tmp_path / "t.geojson"
+    assert (tmp_path / "t.geojson").stat().st_size > 0
+    nuclei = NucleiResult(None, 1.0, (0, 0), (1.0, 1.0), 0, {"id": np.zeros(0)}, (0, 0, 1, 1))
+    for result in (tissue, nuclei):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            result.mpp = 2.0  # type: ignore[misc]

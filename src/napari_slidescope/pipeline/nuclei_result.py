@@ -16,9 +16,16 @@ from napari_slidescope.analysis.measure import write_csv
 __all__ = ["NucleiResult"]
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class NucleiResult:
     """Nuclei of a region: labels, geometry and one table row per nucleus.
+
+    A frozen value, as :class:`~napari_slidescope.pipeline.tissue.TissueResult`: its
+    attributes cannot be rebound, so a result handed to a viewer layer, an export or
+    another thread stays what it was; steps that add to it return a copy
+    (:func:`~napari_slidescope.pipeline.classify.classify_cells` uses
+    ``dataclasses.replace``). Results compare by identity (they hold arrays). The arrays
+    and the table are not copied: do not write into them.
 
     Attributes
     ----------
@@ -46,7 +53,9 @@ class NucleiResult:
     source : Path or None
         Slide path, None for arrays.
     parameters : dict
-        What ran, every default (``"auto"`` included) resolved: ``segmenter`` (its
+        What was asked for, ``options`` (the run's
+        :class:`~napari_slidescope.options.NucleiOptions` as ``as_dict()``), and what ran,
+        every default (``"auto"`` included) resolved: ``segmenter`` (its
         name), ``model``, ``model_version`` and ``weights_sha256`` (the model and the
         SHA-256 of the weights it loaded; None for the built-in methods), ``mpp`` (the
         working resolution, µm/px), ``stain_mode`` (``"brightfield"`` or
@@ -54,6 +63,12 @@ class NucleiResult:
         ``segmenter_options``; with cells, ``cell_outlines`` (``"model"``: the
         segmenter's own cells bound them, InstanSeg's fluorescence model; ``"expansion"``).
         Two results computed differently never have the same parameters.
+    outlines : (list of (K, 2) ndarray, (count,) ndarray) or None
+        When ``labels`` is None: each nucleus's outline, a level-0 ``(row, col)`` ring of
+        floats (the outer contour of its largest piece, traced tile by tile as
+        :func:`~napari_slidescope.analysis.geometry.labels_to_polygons` does), and, in the
+        same order, its id (the table's ``id``). None when ``labels`` holds the nuclei
+        (:meth:`outlines_of` traces them from it).
     cells : (M, N) ndarray of int32 or None
         With ``segment_nuclei(cell_expansion_um=...)``: the cells (same ids as the
         nuclei) on the grid of ``labels``; None otherwise or when ``labels`` is None.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -162,10 +163,11 @@ def inside_polygon(rows: np.ndarray, cols: np.ndarray, ring: np.ndarray) -> np.n
     """Return which level-0 points ``(rows[i], cols[i])`` lie inside a ``(row, col)`` ring."""
     from skimage.measure import points_in_poly
 
+    contains: Callable[[np.ndarray, np.ndarray], np.ndarray] = points_in_poly  # (untyped)
     pts = np.stack([np.asarray(rows, float), np.asarray(cols, float)], axis=1)
     if len(pts) == 0:
         return np.zeros(0, bool)
-    return np.asarray(points_in_poly(pts, np.asarray(ring, float)), bool)
+    return np.asarray(contains(pts, np.asarray(ring, float)), bool)
 
 
 def inside_region(rows: np.ndarray, cols: np.ndarray, region: Any) -> np.ndarray:

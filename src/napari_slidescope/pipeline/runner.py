@@ -28,7 +28,7 @@ import queue
 import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -89,7 +89,7 @@ class _Item:
     raw: np.ndarray | None = None
 
 
-def _put(q: queue.Queue, item: Any, stop: threading.Event) -> None:
+def _put(q: queue.Queue[Any], item: Any, stop: threading.Event) -> None:
     while True:
         if stop.is_set():
             raise _Stop
@@ -100,7 +100,7 @@ def _put(q: queue.Queue, item: Any, stop: threading.Event) -> None:
             continue
 
 
-def _get(q: queue.Queue, stop: threading.Event) -> Any:
+def _get(q: queue.Queue[Any], stop: threading.Event) -> Any:
     while True:
         if stop.is_set():
             raise _Stop
@@ -283,9 +283,9 @@ class _StagedRun:
         self.slots = threading.Semaphore(bound)
         self.take_lock = threading.Lock()
         self.next_todo = iter(range(len(self.todo)))
-        self.q_read: queue.Queue = queue.Queue(maxsize=q)
-        self.q_post: queue.Queue = queue.Queue(maxsize=q)
-        self.q_out: queue.Queue = queue.Queue()  # bounded by `slots`
+        self.q_read: queue.Queue[Any] = queue.Queue(maxsize=q)
+        self.q_post: queue.Queue[Any] = queue.Queue(maxsize=q)
+        self.q_out: queue.Queue[Any] = queue.Queue()  # bounded by `slots`
         self.readers_left, self.models_left = self.read_threads, self.n_model
         self.done = object()  # end-of-stream marker passed down the queues
         self.threads: list[threading.Thread] = []
@@ -324,7 +324,7 @@ class _StagedRun:
     def _last_of(self, counter: str) -> bool:
         """Count down ``counter`` under the lock; True for the thread that ends it."""
         with self.take_lock:
-            left = getattr(self, counter) - 1
+            left = int(getattr(self, counter)) - 1
             setattr(self, counter, left)
             return left == 0
 
@@ -439,7 +439,7 @@ class _StagedRun:
 
     def results(self, cancel: threading.Event | None = None) -> Generator[TileResult, None, None]:
         """Yield finished tiles in plan order with region-unique ids."""
-        pending: dict[int, tuple[np.ndarray, dict, np.ndarray | None]] = {}
+        pending: dict[int, tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]] = {}
         offset = 0
         for k in range(len(self.todo)):
             check_cancel(cancel, f"tile {k + 1} of {len(self.todo)}")
@@ -458,6 +458,10 @@ class _StagedRun:
             self.slots.release()
 
 
+_Table = dict[str, np.ndarray]
+
+
+@overload
 def postprocess_tile(
     segmenter: Segmenter,
     raw: np.ndarray,
@@ -465,9 +469,34 @@ def postprocess_tile(
     tile: Tile,
     *,
     mpp: float,
-    measure: Callable[..., dict[str, np.ndarray]] | None = None,
+    measure: Callable[..., _Table] | None = None,
+    with_cells: Literal[False] = False,
+) -> tuple[np.ndarray, _Table]: ...
+
+
+@overload
+def postprocess_tile(
+    segmenter: Segmenter,
+    raw: np.ndarray,
+    rgb: np.ndarray,
+    tile: Tile,
+    *,
+    mpp: float,
+    measure: Callable[..., _Table] | None = None,
+    with_cells: Literal[True],
+) -> tuple[np.ndarray, _Table, np.ndarray | None]: ...
+
+
+def postprocess_tile(
+    segmenter: Segmenter,
+    raw: np.ndarray,
+    rgb: np.ndarray,
+    tile: Tile,
+    *,
+    mpp: float,
+    measure: Callable[..., _Table] | None = None,
     with_cells: bool = False,
-) -> Any:
+) -> tuple[np.ndarray, _Table] | tuple[np.ndarray, _Table, np.ndarray | None]:
     """Post-process one tile: the labels it owns and their measurements.
 
     A ``measure`` with a ``cell_distance_px`` attribute > 0 also grows the owned nuclei

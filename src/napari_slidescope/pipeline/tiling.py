@@ -306,7 +306,7 @@ def _lerp(a: np.ndarray, i0: np.ndarray, w: np.ndarray | None, axis: int) -> np.
     shape = [1] * a.ndim
     shape[axis] = -1
     w = w.reshape(shape)
-    return np.take(a, i0, axis=axis) * (1 - w) + np.take(a, i1, axis=axis) * w
+    return np.asarray(np.take(a, i0, axis=axis) * (1 - w) + np.take(a, i1, axis=axis) * w)
 
 
 def read_tile(slide: Any, tile: Tile, plan: TilePlan, *, level: int) -> np.ndarray:
@@ -459,7 +459,7 @@ def owned_labels(labels: np.ndarray, tile: Tile) -> np.ndarray:
         return np.zeros(labels.shape, np.int32)
     lut = np.zeros(len(slices) + 1, np.int32)
     lut[keep] = np.arange(1, len(keep) + 1, dtype=np.int32)
-    return lut[labels]
+    return np.asarray(lut[labels])
 
 
 def paste_owned(out: np.ndarray, owned: np.ndarray, tile: Tile, *, offset: int = 0) -> None:

@@ -541,7 +541,8 @@ class InstanSegSegmenter(ModelSegmenter):
         raw = np.asarray(raw)
         if raw.shape[-1] < 2:
             raise ValueError("postprocess_cells: this output has no cells (cells_from_model)")
-        return np.rint(raw[..., 1]).astype(np.int32)
+        cells: np.ndarray = np.rint(raw[..., 1]).astype(np.int32)
+        return cells
 
     def postprocess(self, raw: np.ndarray, *, mpp: float) -> np.ndarray:
         """CPU stage: int32 labels without fragments below ``min_area_um2``, numbered 1..n."""

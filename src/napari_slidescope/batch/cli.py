@@ -85,6 +85,8 @@ def _segmenter_help() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from napari_slidescope.batch.params import SLIDE_EXTENSIONS
+
     parser = _Parser(prog="slidescope", description="napari-slidescope on the command line.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     b = sub.add_parser(
@@ -102,9 +104,11 @@ def _parser() -> argparse.ArgumentParser:
         "inputs",
         nargs="+",
         metavar="SLIDE_OR_FOLDER",
-        help="slide files, and folders searched (recursively) for .svs .ndpi .qptiff .scn .bif "
-        ".tif .tiff .ome.tif .ome.tiff; slide URLs (https://, s3://, gs://, az://, any fsspec "
-        "URL: workers read them, no shared disk needed) and URL prefixes ending in / (listed)",
+        help="slide files, and folders searched (recursively) for "
+        + " ".join(SLIDE_EXTENSIONS)
+        + ", OME-Zarr images and folders of DICOM instances; slide URLs (https://, s3://, "
+        "gs://, az://, any fsspec URL: workers read them, no shared disk needed) and URL "
+        "prefixes ending in / (listed)",
     )
     b.add_argument("-o", "--out", required=True, metavar="OUT", help="output folder (created)")
     b.add_argument(

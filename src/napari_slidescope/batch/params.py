@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from napari_slidescope.slide.formats import DICOM_SUFFIX, OPENSLIDE_SUFFIXES, SLIDE_SUFFIXES
+
 __all__ = [
     "SLIDE_EXTENSIONS",
     "TASKS",
@@ -21,22 +23,9 @@ __all__ = [
     "stamp_slide",
 ]
 
-#: File name endings searched for in folders: the formats the reader opens.
-SLIDE_EXTENSIONS = (
-    ".svs",
-    ".ndpi",
-    ".qptiff",
-    ".scn",
-    ".bif",
-    ".tif",
-    ".tiff",
-    ".ome.tif",
-    ".ome.tiff",
-    ".mrxs",
-    ".vms",
-    ".vmu",
-    ".svslide",
-)
+#: File name endings searched for in folders: the slide files the reader opens (DICOM
+#: instances are found by their folder, see ``_FOLDER_SLIDE_MARKERS``).
+SLIDE_EXTENSIONS = SLIDE_SUFFIXES + OPENSLIDE_SUFFIXES
 #: Files that make the folder holding them one slide (an OME-Zarr image, DICOM instances).
 _FOLDER_SLIDE_MARKERS = (".zattrs", ".zgroup", "zarr.json")
 #: Tasks a batch can run, in the order they run.
@@ -228,7 +217,7 @@ def _folder_state(path: str | os.PathLike[str]) -> tuple[int, int, str]:
 
 
 def _is_folder_slide(files: list[str]) -> bool:
-    return any(f in _FOLDER_SLIDE_MARKERS or f.lower().endswith(".dcm") for f in files)
+    return any(f in _FOLDER_SLIDE_MARKERS or f.lower().endswith(DICOM_SUFFIX) for f in files)
 
 
 def _is_slide_name(name: str) -> bool:

@@ -47,6 +47,7 @@ from napari_slidescope.batch.tasks import (
     slide_task,
     summary_of,
 )
+from napari_slidescope.options import NucleiOptions, TissueOptions
 from napari_slidescope.slide.source import redact, scrub
 
 __all__ = ["WORKER_UNSET_ENV", "BatchProgress", "analyze_slides", "local_cluster"]
@@ -127,9 +128,11 @@ def analyze_slides(
     out: str | os.PathLike[str],
     *,
     tasks: Sequence[str] = TASKS,
-    segmenter: str = "auto",
+    tissue_options: TissueOptions | None = None,
+    nuclei_options: NucleiOptions | None = None,
+    segmenter: str | None = None,
     nuclei_mpp: float | None = None,
-    tile_size_um: float = 512.0,
+    tile_size_um: float | None = None,
     cell_expansion_um: float | None = None,
     classify: str | os.PathLike[str] | None = None,
     anndata: bool = False,
@@ -154,18 +157,19 @@ def analyze_slides(
         Output folder: ``OUT/<slide file name>/`` per slide and ``OUT/summary.csv``.
     tasks : sequence of {"tissue", "nuclei"}
         What to compute; nuclei are segmented only in tiles with tissue.
-    segmenter : str
-        A registered segmenter (see ``available_segmenters()``); default ``"auto"``:
-        per slide, the learned model for its stain when installed, else the built-in
-        method (as :func:`~napari_slidescope.segment_nuclei`).
+    tissue_options : TissueOptions, optional
+        Options of each slide's tissue detection (default: ``TissueOptions()``).
+    nuclei_options : NucleiOptions, optional
+        Options of the nuclei segmentation (default: ``NucleiOptions()``): segmenter
+        (``"auto"``: per slide, the learned model for its stain when installed, else
+        the built-in method), working resolution, tile size, stain, nuclear channel,
+        cell expansion, segmenter options, as :func:`~napari_slidescope.segment_nuclei`.
+    segmenter, tile_size_um, cell_expansion_um : optional
+        The :class:`~napari_slidescope.options.NucleiOptions` fields of these names;
+        when given (not None) they replace those of `nuclei_options`.
     nuclei_mpp : float, optional
-        Working resolution of the segmentation, µm/px; default the segmenter's, never
-        finer than the slide (as :func:`~napari_slidescope.segment_nuclei`).
-    tile_size_um : float
-        Size of the part of each tile it owns, µm (tiles add the segmenter's overlap).
-    cell_expansion_um : float, optional
-        Grow nuclei into cells (see :func:`~napari_slidescope.segment_nuclei`); the
-        tables gain the per-compartment means.
+        ``NucleiOptions.target_mpp``, the working resolution of the segmentation in
+        µm/px; when given, it replaces that of `nuclei_options`.
     classify : str or PathLike, optional
         A phenotype rules JSON file (``"kind": "slidescope-phenotype-rules"``) or a
         learned classifier's file: once a slide's tiles are all in, its cells are
@@ -237,6 +241,13 @@ def analyze_slides(
     >>> rows = analyze_slides("cohort/", "results/", workers=8)  # doctest: +SKIP
     >>> [r["nuclei"] for r in rows if r["status"] == "done"]  # doctest: +SKIP
     """
+    nuclei_options = _nuclei_options(
+        nuclei_options,
+        segmenter=segmenter,
+        target_mpp=nuclei_mpp,
+        tile_size_um=tile_size_um,
+        cell_expansion_um=cell_expansion_um,
+    )
     descriptor = None
     if classify is not None:
         from napari_slidescope.pipeline.classify import load_classification
@@ -244,10 +255,8 @@ def analyze_slides(
         descriptor = json.dumps(load_classification(classify)[1], sort_keys=True)
     params = BatchParams(
         tuple(tasks),
-        segmenter,
-        nuclei_mpp,
-        float(tile_size_um),
-        None if cell_expansion_um is None else float(cell_expansion_um),
+        TissueOptions() if tissue_options is None else tissue_options,
+        nuclei_options,
         descriptor,
         bool(anndata),
         storage_options=storage_options,
@@ -262,9 +271,10 @@ def analyze_slides(
     if params.nuclei:
         from napari_slidescope.segmenters import missing_reason
 
-        reason = missing_reason(segmenter)  # KeyError for unknown names
+        name = nuclei_options.segmenter
+        reason = missing_reason(name)  # KeyError for unknown names
         if reason is not None:
-            raise ValueError(f"segmenter {segmenter!r} is not available: {reason}")
+            raise ValueError(f"segmenter {name!r} is not available: {reason}")
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     slides = find_slides(paths, storage_options)
@@ -302,6 +312,15 @@ def analyze_slides(
         if cluster is not None:
             client.close()
             cluster.close()
+
+
+def _nuclei_options(options: NucleiOptions | None, **fields: Any) -> NucleiOptions:
+    """`options` (default ``NucleiOptions()``) with the fields given (not None) replaced."""
+    options = NucleiOptions() if options is None else options
+    if not isinstance(options, NucleiOptions):
+        raise ValueError(f"nuclei_options: expected a NucleiOptions, got {options!r}")
+    changes = {k: v for k, v in fields.items() if v is not None}
+    return options.replace(**changes) if changes else options
 
 
 def local_cluster(n_workers: int, *, dashboard: bool = False, **kwargs: Any) -> Any:
@@ -553,7 +572,7 @@ class _Batch:
             return False
         if mode not in self.expected:  # asked of the cluster: the model its workers have
             self.expected[mode] = self.client.submit(
-                model_identity, self.params.segmenter, mode, pure=False
+                model_identity, self.params.nuclei_options.segmenter, mode, pure=False
             ).result()
         now = self.expected[mode]
         return all(resolved.get(k) == now.get(k) for k in IDENTITY_KEYS)

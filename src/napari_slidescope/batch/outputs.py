@@ -276,7 +276,7 @@ def write_nuclei(
     summary = SlideSummary()
     ns = uuid.uuid5(uuid.NAMESPACE_URL, feature_ns)
     geo: dict[str, Any] = json.loads(json.dumps(_GEO))
-    if file_metadata.get("parameters", {}).get("cell_expansion_um") is not None:
+    if file_metadata.get("parameters", {}).get("nuclei", {}).get("cell_expansion_um") is not None:
         geo["columns"]["cell_geometry"] = dict(geo["columns"]["geometry"])
     file_meta = {"geo": json.dumps(geo), "slidescope": json.dumps(file_metadata, sort_keys=True)}
     pq_path, gj_path = slide_dir / "nuclei.parquet", slide_dir / "nuclei.geojson.gz"

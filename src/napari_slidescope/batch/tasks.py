@@ -301,18 +301,23 @@ def _resolve(params: BatchParams, slide: Any) -> tuple[BatchParams, str | None]:
     """
     from napari_slidescope.segmenters import AUTO, auto_note, image_kind, resolve_auto
 
-    if not params.nuclei or params.segmenter != AUTO:
+    if not params.nuclei or params.nuclei_options.segmenter != AUTO:
         return params, None
     kind = image_kind(slide)
     name = resolve_auto(kind.input, warn=False)
-    return dataclasses.replace(params, segmenter=name), auto_note(kind.input)
+    return _with_segmenter(params, name), auto_note(kind.input)
+
+
+def _with_segmenter(params: BatchParams, name: str) -> BatchParams:
+    """`params` with the nuclei options' segmenter set to `name`."""
+    return dataclasses.replace(params, nuclei_options=params.nuclei_options.replace(segmenter=name))
 
 
 def _tile_params(params: BatchParams, info: SlideInfo) -> BatchParams:
     """Return the parameters the slide task ran with (``"auto"`` as it resolved there)."""
     name = info.resolved.get("segmenter")
-    if params.nuclei and name and params.segmenter != name:
-        return dataclasses.replace(params, segmenter=str(name))
+    if params.nuclei and name and params.nuclei_options.segmenter != name:
+        return _with_segmenter(params, str(name))
     return params
 
 
@@ -340,14 +345,6 @@ def model_identity(segmenter: str, stain_mode: str) -> dict[str, Any]:
     return segmenter_identity(name)
 
 
-def _make_segmenter(params: BatchParams) -> Any:
-    from napari_slidescope.segmenters import AUTO, get_segmenter
-
-    if params.segmenter == AUTO:  # resolved per slide, for its stain, by prepare_nuclei
-        return AUTO
-    return get_segmenter(params.segmenter)
-
-
 def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: TissueGrid) -> Any:
     """Return the prepared nuclei run of a slide, made once per worker process."""
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
@@ -355,7 +352,8 @@ def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: Tissu
 
     # the model as installed now is part of the key: a worker that outlives a batch never
     # runs a model it loaded before the model changed
-    model = "" if params.segmenter == AUTO else repr(segmenter_identity(params.segmenter))
+    name = params.nuclei_options.segmenter
+    model = "" if name == AUTO else repr(segmenter_identity(name))
     key = (path, *stamp, params.digest() + model)
     with _lock:
         run = _prepared.get(key)
@@ -366,14 +364,8 @@ def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: Tissu
     with _lock:
         run = _prepared.get(key)
         if run is None:  # prepared under the lock: two threads never prepare one slide twice
-            run = prepare_nuclei(
-                slide,
-                target_mpp=params.nuclei_mpp,
-                tissue=grid,
-                segmenter=_make_segmenter(params),
-                tile_size_um=params.tile_size_um,
-                cell_expansion_um=params.cell_expansion_um,
-            )
+            # "auto" is resolved per slide, for its stain, by prepare_nuclei
+            run = prepare_nuclei(slide, tissue=grid, **params.nuclei_options.as_dict())
             _prepared[key] = run
             while len(_prepared) > MAX_PREPARED:
                 _prepared.popitem(last=False)
@@ -390,7 +382,7 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
 
     t0 = time.perf_counter()
     slide = _open(path, stamp, params.storage_options)
-    tissue = detect_tissue(slide, region=(0, 0, *slide.shape0))
+    tissue = detect_tissue(slide, region=(0, 0, *slide.shape0), **params.tissue_options.as_dict())
     params, note = _resolve(params, slide)
     info = SlideInfo(
         shape0=tuple(slide.shape0),
@@ -416,7 +408,7 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
             "grid_shape": list(plan.grid_shape),
             "tiles_in_plan": len(plan.tiles),
             "tiles_with_tissue": len(run.tiles),
-            "segmenter": str(getattr(run.segmenter, "name", params.segmenter)),
+            "segmenter": str(getattr(run.segmenter, "name", params.nuclei_options.segmenter)),
         }
         info.resolved.update(run.parameters)
     info.seconds = time.perf_counter() - t0

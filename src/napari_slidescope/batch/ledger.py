@@ -9,6 +9,7 @@ what the tasks returned.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from napari_slidescope.batch import outputs
+from napari_slidescope.batch.outputs import Manifest, SummaryRow, TileRecord
 from napari_slidescope.batch.params import BatchParams, SlideStamp, shown_path, stamp_slide
 from napari_slidescope.batch.tasks import SlideInfo, TaskFailed, TileOut
 from napari_slidescope.slide.source import scrub
@@ -71,9 +73,9 @@ class _Slide:
     info: SlideInfo | None = None
     tiles: list[int] = field(default_factory=list)
     done: dict[int, float] = field(default_factory=dict)
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest | None = None
     written_at: float = 0.0
-    row: dict[str, Any] = field(default_factory=dict)
+    row: SummaryRow | None = None
     #: Parts of an interrupted earlier run with the same request may be kept (by digest).
     keep_parts: bool = False
     #: What ran on this slide (``SlideInfo.resolved``) and its digest (``run_digest``).
@@ -138,8 +140,12 @@ class Ledger:
         self.noted: set[str] = set()
 
     def rows(self) -> list[dict[str, Any]]:
-        """Return the summary row of each slide, in input order."""
-        return [s.row for s in self.slides]
+        """Return the summary row of each slide, in input order, as dicts."""
+        return [self._shown_row(s).to_json() for s in self.slides]
+
+    def _shown_row(self, s: _Slide) -> SummaryRow:
+        """Return the slide's row; a slide not started yet: its name, status and path."""
+        return s.row or SummaryRow(s.name, s.status, path=s.shown)
 
     # -- per slide -------------------------------------------------------------------------
 
@@ -156,28 +162,24 @@ class Ledger:
         same = (
             self.resume
             and old is not None
-            and old.get("requested_sha256") == self.request
-            and old.get("slide_stamp") == self.stamp_dict(s)
+            and old.requested_sha256 == self.request
+            and old.slide_stamp == self.stamp_dict(s)
         )
         kept = [s.folder / "tissue.geojson"]
         if self.params.nuclei:
             kept += [s.folder / "nuclei.parquet", s.folder / "nuclei.geojson.gz"]
             if self.params.anndata:
                 kept.append(s.folder / "cells.h5ad")
-        if (
-            same
-            and old is not None
-            and old.get("status") == "done"
-            and all(p.is_file() for p in kept)
-        ):
+        if same and old is not None and old.status == "done" and all(p.is_file() for p in kept):
             if self._same_model(old):
-                s.status, s.row, s.manifest = "done", dict(old.get("summary", {})), old
-                s.row.update(slide=s.name, path=s.shown)
+                row = old.summary or SummaryRow(s.name, "done")
+                s.status, s.manifest = "done", old
+                s.row = dataclasses.replace(row, slide=s.name, path=s.shown)
                 self.state.slides_done += 1
-                n = len(old.get("tiles", {}))
+                n = len(old.tiles or {})
                 self.state.tiles_total += n
                 self.state.tiles_done += n
-                self.state.finished, self.state.kept = s.row, True
+                self.state.finished, self.state.kept = s.row.to_json(), True
                 self.report(self.state)
                 self.state.finished, self.state.kept = None, False
                 return False
@@ -187,30 +189,28 @@ class Ledger:
         else:
             outputs.clear_slide(s.folder)
         s.status = "running"
-        s.manifest = {
-            "slide": s.name,
-            "path": shown_path(s.path),
-            "slide_stamp": self.stamp_dict(s),
-            "parameters": self.params.as_dict(),
-            "requested_sha256": self.request,
-            "resolved": None,  # what ran, once the slide task has resolved it
-            "parameters_sha256": None,
-            "status": "running",
-            "error": None,
-        }
+        s.manifest = Manifest(
+            slide=s.name,
+            path=shown_path(s.path),
+            status="running",
+            slide_stamp=self.stamp_dict(s),
+            parameters=self.params.as_dict(),
+            requested_sha256=self.request,
+            # resolved and parameters_sha256: what ran, once the slide task has said
+        )
         s.row = self._row(s)
         outputs.write_manifest(s.folder, s.manifest)
         return True
 
-    def _same_model(self, old: dict[str, Any]) -> bool:
+    def _same_model(self, old: Manifest) -> bool:
         """Whether a finished slide's record names the model that would run on it now."""
         if not self.params.nuclei:
             return True
         from napari_slidescope.segmenters import IDENTITY_KEYS
 
-        resolved = old.get("resolved") or {}
+        resolved = old.resolved or {}
         mode = resolved.get("stain_mode")
-        if mode is None or old.get("parameters_sha256") != self.params.run_digest(resolved):
+        if mode is None or old.parameters_sha256 != self.params.run_digest(resolved):
             return False
         if mode not in self.expected:  # asked of the cluster: the model its workers have
             self.expected[mode] = self.model_now(self.params.nuclei_options.segmenter, mode)
@@ -241,7 +241,7 @@ class Ledger:
             warnings.warn(info.note, SegmenterInfoWarning, stacklevel=2)
         outputs.write_tissue(s.folder, info.tissue_polygons, info.tissue_holes)
         area = None if info.tissue_area_um2 is None else info.tissue_area_um2 / 1e6
-        s.manifest.update(
+        s.manifest = self._manifest(s).replace(
             slide_info={"shape0": list(info.shape0), "mpp": info.mpp, "format": info.format},
             tissue_area_mm2=area,
             slide_task_seconds=info.seconds,
@@ -256,7 +256,7 @@ class Ledger:
         found = outputs.finished_parts(s.folder, s.digest) if s.keep_parts else {}
         s.done = {i: t for i, t in found.items() if i in set(s.tiles)}
         todo = [i for i in s.tiles if i not in s.done]
-        s.manifest["plan"] = info.plan
+        s.manifest = s.manifest.replace(plan=info.plan)
         self.state.tiles_total += len(s.tiles)
         self.state.tiles_done += len(s.done)
         self.write_manifest(s, force=True)
@@ -327,8 +327,8 @@ class Ledger:
         s.status = "done"
         s.row = self._row(s, summary)
         if self.params.nuclei and classes is not None:
-            s.row.update(classes.row())
-        s.manifest.update(status="done", error=None, summary=s.row)
+            s.row = dataclasses.replace(s.row, **classes.row())
+        s.manifest = self._manifest(s).replace(status="done", error=None, summary=s.row)
         self.write_manifest(s, force=True)
         outputs.remove_parts(s.folder)
         self.state.slides_done += 1
@@ -346,7 +346,7 @@ class Ledger:
         s.error, tb = scrub(s.error, secrets), scrub(tb, secrets)
         s.status = "failed"
         s.row = self._row(s)
-        s.manifest.update(status="failed", error=s.error, traceback=tb)
+        s.manifest = self._manifest(s).replace(status="failed", error=s.error, traceback=tb)
         if write_manifest:
             try:
                 self.write_manifest(s, force=True)
@@ -358,7 +358,7 @@ class Ledger:
 
     def _announce(self, s: _Slide) -> None:
         self.write_summary()
-        self.state.finished = s.row
+        self.state.finished = self._shown_row(s).to_json()
         self.report(self.state)
         self.state.finished = None
 
@@ -367,19 +367,28 @@ class Ledger:
         now = time.monotonic()
         if not force and now - s.written_at < MANIFEST_EVERY_S:
             return
+        manifest = self._manifest(s)
         if s.tiles:
-            s.manifest["tiles"] = {
-                str(i): (
-                    {"status": "done", "seconds": round(s.done[i], 4)}
-                    if i in s.done
-                    else {"status": "pending" if s.status == "running" else s.status}
-                )
-                for i in s.tiles
-            }
-        outputs.write_manifest(s.folder, s.manifest)
+            waiting = "pending" if s.status == "running" else s.status
+            manifest = manifest.replace(
+                tiles={
+                    i: (
+                        TileRecord("done", round(s.done[i], 4))
+                        if i in s.done
+                        else TileRecord(waiting)
+                    )
+                    for i in s.tiles
+                }
+            )
+        s.manifest = manifest
+        outputs.write_manifest(s.folder, manifest)
         s.written_at = now
 
-    def _row(self, s: _Slide, summary: outputs.SlideSummary | None = None) -> dict[str, Any]:
+    def _manifest(self, s: _Slide) -> Manifest:
+        """Return the slide's manifest so far (failed before it began: a bare one)."""
+        return s.manifest or Manifest(s.name, s.shown, s.status)
+
+    def _row(self, s: _Slide, summary: outputs.SlideSummary | None = None) -> SummaryRow:
         info = s.info
         area = None
         if info is not None and info.tissue_area_um2 is not None:
@@ -387,30 +396,23 @@ class Ledger:
         seconds = None
         if info is not None:
             seconds = info.seconds + sum(s.done.values())
-        row: dict[str, Any] = {
-            "slide": s.name,
-            "status": s.status,
-            "error": s.error,
-            "tissue_area_mm2": area,
-            "nuclei": None,
-            "nuclei_per_mm2": None,
-            "mean_nucleus_area_um2": None,
-            "seconds": seconds,
-            "path": s.shown,
-        }
+        row = SummaryRow(
+            s.name, s.status, s.error, tissue_area_mm2=area, seconds=seconds, path=s.shown
+        )
         if summary is not None:  # the one definition of the figures (pipeline.summary)
             from napari_slidescope.pipeline.summary import nuclei_figures
 
             tissue = None if info is None else info.tissue_area_um2
             fig = nuclei_figures(summary.nuclei, tissue, summary.area_um2_sum)
-            row["nuclei"] = fig.count
-            row["nuclei_per_mm2"] = fig.density_per_mm2
-            row["mean_nucleus_area_um2"] = fig.mean_area_um2
+            row = dataclasses.replace(
+                row,
+                nuclei=fig.count,
+                nuclei_per_mm2=fig.density_per_mm2,
+                mean_nucleus_area_um2=fig.mean_area_um2,
+            )
         return row
 
     def write_summary(self) -> None:
         """Write ``summary.csv``: one row per slide, those not started yet as pending."""
-        rows = [
-            s.row or {"slide": s.name, "status": s.status, "path": s.shown} for s in self.slides
-        ]
+        rows = [self._shown_row(s) for s in self.slides]
         outputs.write_summary(self.out / "summary.csv", rows)

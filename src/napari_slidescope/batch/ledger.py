@@ -184,6 +184,9 @@ class Ledger:
                 self.state.finished, self.state.kept = None, False
                 return False
             same = False  # another model now: redone from scratch, never mixed
+        if not same and old is not None and self._classes_only(s, old):
+            self._reclassify(s, old)
+            return False
         if same:
             s.keep_parts = True  # parts of this run's model are kept once it is known
         else:
@@ -206,16 +209,91 @@ class Ledger:
         """Whether a finished slide's record names the model that would run on it now."""
         if not self.params.nuclei:
             return True
+        resolved = old.resolved or {}
+        if old.parameters_sha256 != self.params.run_digest(resolved):
+            return False
+        return self._model_unchanged(resolved)
+
+    def _model_unchanged(self, resolved: dict[str, Any]) -> bool:
+        """Whether the model a slide's record names is the one the cluster would run now."""
         from napari_slidescope.segmenters import IDENTITY_KEYS
 
-        resolved = old.resolved or {}
         mode = resolved.get("stain_mode")
-        if mode is None or old.parameters_sha256 != self.params.run_digest(resolved):
+        if mode is None:
             return False
         if mode not in self.expected:  # asked of the cluster: the model its workers have
             self.expected[mode] = self.model_now(self.params.nuclei_options.segmenter, mode)
         now = self.expected[mode]
         return all(resolved.get(k) == now.get(k) for k in IDENTITY_KEYS)
+
+    def _classes_only(self, s: _Slide, old: Manifest) -> bool:
+        """Whether only the classification of a finished slide differs from what is asked.
+
+        Then its tissue and nuclei (same slide file, options and model) are kept and only
+        its classes are computed again, from the measurements ``nuclei.parquet`` holds.
+        """
+        if not (self.resume and self.params.nuclei and old.status == "done"):
+            return False
+        if old.slide_stamp != self.stamp_dict(s) or old.requested_sha256 == self.request:
+            return False
+        if (old.parameters or {}).get("anndata") != self.params.anndata:
+            return False
+        resolved = old.resolved or {}
+        if old.segmentation_sha256 != self.params.segmentation_digest(resolved):
+            return False
+        if not old.tiles or old.slide_info is None:
+            return False
+        names = ["tissue.geojson", "nuclei.parquet", "nuclei.geojson.gz"]
+        if self.params.anndata:
+            names.append("cells.h5ad")
+        if not all((s.folder / n).is_file() for n in names):
+            return False
+        return self._model_unchanged(resolved)
+
+    def _reclassify(self, s: _Slide, old: Manifest) -> None:
+        """Classify a finished slide again from its stored measurements (no segmentation).
+
+        Its tile parts are written back from ``nuclei.parquet`` and the slide is finished
+        as a run from scratch finishes it: the same tables, outlines and ids, the new
+        classes. ``tissue.geojson`` is not touched.
+        """
+        assert old.tiles is not None and old.slide_info is not None
+        shown = old.slide_info
+        mpp = shown.get("mpp")
+        area = old.tissue_area_mm2
+        s.info = SlideInfo(
+            shape0=(int(shown["shape0"][0]), int(shown["shape0"][1])),
+            mpp=None if mpp is None else (float(mpp[0]), float(mpp[1])),
+            format=str(shown.get("format", "")),
+            tissue_area_um2=None if area is None else area * 1e6,
+            tissue_polygons=[],
+            tissue_holes=[],
+            seconds=float(old.slide_task_seconds or 0.0),
+            tiles=sorted(old.tiles),
+            plan=dict(old.plan or {}),
+            resolved=dict(old.resolved or {}),
+        )
+        s.resolved = dict(s.info.resolved)
+        s.digest = self.params.run_digest(s.resolved)
+        s.status = "running"
+        # written first: a run stopped half-way is redone, never kept with other classes
+        s.manifest = old.replace(
+            status="running",
+            parameters=self.params.as_dict(),
+            requested_sha256=self.request,
+            parameters_sha256=s.digest,
+            summary=None,
+        )
+        outputs.write_manifest(s.folder, s.manifest)
+        try:
+            s.tiles = outputs.parts_from_nuclei(s.folder, s.info.tiles)
+            s.done = {i: old.tiles[i].seconds or 0.0 for i in s.tiles}
+            self.state.tiles_total += len(s.tiles)
+            self.state.tiles_done += len(s.tiles)
+            self.finish(s)
+        except Exception as exc:  # noqa: BLE001 - the slide fails, the batch goes on
+            outputs.remove_parts(s.folder)
+            self.fail(s, exc)
 
     def stamp_dict(self, s: _Slide) -> dict[str, Any]:
         """Return what the manifest records of the slide's stamp."""
@@ -247,6 +325,7 @@ class Ledger:
             slide_task_seconds=info.seconds,
             resolved=s.resolved,
             parameters_sha256=s.digest,
+            segmentation_sha256=self.params.segmentation_digest(s.resolved),
         )
         if not self.params.nuclei:
             self.finish(s)

@@ -181,6 +181,9 @@ class Manifest:
         resolution, the stain and tissue modes...), once the slide task has said.
     parameters_sha256 : str or None
         Digest of `parameters` and `resolved` (``run_digest``): parts and outputs carry it.
+    segmentation_sha256 : str or None
+        The same without the classification (``segmentation_digest``): equal when only
+        the rules changed.
     slide_info : dict or None
         ``shape0``, ``mpp`` and ``format`` of the slide.
     tissue_area_mm2, slide_task_seconds : float or None
@@ -203,6 +206,7 @@ class Manifest:
     requested_sha256: str | None = None
     resolved: dict[str, Any] | None = None
     parameters_sha256: str | None = None
+    segmentation_sha256: str | None = None
     slide_info: dict[str, Any] | None = None
     tissue_area_mm2: float | None = None
     slide_task_seconds: float | None = None
@@ -646,6 +650,93 @@ def read_summary(path: Path) -> list[SummaryRow]:
     """Read ``summary.csv`` back as :class:`SummaryRow` records."""
     with open(path, newline="", encoding="utf-8") as fh:
         return [SummaryRow.from_csv(r) for r in csv.DictReader(fh)]
+
+
+def parts_from_nuclei(slide_dir: Path, tiles: Sequence[int]) -> list[int]:
+    """Write a finished slide's tile parts back from its ``nuclei.parquet``.
+
+    What a slide's classification is computed from again when only the classification
+    changed (``resume``): each tile's rows with its local ids, measurements and outlines,
+    exactly the parts the tile tasks wrote, so :func:`classify_parts` and
+    :func:`write_nuclei` give what a run from scratch would. ``nuclei.parquet`` is
+    ``id, tile, <measurements>, bbox_*, <class columns>, geometry[, cell_geometry]``.
+
+    Parameters
+    ----------
+    slide_dir : Path
+        ``OUT/<slide>/``.
+    tiles : sequence of int
+        The slide's tiles with tissue (its manifest's).
+
+    Returns
+    -------
+    list of int
+        The tiles in plan order (as ``nuclei.parquet`` holds them; tiles without nuclei
+        after them).
+
+    Raises
+    ------
+    ValueError
+        If ``nuclei.parquet`` holds a tile that is not in `tiles`, or lacks a column.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(slide_dir / "nuclei.parquet")
+    names = pf.schema_arrow.names
+    for c in ("id", "tile", "bbox_row0", "bbox_col1", "geometry"):
+        if c not in names:
+            raise ValueError(f"{slide_dir / 'nuclei.parquet'}: no {c!r} column")
+    keep = ["id", *names[names.index("tile") + 1 : names.index("bbox_row0")], "geometry"]
+    if "cell_geometry" in names:
+        keep.append("cell_geometry")
+    known = set(tiles)
+    order: list[int] = []
+    offset = 0
+
+    def flush(index: int, rows: Any) -> None:
+        nonlocal offset
+        if index not in known:
+            raise ValueError(f"{slide_dir / 'nuclei.parquet'}: tile {index} is not in the plan")
+        part = rows.select(keep)
+        ids = pa.array(part.column("id").to_numpy().astype(np.int64) - offset)
+        part = part.set_column(0, "id", ids)
+        _write_part_table(slide_dir, index, part)
+        order.append(index)
+        offset += rows.num_rows
+
+    current: int | None = None
+    pending: list[Any] = []
+    for g in range(pf.num_row_groups):
+        group = pf.read_row_group(g)
+        column = group.column("tile").to_numpy()
+        cuts = [0, *(np.flatnonzero(np.diff(column)) + 1).tolist(), len(column)]
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            if a == b:
+                continue
+            index = int(column[a])
+            if current is not None and index != current:
+                flush(current, pa.concat_tables(pending))
+                pending = []
+            current = index
+            pending.append(group.slice(a, b - a))
+    if current is not None:
+        flush(current, pa.concat_tables(pending))
+    empty = pf.schema_arrow.empty_table()
+    for index in tiles:
+        if index not in order:
+            flush(index, empty)
+    return order
+
+
+def _write_part_table(slide_dir: Path, index: int, table: Any) -> None:
+    """Write a rebuilt tile part (its seconds and digest are in the manifest, not here)."""
+    import pyarrow.parquet as pq
+
+    path = part_path(slide_dir, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "wb") as fh:
+        pq.write_table(table.replace_schema_metadata(None), fh, compression="zstd")
 
 
 def remove_parts(slide_dir: Path) -> None:

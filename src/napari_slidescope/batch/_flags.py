@@ -101,8 +101,8 @@ def _mapping(text: str) -> dict[str, Any]:
     return value
 
 
-def add_option_flags(parser: argparse.ArgumentParser) -> None:
-    """Add a flag for every field of the tissue and nuclei options to `parser`."""
+def add_option_flags(parser: argparse._ActionsContainer) -> None:
+    """Add a flag for every field of the tissue and nuclei options to `parser` (or a group)."""
     for cls, name, flag, default, info in option_flags():
         kwargs: dict[str, Any] = {"dest": _dest(cls, name), "default": default}
         if info.kind == "bool":

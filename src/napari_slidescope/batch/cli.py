@@ -13,8 +13,11 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from napari_slidescope.batch.ledger import BatchProgress
 
 __all__ = ["main"]
 
@@ -57,8 +60,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
         try:
             value = kind(text)
         except ValueError:
@@ -429,7 +432,7 @@ class _Progress:
         if self.bar is not None:
             self.bar.stop()
 
-    def update(self, state: Any) -> None:
+    def update(self, state: BatchProgress) -> None:
         if state.finished is not None:
             line = _slide_line(state.finished, kept=state.kept)
             if self.verbose and state.finished.get("status") != "done":

@@ -15,7 +15,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from napari_slidescope.batch.ledger import BatchProgress, Ledger, _Slide
 from napari_slidescope.batch.params import (
@@ -28,6 +28,9 @@ from napari_slidescope.batch.params import (
 from napari_slidescope.batch.scheduler import Scheduler, cluster_model
 from napari_slidescope.options import NucleiOptions, TissueOptions
 from napari_slidescope.slide.source import redact
+
+if TYPE_CHECKING:
+    from distributed import Client, LocalCluster
 
 __all__ = ["WORKER_UNSET_ENV", "BatchProgress", "analyze_slides", "local_cluster"]
 
@@ -54,7 +57,7 @@ def analyze_slides(
     cell_expansion_um: float | None = None,
     classify: str | os.PathLike[str] | None = None,
     anndata: bool = False,
-    client: Any = None,
+    client: Client | None = None,
     workers: int | None = None,
     resume: bool = False,
     retries: int = 1,
@@ -241,7 +244,7 @@ def _nuclei_options(options: NucleiOptions | None, **fields: Any) -> NucleiOptio
     return options.replace(**changes) if changes else options
 
 
-def local_cluster(n_workers: int, *, dashboard: bool = False, **kwargs: Any) -> Any:
+def local_cluster(n_workers: int, *, dashboard: bool = False, **kwargs: Any) -> LocalCluster:
     """Start a ``LocalCluster`` of single-thread worker processes for the batch engine.
 
     Its workers start without :data:`WORKER_UNSET_ENV` (dask sets

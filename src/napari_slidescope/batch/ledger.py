@@ -19,13 +19,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from napari_slidescope.batch import outputs
 from napari_slidescope.batch.outputs import Manifest, SummaryRow, TileRecord
 from napari_slidescope.batch.params import BatchParams, SlideStamp, shown_path, stamp_slide
 from napari_slidescope.batch.tasks import SlideInfo, TaskFailed, TileOut
 from napari_slidescope.slide.source import scrub
+
+if TYPE_CHECKING:
+    from distributed import Future
 
 __all__ = ["MANIFEST_EVERY_S", "BatchProgress", "Ledger"]
 
@@ -83,9 +86,9 @@ class _Slide:
     digest: str = ""
     # the scheduler's: the slide task's future (its tissue mask feeds the tile tasks),
     # the chunks of tiles still to submit and the futures in flight
-    prep: Any = None
+    prep: Future[Any] | None = None
     todo: deque[list[int]] = field(default_factory=deque)
-    futures: set[Any] = field(default_factory=set)
+    futures: set[Future[Any]] = field(default_factory=set)
 
     @property
     def shown(self) -> str:

@@ -8,9 +8,12 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from napari_slidescope.options import NucleiOptions, TissueOptions
+
+if TYPE_CHECKING:
+    from napari_slidescope.slide.source import Source
 from napari_slidescope.slide.formats import DICOM_SUFFIX, OPENSLIDE_SUFFIXES, SLIDE_SUFFIXES
 
 __all__ = [
@@ -305,7 +308,7 @@ def find_slides(
     return found
 
 
-def _list_prefix(source: Any) -> list[str]:
+def _list_prefix(source: Source) -> list[str]:
     """Return the slide URLs under a URL prefix, sorted."""
     from napari_slidescope.slide.errors import SlideError
 

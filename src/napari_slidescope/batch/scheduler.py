@@ -15,11 +15,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import CancelledError
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from napari_slidescope.batch.ledger import Ledger, _Slide
 from napari_slidescope.batch.tasks import (
+    SlideInfo,
     TaskFailed,
     model_identity,
     model_task,
@@ -29,16 +31,24 @@ from napari_slidescope.batch.tasks import (
     summary_of,
 )
 
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+    #: A future of one of the batch's tasks: its result is a SlideInfo, a list of
+    #: TileOut, a ModelOut or a TaskFailed (told apart where it is read). Future is
+    #: invariant in its result, so the union cannot be written here.
+    _Future = Future[Any]
+
 __all__ = ["Scheduler", "cluster_model"]
 
 
-def _cpu_workers(client: Any) -> list[str]:
+def _cpu_workers(client: Client) -> list[str]:
     """Addresses of the workers without a ``GPU`` resource (where post tasks go)."""
     workers = client.scheduler_info(n_workers=-1).get("workers", {})
     return sorted(a for a, w in workers.items() if not (w.get("resources") or {}).get("GPU"))
 
 
-def cluster_model(client: Any) -> Any:
+def cluster_model(client: Client) -> Callable[[str, str], dict[str, Any]]:
     """Return ``model_now(segmenter, stain_mode)``: the model identity a worker has now."""
 
     def model_now(segmenter: str, stain_mode: str) -> dict[str, Any]:
@@ -65,17 +75,17 @@ class Scheduler:
     """
 
     def __init__(
-        self, client: Any, ledger: Ledger, *, retries: int, tiles_per_task: int, gpu: bool
+        self, client: Client, ledger: Ledger, *, retries: int, tiles_per_task: int, gpu: bool
     ) -> None:
         self.client, self.ledger = client, ledger
         self.params, self.slides = ledger.params, ledger.slides
         self.retries, self.per_task, self.gpu = retries, tiles_per_task, gpu
-        self.meta: dict[Any, tuple[str, _Slide, list[int]]] = {}
+        self.meta: dict[_Future, tuple[str, _Slide, list[int]]] = {}
         self.token = uuid.uuid4().hex[:8]
         self.tiles_in_flight = 0
         self.cpu_workers: list[str] = []
         # post task -> its model task, arguments and the workers it may run on
-        self.posts: dict[Any, tuple[Any, tuple[Any, ...], str, list[str]]] = {}
+        self.posts: dict[_Future, tuple[_Future, tuple[Any, ...], str, list[str]]] = {}
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -115,14 +125,14 @@ class Scheduler:
             self.ledger.write_summary()
         return self.ledger.rows()
 
-    def _next(self) -> Any:
+    def _next(self) -> _Future | None:
         """Return the next finished future; with ``gpu``, None after 2 s without one.
 
         With ``gpu`` the loop must come back now and then: a post task whose workers
         have all gone waits for :meth:`_rehome_posts`.
         """
         if not self.gpu:
-            return next(self.ac)
+            return cast("_Future", next(self.ac))
         import distributed.client
         from distributed import wait
 
@@ -134,9 +144,9 @@ class Scheduler:
             done, _ = wait(list(self.meta), timeout=2.0, return_when="FIRST_COMPLETED")
         except (TimeoutError, cancelled):  # one cancelled meanwhile: the scan finds it
             return None
-        return next(iter(done))
+        return cast("_Future", next(iter(done)))
 
-    def _handle(self, future: Any) -> None:
+    def _handle(self, future: _Future) -> None:
         if future not in self.meta:  # a post task moved to other workers
             return
         kind, s, chunk = self.meta.pop(future)
@@ -158,10 +168,12 @@ class Scheduler:
             return
         try:
             if kind == "slide":
+                assert isinstance(result, SlideInfo)
                 todo = self.ledger.planned(s, result)
                 n = self.per_task
                 s.todo = deque(todo[k : k + n] for k in range(0, len(todo), n))
             else:
+                assert isinstance(result, list)
                 self.ledger.tiles_done(s, result)
         except Exception as exc:  # noqa: BLE001 - e.g. an output that cannot be written
             self._fail(s, exc)
@@ -194,7 +206,7 @@ class Scheduler:
         )
         self._track(light, "slide", s, [])
 
-    def _track(self, future: Any, kind: str, s: _Slide, chunk: list[int]) -> None:
+    def _track(self, future: _Future, kind: str, s: _Slide, chunk: list[int]) -> None:
         self.meta[future] = (kind, s, chunk)
         s.futures.add(future)
         if not self.gpu:
@@ -230,7 +242,7 @@ class Scheduler:
                 self._track(fut, "tiles", s, chunk)
                 self.tiles_in_flight += 1
 
-    def _submit_post(self, s: _Slide, model: Any, args: tuple[Any, ...], name: str) -> Any:
+    def _submit_post(self, s: _Slide, model: _Future, args: tuple[Any, ...], name: str) -> _Future:
         """Submit the post task of a model task, restricted to the workers without a GPU.
 
         A strict restriction: a loose one lets an idle GPU worker steal post tasks.

@@ -20,11 +20,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from napari_slidescope.batch.params import BatchParams
+
+if TYPE_CHECKING:
+    from napari_slidescope.pipeline.nuclei import PreparedNuclei
+    from napari_slidescope.pipeline.runner import TileResult
+    from napari_slidescope.pipeline.tiling import TilePlan
+    from napari_slidescope.slide import Slide
 
 __all__ = [
     "MAX_OPEN_SLIDES",
@@ -57,8 +63,11 @@ MAX_PREPARED = 4
 WORKER_CACHE_BYTES = 64 * 2**20
 
 _lock = threading.Lock()
-_slides: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-_prepared: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # + model identity
+#: What a worker checks of a slide before reading it (``SlideStamp.key``).
+Stamp = tuple[int | str, ...]
+
+_slides: OrderedDict[tuple[str | int, ...], Slide] = OrderedDict()
+_prepared: OrderedDict[tuple[str | int, ...], PreparedNuclei] = OrderedDict()  # + model
 _cache_bounded = False
 
 
@@ -230,7 +239,7 @@ def _compact(raw: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw)
 
 
-def _open(path: str, stamp: tuple[Any, ...], options: dict[str, Any] | None = None) -> Any:
+def _open(path: str, stamp: Stamp, options: dict[str, Any] | None = None) -> Slide:
     """Return the open slide at ``path`` from this process's cache, checking it is unchanged.
 
     A local file is checked (size, modification time) at every call; a URL (the stamp's
@@ -285,7 +294,7 @@ def _open(path: str, stamp: tuple[Any, ...], options: dict[str, Any] | None = No
         return slide
 
 
-def _keep(key: tuple[Any, ...], slide: Any) -> None:
+def _keep(key: tuple[str | int, ...], slide: Slide) -> None:
     """Add an open slide to this process's cache (lock held)."""
     _slides[key] = slide
     while len(_slides) > MAX_OPEN_SLIDES:
@@ -293,7 +302,7 @@ def _keep(key: tuple[Any, ...], slide: Any) -> None:
         _slides.popitem(last=False)
 
 
-def _resolve(params: BatchParams, slide: Any) -> tuple[BatchParams, str | None]:
+def _resolve(params: BatchParams, slide: Slide) -> tuple[BatchParams, str | None]:
     """`params` with ``"auto"`` resolved for the slide's stain, and what auto has to say.
 
     Resolved here, without a warning, once per slide: the tile tasks run the name the
@@ -321,7 +330,7 @@ def _tile_params(params: BatchParams, info: SlideInfo) -> BatchParams:
     return params
 
 
-def _check_model(run: Any, info: SlideInfo) -> None:
+def _check_model(run: PreparedNuclei, info: SlideInfo) -> None:
     """Raise :class:`ModelMismatchError` when this worker's model is not the slide's."""
     from napari_slidescope.segmenters import IDENTITY_KEYS
 
@@ -345,7 +354,7 @@ def model_identity(segmenter: str, stain_mode: str) -> dict[str, Any]:
     return segmenter_identity(name)
 
 
-def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: TissueGrid) -> Any:
+def _prepare(path: str, stamp: Stamp, params: BatchParams, grid: TissueGrid) -> PreparedNuclei:
     """Return the prepared nuclei run of a slide, made once per worker process."""
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
     from napari_slidescope.segmenters import AUTO, segmenter_identity
@@ -373,7 +382,7 @@ def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: Tissu
 
 
 @_no_retry
-def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideInfo:
+def slide_task(path: str, stamp: Stamp, params: BatchParams) -> SlideInfo:
     """Find a slide's tissue and, for nuclei, the tiles to segment (the per-slide task).
 
     Returns :class:`TaskFailed` instead of raising for errors a retry would repeat.
@@ -385,7 +394,7 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
     tissue = detect_tissue(slide, region=(0, 0, *slide.shape0), **params.tissue_options.as_dict())
     params, note = _resolve(params, slide)
     info = SlideInfo(
-        shape0=tuple(slide.shape0),
+        shape0=(int(slide.shape0[0]), int(slide.shape0[1])),
         mpp=None if slide.mpp is None else (float(slide.mpp[0]), float(slide.mpp[1])),
         format=str(getattr(slide, "format", "")),
         tissue_area_um2=tissue.area_um2,
@@ -415,7 +424,7 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
     return info
 
 
-def _check_rules(params: BatchParams, run: Any) -> None:
+def _check_rules(params: BatchParams, run: PreparedNuclei) -> None:
     """Refuse rules that name a marker (or compartment) this slide's table will not have.
 
     Runs in the slide task, before any tile is segmented.
@@ -445,7 +454,7 @@ def summary_of(info: SlideInfo | TaskFailed) -> SlideInfo | TaskFailed:
 @_no_retry
 def nuclei_task(
     path: str,
-    stamp: tuple[Any, ...],
+    stamp: Stamp,
     params: BatchParams,
     info: SlideInfo,
     indices: list[int],
@@ -472,7 +481,7 @@ def nuclei_task(
 
 @_no_retry
 def model_task(
-    path: str, stamp: tuple[Any, ...], params: BatchParams, info: SlideInfo, index: int
+    path: str, stamp: Stamp, params: BatchParams, info: SlideInfo, index: int
 ) -> ModelOut:
     """Read one tile and run the model on it (the task a ``GPU`` worker runs).
 
@@ -491,7 +500,7 @@ def model_task(
 
 @_no_retry
 def post_task(
-    path: str, stamp: tuple[Any, ...], params: BatchParams, info: SlideInfo, model: ModelOut
+    path: str, stamp: Stamp, params: BatchParams, info: SlideInfo, model: ModelOut
 ) -> list[TileOut]:
     """Post-process a model task's output: the tile's owned nuclei as a compact table.
 
@@ -506,7 +515,7 @@ def post_task(
     return [_tile_out(run.plan, run.postprocess(model.index, model.raw), t0)]
 
 
-def _tile_out(plan: Any, res: Any, t0: float) -> TileOut:
+def _tile_out(plan: TilePlan, res: TileResult, t0: float) -> TileOut:
     """Return a tile's result as a :class:`TileOut` (outlines in level-0 pixels, as WKB)."""
     from napari_slidescope.analysis.geometry import labels_to_polygons
 
@@ -518,7 +527,7 @@ def _tile_out(plan: Any, res: Any, t0: float) -> TileOut:
     table = {k: np.asarray(v) for k, v in res.table.items()}
     wkb = [wkb_polygon(by_id[int(i)]) for i in table["id"]]
     cell_wkb = None
-    if getattr(res, "cells", None) is not None:
+    if res.cells is not None:
         polys, ids = labels_to_polygons(res.cells, downsample=plan.downsample, origin=origin)
         cells = dict(zip(ids.tolist(), polys, strict=True))
         cell_wkb = [wkb_polygon(cells[int(i)]) for i in table["id"]]

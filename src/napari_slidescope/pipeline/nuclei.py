@@ -27,6 +27,7 @@ from napari_slidescope.analysis.geometry import labels_to_polygons
 from napari_slidescope.analysis.measure import concat_tables, measure_nuclei
 from napari_slidescope.analysis.resample import resample_nearest
 from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, for_stain
+from napari_slidescope.options import NucleiOptions
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 from napari_slidescope.pipeline.runner import TileResult, iter_tiles, postprocess_tile
@@ -56,6 +57,7 @@ from napari_slidescope.segmenters import (
 from napari_slidescope.slide.level_choice import coarsest_level_not_coarser
 
 __all__ = [
+    "NucleiOptions",
     "NucleiResult",
     "NucleiStep",
     "PreparedNuclei",
@@ -67,8 +69,9 @@ __all__ = [
 #: Tissue detection runs first (``tissue="auto"``) when the plan has more tiles than this.
 AUTO_TISSUE_TILES = 4
 
-#: Tile side in µm when none is given (a few hundred nuclei per tile at any resolution).
-DEFAULT_TILE_SIZE_UM = 512.0
+#: Tile side in µm when none is given (a few hundred nuclei per tile at any resolution):
+#: ``NucleiOptions().tile_size_um``, kept under this name for existing imports.
+DEFAULT_TILE_SIZE_UM = NucleiOptions().tile_size_um
 #: Largest label image :func:`segment_nuclei` builds with ``labels="auto"`` (1 GiB of
 #: int32: 16k x 16k px at the working resolution, a 4 x 4 mm region at 0.25 µm/px).
 #: Beyond it the result keeps the table and one outline per nucleus, not the image.
@@ -108,45 +111,79 @@ class NucleiStep:
     plan: TilePlan
 
 
+#: Keywords of the entry points that go to the tiled runner
+#: (:func:`~napari_slidescope.pipeline.runner.iter_tiles`): how a run executes, never what
+#: it computes.
+RUNNER_KEYWORDS = frozenset(
+    ("level", "workers", "read_threads", "batch_size", "queue_size", "max_in_flight")
+    + ("model_threads", "reader", "monitor", "cancel")
+)
+
+
 @dataclass(frozen=True)
-class _RunOptions:
-    """The set-up arguments of the three public entry points, as one value.
+class _Request:
+    """What a caller of an entry point asked for, checked, as one value.
 
     :func:`segment_nuclei`, :func:`iter_segment_nuclei` and :func:`prepare_nuclei` take the
-    same keywords (their docstrings say what each means) and hand them to :func:`_setup` as
-    one of these, so a new option is one field here and one parameter in each signature.
+    same arguments: the options of the run as one
+    :class:`~napari_slidescope.options.NucleiOptions` (or its fields by name, applied on
+    top) and the runner's keywords; :func:`_request` sorts them into one of these.
     """
 
     region: Any
     mpp: float | tuple[float, float] | None
-    target_mpp: float | None
+    options: NucleiOptions
+    #: A segmenter object given as ``segmenter=`` (then ``options.segmenter`` is its name).
+    segmenter: Segmenter | None
     tissue: TissueArg
-    segmenter: Any
-    tile_size_um: float
-    channel: int | str | None
-    cell_expansion_um: float | None
-    stain: str
-    segmenter_options: dict[str, Any]
     runner_kwargs: dict[str, Any]
 
-    @classmethod
-    def of(cls, arguments: dict[str, Any]) -> _RunOptions:
-        """Collect the options from a public function's arguments (``locals()`` on entry).
 
-        A ``workers`` argument joins the runner's keywords, as it always did.
-        """
-        runner = dict(arguments["runner_kwargs"])
-        if "workers" in arguments:
-            runner["workers"] = arguments["workers"]
-        return cls(
-            **{
-                f.name: arguments[f.name]
-                for f in dataclasses.fields(cls)
-                if f.name not in ("segmenter_options", "runner_kwargs")
-            },
-            segmenter_options=dict(arguments["segmenter_options"] or {}),
-            runner_kwargs=runner,
+def _request(
+    where: str,
+    *,
+    region: Any,
+    mpp: float | tuple[float, float] | None,
+    options: NucleiOptions | None,
+    tissue: TissueArg,
+    workers: int | None,
+    keywords: dict[str, Any],
+) -> _Request:
+    """Sort an entry point's keywords into options (checked) and runner keywords.
+
+    Keywords naming :class:`~napari_slidescope.options.NucleiOptions` fields are applied on
+    top of `options` (a keyword wins over the same field); ``segmenter=`` may also be a
+    segmenter object; :data:`RUNNER_KEYWORDS` go to the runner.
+
+    Raises
+    ------
+    TypeError
+        For a keyword that is neither, or ``segmenter_options`` with a segmenter object.
+    ValueError
+        For a bad option value (the message of ``NucleiOptions``).
+    """
+    fields = {f.name for f in dataclasses.fields(NucleiOptions)}
+    changes = {k: v for k, v in keywords.items() if k in fields}
+    runner = {k: v for k, v in keywords.items() if k not in fields}
+    unknown = sorted(set(runner) - RUNNER_KEYWORDS)
+    if unknown:
+        raise TypeError(
+            f"{where}() got unexpected keyword argument(s) {unknown}; expected NucleiOptions "
+            f"fields {sorted(fields)} or runner keywords {sorted(RUNNER_KEYWORDS)}"
         )
+    if workers is not None:
+        runner["workers"] = workers
+    if "segmenter_options" in changes and changes["segmenter_options"] is None:
+        changes["segmenter_options"] = {}  # None always meant "no options"
+    seg_object = None
+    if "segmenter" in changes and not isinstance(changes["segmenter"], str):
+        seg_object = as_segmenter(changes["segmenter"])
+        name = getattr(seg_object, "name", None)
+        changes["segmenter"] = name if isinstance(name, str) else type(seg_object).__name__
+    opts = NucleiOptions.merged(options, changes, where=where)
+    if seg_object is not None and opts.segmenter_options:
+        raise TypeError("segmenter_options need a segmenter given by name")
+    return _Request(region, mpp, opts, seg_object, tissue, runner)
 
 
 @dataclass
@@ -250,15 +287,16 @@ class _ChannelView(SegmenterBase):
 
 
 def _resolved(
-    segmenter: Segmenter, kind: ImageKind, plan: TilePlan, options: dict[str, Any]
+    segmenter: Segmenter, kind: ImageKind, plan: TilePlan, options: NucleiOptions
 ) -> dict[str, Any]:
     """Return what a run computes with, every default (``"auto"`` included) resolved.
 
     The segmenter's identity (name, model, model version, SHA-256 of the weights), what
     ran its network when it has a choice (``runtime``: InstanSeg's ``"torch"`` or
     ``"onnxruntime"``, else None), the working resolution, the stain mode
-    (``"brightfield"`` or ``"fluorescence"``), the nuclear channel's name (fluorescence)
-    and the segmenter's options (by name).
+    (``"brightfield"`` or ``"fluorescence"``), the nuclear channel's name (fluorescence),
+    the segmenter's options (by name) and, as ``options``, the
+    :class:`~napari_slidescope.options.NucleiOptions` asked for (``as_dict()``).
     """
     channel = None
     if kind.input == "fluorescence" and kind.nuclear_channel is not None:
@@ -269,18 +307,14 @@ def _resolved(
         "mpp": float(plan.mpp),
         "stain_mode": kind.input,
         "nuclear_channel": channel,
-        "segmenter_options": dict(options),
+        "segmenter_options": dict(options.segmenter_options),
+        "options": options.as_dict(),
     }
 
 
-def _segmenter(segmenter: Any, kind: ImageKind, options: dict[str, Any]) -> Segmenter:
-    """Return the segmenter to run: ``"auto"`` resolved for the image, a name created."""
-    if isinstance(segmenter, str):
-        name = resolve_auto(kind.input) if segmenter == AUTO else segmenter
-        return get_segmenter(name, **options)
-    if options:
-        raise TypeError("segmenter_options need a segmenter given by name")
-    return as_segmenter(segmenter)
+def _segmenter(name: str, kind: ImageKind, options: dict[str, Any]) -> Segmenter:
+    """Return the segmenter named (``"auto"`` resolved for the image), created."""
+    return get_segmenter(resolve_auto(kind.input) if name == AUTO else name, **options)
 
 
 def _check_input(segmenter: Segmenter, kind: ImageKind, where: str) -> None:
@@ -447,20 +481,23 @@ def _measure(
     return measure
 
 
-def _setup(source: Any, options: _RunOptions) -> _Run:
+def _setup(source: Any, request: _Request) -> _Run:
     """Open the source, plan the tiles, find tissue and prepare the segmenter."""
     from napari_slidescope.pipeline.regions import split_region
 
-    region, polygon = split_region(options.region)
-    cancel = options.runner_kwargs.get("cancel")  # the runner checks it too
-    cells_um = _check_cell_expansion(options.cell_expansion_um)
-    if options.stain not in ("auto", "H&E", "H-DAB"):
-        raise ValueError(f"stain: expected 'auto', 'H&E' or 'H-DAB', got {options.stain!r}")
-    slide, owned, is_array = _as_source(source, options.mpp)
+    options = request.options
+    region, polygon = split_region(request.region)
+    cancel = request.runner_kwargs.get("cancel")  # the runner checks it too
+    cells_um = options.cell_expansion_um
+    slide, owned, is_array = _as_source(source, request.mpp)
     try:
         check_cancel(cancel, "set-up")
         kind = image_kind(slide, channel=options.channel)
-        seg = _segmenter(options.segmenter, kind, dict(options.segmenter_options))
+        seg = (
+            request.segmenter
+            if request.segmenter is not None
+            else _segmenter(options.segmenter, kind, dict(options.segmenter_options))
+        )
         _check_input(seg, kind, str(getattr(slide, "path", "image")))
         plan = _work_plan(
             slide,
@@ -472,7 +509,7 @@ def _setup(source: Any, options: _RunOptions) -> _Run:
             is_array=is_array,
             cell_expansion_um=cells_um,
         )
-        tiles = _tissue_filter(slide, plan, options.tissue, cancel, polygon)
+        tiles = _tissue_filter(slide, plan, request.tissue, cancel, polygon)
         seg, kind, stains = _prepare_run(slide, plan, tiles, seg, kind, cancel, options.stain)
     except BaseException:
         if owned:
@@ -480,22 +517,11 @@ def _setup(source: Any, options: _RunOptions) -> _Run:
         raise
     array_shape = tuple(slide.shape0) if is_array else None
     measure = _measure(plan, kind, stains, cells_um)
-    runner_kwargs = dict(options.runner_kwargs)
+    runner_kwargs = dict(request.runner_kwargs)
     return _Run(
         slide, owned, plan, tiles, seg, measure, array_shape, runner_kwargs, polygon,
-        _resolved(seg, kind, plan, options.segmenter_options),
+        _resolved(seg, kind, plan, options),
     )  # fmt: skip
-
-
-def _check_cell_expansion(value: Any) -> float | None:
-    """``cell_expansion_um``: None (no cells) or a finite distance > 0 in µm."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"cell_expansion_um: expected a distance in µm or None, got {value!r}")
-    if not math.isfinite(float(value)) or value <= 0:
-        raise ValueError(f"cell_expansion_um: expected a finite distance > 0 µm, got {value!r}")
-    return float(value)
 
 
 def _steps(run: _Run) -> Generator[NucleiStep, None, None]:
@@ -543,22 +569,17 @@ def iter_segment_nuclei(
     *,
     region: Box | None = None,
     mpp: float | tuple[float, float] | None = None,
-    target_mpp: float | None = None,
+    options: NucleiOptions | None = None,
     tissue: TissueArg = "auto",
-    segmenter: Any = "auto",
-    tile_size_um: float = DEFAULT_TILE_SIZE_UM,
     workers: int | None = None,
-    channel: int | str | None = None,
-    segmenter_options: dict[str, Any] | None = None,
-    cell_expansion_um: float | None = None,
-    stain: str = "auto",
-    **runner_kwargs: Any,
+    **keywords: Any,
 ) -> Generator[NucleiStep, None, None]:
     """Segment nuclei tile by tile, yielding each finished tile (see :func:`segment_nuclei`).
 
-    Set-up (validation, tissue detection, stain estimation) runs on the first
-    ``next()``. Closing the generator stops the run and joins its threads.
-    ``runner_kwargs`` go to :func:`~napari_slidescope.pipeline.runner.iter_tiles`
+    The options are checked on the call; set-up (opening, tissue detection, stain
+    estimation) runs on the first ``next()``. Closing the generator stops the run and
+    joins its threads. The arguments are those of :func:`segment_nuclei`; keywords of
+    :data:`RUNNER_KEYWORDS` go to :func:`~napari_slidescope.pipeline.runner.iter_tiles`
     (``batch_size``, ``queue_size``, ``read_threads``, ``max_in_flight``, ``monitor``).
 
     Yields
@@ -567,8 +588,15 @@ def iter_segment_nuclei(
         Tiles in plan order; ``step.result.labels`` covers ``step.result.tile.box``
         of the working grid ``step.plan``.
     """
-    run = _setup(source, _RunOptions.of(locals()))
-    yield from _steps(run)
+    request = _request(
+        "iter_segment_nuclei", region=region, mpp=mpp, options=options, tissue=tissue,
+        workers=workers, keywords=keywords,
+    )  # fmt: skip
+    return _iter_steps(source, request)
+
+
+def _iter_steps(source: Any, request: _Request) -> Generator[NucleiStep, None, None]:
+    yield from _steps(_setup(source, request))
 
 
 def segment_nuclei(
@@ -576,18 +604,12 @@ def segment_nuclei(
     *,
     region: Box | None = None,
     mpp: float | tuple[float, float] | None = None,
-    target_mpp: float | None = None,
+    options: NucleiOptions | None = None,
     tissue: TissueArg = "auto",
-    segmenter: Any = "auto",
-    tile_size_um: float = DEFAULT_TILE_SIZE_UM,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     labels: bool | Literal["auto"] = "auto",
-    channel: int | str | None = None,
-    segmenter_options: dict[str, Any] | None = None,
-    cell_expansion_um: float | None = None,
-    stain: str = "auto",
-    **runner_kwargs: Any,
+    **keywords: Any,
 ) -> NucleiResult:
     """Segment and measure the nuclei of a region of a slide (H&E or fluorescence).
 
@@ -609,57 +631,37 @@ def segment_nuclei(
     mpp : float or (float, float), optional
         µm per pixel of an array source (required); for a slide, supplies a missing
         calibration.
-    target_mpp : float, optional
-        Working resolution in µm/px; default :func:`~napari_slidescope.segmenters.working_mpp`:
-        the segmenter's own, or the slide's pixel size when that is coarser (a 20x slide is
-        not upsampled to 40x). An uncalibrated slide's pixels are taken to be at it (with an
-        :class:`~napari_slidescope.segmenters.UncalibratedWarning`) unless ``mpp`` is given.
+    options : NucleiOptions, optional
+        What the run computes with: segmenter, working resolution (``target_mpp``),
+        ``tile_size_um``, fluorescence ``channel``, brightfield ``stain``,
+        ``cell_expansion_um`` and ``segmenter_options``, each documented and checked by
+        :class:`~napari_slidescope.options.NucleiOptions`. Default: ``NucleiOptions()``.
     tissue : "auto", bool or TissueResult
         Skip tiles without tissue (never read at full resolution). ``"auto"`` runs
         :func:`~napari_slidescope.pipeline.tissue.detect_tissue` first when the
         region spans more than ``AUTO_TISSUE_TILES`` tiles.
-    segmenter : str or Segmenter
-        ``"auto"`` (the learned model for the image's kind when installed, else the
-        built-in method for it), a name from
-        :func:`~napari_slidescope.segmenters.available_segmenters`, or a
-        :class:`~napari_slidescope.segmenters.Segmenter` (an object with only
-        ``predict``/``postprocess`` gets the protocol's defaults). A brightfield segmenter
-        on a multichannel fluorescence slide (or the reverse) is refused with the names
-        of the right ones; on an RGB-encoded fluorescence scan it runs with a warning.
-    tile_size_um : float
-        Size of the part of each tile it owns; tiles add the segmenter's overlap.
     workers : int, optional
         Post-processing threads; default ``os.cpu_count()``.
     progress : callable, optional
-        ``progress(done, total)`` called after each tile.
+        ``progress(done, total)`` called with ``(0, total)`` once set up and after each
+        tile (the one progress signature of the library).
     labels : "auto" or bool
         Build the label image of the region (True), or keep only the table and each
         nucleus's outline (False: memory grows with the number of nuclei, not with the
         region). ``"auto"`` builds it up to :data:`DENSE_LABELS_BYTES` and otherwise warns
         and keeps the outlines (a whole slide at 0.25 µm/px is tens of GB of labels).
         Array sources always get labels in the array's own pixels.
-    channel : int or str, optional
-        Nuclear channel of a fluorescence slide, by index or name (default: a channel named
-        DAPI, Hoechst..., else the channel carrying the signal of an RGB-encoded scan).
-    segmenter_options : dict, optional
-        Keyword arguments for the constructor of a segmenter given by name.
-    cell_expansion_um : float, optional
-        Grow each nucleus into a cell by up to this distance (µm), never into a
-        neighbour (each pixel goes to the nearest nucleus, as QuPath's cell expansion).
-        The result then has ``cells`` (or ``cell_outlines``) and the table gains
-        ``cell_area_um2``, ``cytoplasm_area_um2`` and, per channel or stain,
-        ``{name}_nucleus_mean``, ``{name}_cytoplasm_mean`` (cell minus nucleus) and
-        ``{name}_cell_mean`` (``CD3_cell_mean``, ``dab_od_cytoplasm_mean``). The
-        nucleus-only names (``DAPI_mean``, ``hematoxylin_od_mean``) stay as they are.
-        Default None: nuclei only.
-    stain : {"auto", "H&E", "H-DAB"}
-        Brightfield stain: the second stain vector is eosin (``eosin_od_mean``) or DAB
-        (``dab_od_mean``, for IHC scoring with
-        :func:`~napari_slidescope.pipeline.classify.classify_cells`). ``"auto"``: what the
-        slide's estimated vectors show (a pink or a brown second stain,
-        :func:`~napari_slidescope.analysis.stains.stain_kind`).
-    **runner_kwargs
-        Passed to :func:`~napari_slidescope.pipeline.runner.iter_tiles`.
+    **keywords
+        ``NucleiOptions`` fields by name (``target_mpp=0.5``, ``segmenter="builtin"``,
+        ``tile_size_um=256``, ``channel="DAPI"``, ``stain="H-DAB"``,
+        ``cell_expansion_um=5``, ``segmenter_options={...}``), applied on top of
+        ``options`` (``options.replace(...)``): a keyword wins over the same field of
+        ``options``. ``segmenter=`` also takes a
+        :class:`~napari_slidescope.segmenters.Segmenter` object (an object with only
+        ``predict``/``postprocess`` gets the protocol's defaults); the recorded
+        ``options.segmenter`` is then its name. The other keywords
+        (:data:`RUNNER_KEYWORDS`) go to :func:`~napari_slidescope.pipeline.runner.iter_tiles`
+        and change how fast, never what, a run computes.
 
     Returns
     -------
@@ -670,14 +672,25 @@ def segment_nuclei(
     Raises
     ------
     ValueError
-        Bad array, missing ``mpp``, or an empty / out-of-bounds region.
+        Bad array, missing ``mpp``, an empty / out-of-bounds region, an option out of its
+        range (the message of ``NucleiOptions``) or a segmenter that reads the other kind of
+        image (brightfield / fluorescence; on an RGB-encoded fluorescence scan it runs with a
+        :class:`~napari_slidescope.segmenters.SegmenterMismatchWarning`).
+    TypeError
+        A keyword that is neither an option nor a runner keyword.
 
     Examples
     --------
     >>> res = segment_nuclei("slide.svs", region=(0, 0, 4096, 4096))  # doctest: +SKIP
     >>> res.count, res.table["area_um2"].mean()  # doctest: +SKIP
     """
-    run = _setup(source, _RunOptions.of(locals()))
+    request = _request(
+        "segment_nuclei", region=region, mpp=mpp, options=options, tissue=tissue,
+        workers=workers, keywords=keywords,
+    )  # fmt: skip
+    if labels not in (True, False, "auto"):
+        raise ValueError(f"labels must be True, False or 'auto'; got {labels!r}")
+    run = _setup(source, request)
     plan = run.plan
     dense = _dense_labels(labels, plan, run.array_shape is not None)
     image = np.zeros(plan.shape, np.int32) if dense else None
@@ -749,8 +762,6 @@ def segment_nuclei(
 
 def _dense_labels(labels: bool | str, plan: TilePlan, is_array: bool) -> bool:
     """Whether segment_nuclei builds the label image (see its ``labels`` parameter)."""
-    if labels not in (True, False, "auto"):
-        raise ValueError(f"labels must be True, False or 'auto'; got {labels!r}")
     if is_array or labels is True:
         return True
     if labels is False:
@@ -977,21 +988,17 @@ def prepare_nuclei(
     *,
     region: Box | None = None,
     mpp: float | tuple[float, float] | None = None,
-    target_mpp: float | None = None,
+    options: NucleiOptions | None = None,
     tissue: TissueArg = "auto",
-    segmenter: Any = "auto",
-    tile_size_um: float = DEFAULT_TILE_SIZE_UM,
-    channel: int | str | None = None,
-    segmenter_options: dict[str, Any] | None = None,
-    cell_expansion_um: float | None = None,
-    stain: str = "auto",
-    **runner_kwargs: Any,
+    workers: int | None = None,
+    **keywords: Any,
 ) -> PreparedNuclei:
     """Set up a nuclei run as :func:`segment_nuclei` does, without segmenting.
 
     Plans the tiles, selects those with tissue and prepares the segmenter from
     working-resolution crops of them, exactly as :func:`segment_nuclei` with the same
-    arguments; the parameters are those of :func:`segment_nuclei`. Pass a
+    arguments; the parameters are those of :func:`segment_nuclei` (``workers`` and the
+    other runner keywords become the defaults of :meth:`PreparedNuclei.segment`). Pass a
     ``TissueResult`` (or an object with ``mask``, ``downsample`` and ``origin``) as
     ``tissue`` to reuse a tissue mask found elsewhere.
 
@@ -1005,5 +1012,8 @@ def prepare_nuclei(
     >>> run = prepare_nuclei("slide.svs", tissue=True)  # doctest: +SKIP
     >>> [r.count for r in run.segment([t.index for t in run.tiles[:2]])]  # doctest: +SKIP
     """
-    run = _setup(source, _RunOptions.of(locals()))
-    return PreparedNuclei(run)
+    request = _request(
+        "prepare_nuclei", region=region, mpp=mpp, options=options, tissue=tissue,
+        workers=workers, keywords=keywords,
+    )  # fmt: skip
+    return PreparedNuclei(_setup(source, request))

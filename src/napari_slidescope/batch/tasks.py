@@ -374,7 +374,7 @@ def _prepare(path: str, stamp: Stamp, params: BatchParams, grid: TissueGrid) -> 
         run = _prepared.get(key)
         if run is None:  # prepared under the lock: two threads never prepare one slide twice
             # "auto" is resolved per slide, for its stain, by prepare_nuclei
-            run = prepare_nuclei(slide, tissue=grid, **params.nuclei_options.as_dict())
+            run = prepare_nuclei(slide, tissue=grid, options=params.nuclei_options)
             _prepared[key] = run
             while len(_prepared) > MAX_PREPARED:
                 _prepared.popitem(last=False)
@@ -391,7 +391,7 @@ def slide_task(path: str, stamp: Stamp, params: BatchParams) -> SlideInfo:
 
     t0 = time.perf_counter()
     slide = _open(path, stamp, params.storage_options)
-    tissue = detect_tissue(slide, region=(0, 0, *slide.shape0), **params.tissue_options.as_dict())
+    tissue = detect_tissue(slide, region=(0, 0, *slide.shape0), options=params.tissue_options)
     params, note = _resolve(params, slide)
     info = SlideInfo(
         shape0=(int(slide.shape0[0]), int(slide.shape0[1])),

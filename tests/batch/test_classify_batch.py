@@ -174,3 +174,47 @@ def test_rules_naming_an_unknown_marker_fail_the_slide_before_any_tile(
         classify=ok.save(tmp_path / "ok.json"), cell_expansion_um=3.0,
     )  # fmt: skip
     assert rows[0]["status"] == "done", rows[0]["error"]
+
+
+def test_changed_rules_on_resume_redo_only_the_classification(client, hdab_slide, tmp_path):
+    """Same slide, options and model: the classes are computed again from the stored
+    measurements; tissue, nuclei, outlines and ids are untouched, and every output equals a
+    run from scratch with the new rules."""
+    rules = tmp_path / "rules.json"
+    PhenotypeRules.of(dab=True).save(rules)
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    kw = dict(client=client, segmenter="builtin", tile_size_um=TILE_UM, classify=rules)
+    assert analyze_slides(hdab_slide, out, **kw)[0]["status"] == "done"
+    folder = out / hdab_slide.name
+    before = json.loads((folder / "manifest.json").read_text())
+    table = pq.read_table(folder / "nuclei.parquet")
+    tissue_mtime = (folder / "tissue.geojson").stat().st_mtime_ns
+
+    PhenotypeRules.of(dab=(0.1, 0.2, 0.3)).save(rules)
+    seen = []
+    rows = analyze_slides(hdab_slide, out, resume=True, progress=seen.append, **kw)
+    assert rows[0]["status"] == "done", rows[0]["error"]
+    after = json.loads((folder / "manifest.json").read_text())
+    # nothing was segmented again: no slide task (tissue.geojson untouched, the slide
+    # task's seconds kept) and no tile task (each tile's seconds kept)
+    assert (folder / "tissue.geojson").stat().st_mtime_ns == tissue_mtime
+    assert after["slide_task_seconds"] == before["slide_task_seconds"]
+    assert after["tiles"] == before["tiles"]
+    assert after["segmentation_sha256"] == before["segmentation_sha256"]
+    assert after["parameters_sha256"] != before["parameters_sha256"]
+    assert after["parameters"]["classify"]["rules"]["dab"]["thresholds"] == [0.1, 0.2, 0.3]
+    assert not (folder / "parts").exists()
+    moved = pq.read_table(folder / "nuclei.parquet")
+    segmentation = [c for c in table.column_names if c in moved.column_names]
+    segmentation = segmentation[: segmentation.index("bbox_col1") + 1] + ["geometry"]
+    assert moved.select(segmentation).equals(table.select(segmentation))
+    assert moved.column("class").to_pylist() != table.column("class").to_pylist()
+
+    # what a run from scratch with the new rules writes, byte for byte
+    assert analyze_slides(hdab_slide, fresh, **kw)[0]["status"] == "done"
+    for name in ("nuclei.parquet", "nuclei.geojson.gz"):
+        assert (folder / name).read_bytes() == (fresh / hdab_slide.name / name).read_bytes(), name
+    want = _summary(fresh)[0]
+    got = _summary(out)[0]
+    for column in ("nuclei", "classes", "h_score", "positive_percent", "tissue_area_mm2"):
+        assert got[column] == want[column], column

@@ -63,13 +63,14 @@ def test_help_documents_every_option_with_default():
     text = " ".join(res.stdout.split())
     for option in ("--tasks", "--segmenter", "--workers", "--scheduler", "--resume"):
         assert option in text
-    assert "--nuclei-mpp UM" in text and "µm per pixel" in text
-    assert "--tile-size-um UM" in text and "(default: 512)" in text
-    assert "installed, else the built-in method), builtin" in text and "(default: auto;" in text
+    assert "--nuclei-mpp UM nuclei working resolution" in text and "[µm/px]" in text
+    assert "--tile-size-um UM" in text and "[µm] (default: 512)" in text
+    assert "installed, else built-in); registered: builtin," in text
+    assert "(default: auto; the manifest records which ran)" in text
     # every registered segmenter, from the registry (the -fluorescence ones too)
     from napari_slidescope.segmenters import registered_segmenters
 
-    listed = text.split("nuclei segmenter: auto", 1)[1].split("(default: auto;", 1)[0]
+    listed = text.split("--segmenter NAME", 1)[1].split("(default: auto;", 1)[0]
     for name in registered_segmenters():
         assert f" {name}," in listed or f" {name} " in listed, name
     assert "builtin-fluorescence" in listed and "instanseg-fluorescence" in listed

@@ -16,6 +16,7 @@ import shapely
 from napari_slidescope import analyze_slides, segment_nuclei
 from napari_slidescope.analysis.measure import COLUMNS
 from napari_slidescope.batch.outputs import NUCLEI_COLUMNS, SUMMARY_COLUMNS
+from napari_slidescope.options import NucleiOptions, TissueOptions
 
 #: Owned part of a tile, µm: small, so the small slides still have a dozen tiles or more.
 TILE_UM = 128.0
@@ -103,7 +104,11 @@ def test_geoparquet_reads_back_with_documented_columns(batch_out, slides):
     assert geo["columns"]["geometry"]["geometry_types"] == ["Polygon"]
     info = json.loads(meta[b"slidescope"])
     assert info["slide"] == "a.svs" and info["mpp"] == [0.5, 0.5]
-    assert info["parameters"]["tile_size_um"] == TILE_UM
+    assert (
+        info["parameters"]["nuclei"]
+        == NucleiOptions(segmenter="builtin", tile_size_um=TILE_UM).as_dict()
+    )
+    assert info["parameters"]["tissue"] == TissueOptions().as_dict()
     assert info["software"].startswith("napari-slidescope ")
     assert table.schema.field("area_um2").metadata[b"unit"] == "µm²".encode()
     geoms = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
@@ -147,7 +152,8 @@ def test_manifest_records_slide_parameters_and_tiles(batch_out, slides):
     assert m["slide_stamp"]["size"] == st.st_size
     assert m["slide_stamp"]["mtime_ns"] == st.st_mtime_ns
     assert len(m["slide_stamp"]["head_sha256"]) == 64
-    assert m["parameters"]["tile_size_um"] == TILE_UM and len(m["parameters_sha256"]) == 64
+    assert m["parameters"]["nuclei"]["tile_size_um"] == TILE_UM
+    assert len(m["parameters_sha256"]) == 64
     assert m["slide_info"]["shape0"] == [1024, 1536]
     tiles = m["tiles"]
     assert len(tiles) == m["plan"]["tiles_with_tissue"] < m["plan"]["tiles_in_plan"]

@@ -60,3 +60,18 @@ def test_batch_runs_tissue_on_ome_zarr_and_dicom(
     assert float(rows["synthetic.ome.zarr"]["tissue_area_mm2"]) > 0
     # the same pixels as DICOM and as SVS: the same tissue
     assert rows["cmu_dicom"]["tissue_area_mm2"] == rows["cmu.svs"]["tissue_area_mm2"]
+
+
+def test_folders_are_searched_for_every_slide_suffix_of_the_reader(tmp_path):
+    from napari_slidescope.slide.formats import OPENSLIDE_SUFFIXES, SLIDE_SUFFIXES
+
+    names = [
+        f"s{i}{suffix.upper() if i % 2 else suffix}"
+        for i, suffix in enumerate(SLIDE_SUFFIXES + OPENSLIDE_SUFFIXES)
+    ]
+    for name in [*names, "notes.txt", "s.json", ".hidden.svs"]:
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in find_slides([tmp_path])] == sorted(names)
+    assert {".svs", ".ndpi", ".ome.tiff", ".mrxs", ".vms"} <= set(
+        SLIDE_SUFFIXES + OPENSLIDE_SUFFIXES
+    )

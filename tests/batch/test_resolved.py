@@ -65,7 +65,7 @@ def test_resume_redoes_slides_once_a_learned_model_is_installed(
     out = tmp_path / "out"
     assert [r["status"] for r in rows] == ["done", "done"]
     before = manifest(out, "a.svs")
-    assert before["parameters"]["segmenter"] == "auto"
+    assert before["parameters"]["nuclei"]["segmenter"] == "auto"
     resolved = before["resolved"]
     assert resolved["segmenter"] == "builtin" and resolved["weights_sha256"] is None
     assert resolved["stain_mode"] == "brightfield" and resolved["mpp"] == 0.5

@@ -129,11 +129,3 @@ def test_widget_and_console_runs_use_the_rule(seg, slide_mpp, expected):
         got = jobs.nuclei_mpp(source, {"segmenter": seg(), "target_mpp": None})
     assert got == expected
     assert "nuclei_mpp(source, nuclei_options)" in inspect.getsource(session.SlideAnalysis.run)
-
-
-def test_batch_passes_its_resolution_to_prepare_nuclei():
-    from napari_slidescope.batch import tasks
-    from napari_slidescope.batch.params import BatchParams
-
-    assert BatchParams().nuclei_mpp is None  # default: the rule decides, in prepare_nuclei
-    assert "target_mpp=params.nuclei_mpp" in inspect.getsource(tasks._prepare)

@@ -13,8 +13,11 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from napari_slidescope.batch.ledger import BatchProgress
 
 __all__ = ["main"]
 
@@ -49,8 +52,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """Wrap help at spaces only: a name such as ``builtin-fluorescence`` stays whole."""
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
         try:
             value = kind(text)
         except ValueError:
@@ -72,19 +83,10 @@ def _tasks(text: str) -> tuple[str, ...]:
     return tasks
 
 
-def _segmenter_help() -> str:
-    """Return the --segmenter help, every registered segmenter named (from the registry)."""
-    from napari_slidescope.segmenters import registered_segmenters
-
-    names = ", ".join(registered_segmenters())
-    return (
-        "nuclei segmenter: auto (per slide, the learned model for its stain when "
-        f"installed, else the built-in method), {names} (default: auto; the manifest "
-        "records which ran)"
-    )
-
-
 def _parser() -> argparse.ArgumentParser:
+    from napari_slidescope.batch._flags import add_option_flags
+    from napari_slidescope.batch.params import SLIDE_EXTENSIONS
+
     parser = _Parser(prog="slidescope", description="napari-slidescope on the command line.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     b = sub.add_parser(
@@ -96,15 +98,17 @@ def _parser() -> argparse.ArgumentParser:
             "Resumable: with --resume, what an earlier run into OUT finished is kept."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     b.add_argument(
         "inputs",
         nargs="+",
         metavar="SLIDE_OR_FOLDER",
-        help="slide files, and folders searched (recursively) for .svs .ndpi .qptiff .scn .bif "
-        ".tif .tiff .ome.tif .ome.tiff; slide URLs (https://, s3://, gs://, az://, any fsspec "
-        "URL: workers read them, no shared disk needed) and URL prefixes ending in / (listed)",
+        help="slide files, and folders searched (recursively) for "
+        + " ".join(SLIDE_EXTENSIONS)
+        + ", OME-Zarr images and folders of DICOM instances; slide URLs (https://, s3://, "
+        "gs://, az://, any fsspec URL: workers read them, no shared disk needed) and URL "
+        "prefixes ending in / (listed)",
     )
     b.add_argument("-o", "--out", required=True, metavar="OUT", help="output folder (created)")
     b.add_argument(
@@ -113,12 +117,6 @@ def _parser() -> argparse.ArgumentParser:
         default=("tissue", "nuclei"),
         metavar="LIST",
         help="comma-separated: tissue, nuclei (nuclei implies tissue; default: tissue,nuclei)",
-    )
-    b.add_argument(
-        "--segmenter",
-        default="auto",
-        metavar="NAME",
-        help=_segmenter_help(),
     )
     where = b.add_mutually_exclusive_group()
     where.add_argument(
@@ -139,21 +137,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep slides and tiles an earlier run into OUT finished with the same slide file "
         "and parameters; redo the rest (default: redo everything)",
-    )
-    b.add_argument(
-        "--nuclei-mpp",
-        type=_positive(float),
-        metavar="UM",
-        help="working resolution of the nuclei segmentation in µm per pixel (default: the "
-        "segmenter's, e.g. 0.25 for builtin, never finer than the slide's pixels)",
-    )
-    b.add_argument(
-        "--tile-size-um",
-        type=_positive(float),
-        default=512.0,
-        metavar="UM",
-        help="size in µm of the part of a slide each nuclei task owns; tiles add the "
-        "segmenter's overlap (default: 512)",
     )
     b.add_argument(
         "--tiles-per-task",
@@ -186,13 +169,6 @@ def _parser() -> argparse.ArgumentParser:
         "and the store's config files; never written to outputs)",
     )
     b.add_argument(
-        "--cell-expansion-um",
-        type=_positive(float),
-        metavar="UM",
-        help="grow each nucleus into a cell by up to UM µm, never into a neighbour; tables "
-        "gain {channel}_{nucleus,cytoplasm,cell}_mean (default: nuclei only)",
-    )
-    b.add_argument(
         "--classify",
         metavar="FILE",
         help="classify each slide's cells: a phenotype rules JSON file (saved by the widget, "
@@ -205,6 +181,10 @@ def _parser() -> argparse.ArgumentParser:
         help="also write cells.h5ad per slide: cells x markers for scanpy / squidpy "
         "(needs the scverse extra; default: off)",
     )
+    options = b.add_argument_group(
+        "analysis options", "what is computed (the options model: napari_slidescope.options)"
+    )
+    add_option_flags(options)
     b.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
     b.add_argument(
         "--dashboard",
@@ -291,6 +271,7 @@ class _Usage(Exception):
 
 
 def _batch(args: argparse.Namespace) -> int:
+    from napari_slidescope.batch._flags import options_from_args
     from napari_slidescope.batch.engine import analyze_slides
     from napari_slidescope.batch.params import (
         BatchParams,
@@ -300,12 +281,9 @@ def _batch(args: argparse.Namespace) -> int:
     )
 
     try:
+        tissue_options, nuclei_options = options_from_args(args)
         params = BatchParams(
-            args.tasks,
-            args.segmenter,
-            args.nuclei_mpp,
-            args.tile_size_um,
-            storage_options=args.storage_options,
+            args.tasks, tissue_options, nuclei_options, storage_options=args.storage_options
         )
         if args.classify is not None:  # a bad rules file stops here, before any work
             from napari_slidescope.pipeline.classify import load_classification
@@ -314,9 +292,10 @@ def _batch(args: argparse.Namespace) -> int:
         if params.nuclei:
             from napari_slidescope.segmenters import missing_reason
 
-            reason = missing_reason(args.segmenter)
+            name = nuclei_options.segmenter
+            reason = missing_reason(name)
             if reason is not None:
-                raise _Usage(f"segmenter {args.segmenter!r} is not available: {reason}")
+                raise _Usage(f"segmenter {name!r} is not available: {reason}")
         slides = find_slides(args.inputs, args.storage_options)
         if not slides:
             raise _Usage(f"no slides found in {' '.join(args.inputs)}")
@@ -358,10 +337,8 @@ def _batch(args: argparse.Namespace) -> int:
                 slides,
                 args.out,
                 tasks=params.tasks,
-                segmenter=args.segmenter,
-                nuclei_mpp=args.nuclei_mpp,
-                tile_size_um=args.tile_size_um,
-                cell_expansion_um=args.cell_expansion_um,
+                tissue_options=tissue_options,
+                nuclei_options=nuclei_options,
                 classify=args.classify,
                 anndata=args.anndata,
                 client=client,
@@ -455,7 +432,7 @@ class _Progress:
         if self.bar is not None:
             self.bar.stop()
 
-    def update(self, state: Any) -> None:
+    def update(self, state: BatchProgress) -> None:
         if state.finished is not None:
             line = _slide_line(state.finished, kept=state.kept)
             if self.verbose and state.finished.get("status") != "done":

@@ -15,13 +15,14 @@ Every file is written to a temporary name in its folder, flushed and renamed.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import io
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,12 @@ from napari_slidescope.batch.tasks import TileOut, wkb_ring
 __all__ = [
     "NUCLEI_COLUMNS",
     "SUMMARY_COLUMNS",
+    "Manifest",
     "SlideSummary",
+    "SummaryRow",
+    "TileRecord",
     "read_manifest",
+    "read_summary",
     "write_manifest",
     "write_nuclei",
     "write_part",
@@ -53,22 +58,199 @@ NUCLEI_COLUMNS: dict[str, str] = {
     "bbox_col1": "level-0 px",
 }
 
-#: Columns of ``summary.csv``.
-SUMMARY_COLUMNS = (
-    "slide",
-    "status",
-    "error",
-    "tissue_area_mm2",
-    "nuclei",
-    "nuclei_per_mm2",
-    "mean_nucleus_area_um2",
-    "seconds",
-    "classes",
-    "positive_percent",
-    "h_score",
-    "positive_per_mm2",
-    "path",
-)
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One slide's row of ``summary.csv`` (and of what ``analyze_slides`` returns).
+
+    Attributes
+    ----------
+    slide : str
+        The slide's file name (its output folder's name).
+    status : {"pending", "running", "done", "failed"}
+        Where the slide stands.
+    error : str or None
+        Why it failed, one line.
+    tissue_area_mm2, nuclei_per_mm2, mean_nucleus_area_um2 : float or None
+        Tissue area, nuclei per mm² of tissue, mean nucleus area in µm².
+    nuclei : int or None
+        Nuclei found.
+    seconds : float or None
+        Worker seconds spent on the slide.
+    classes : str or None
+        Counts per class, ``"name: n; ..."`` (``--classify``).
+    positive_percent, h_score, positive_per_mm2 : float or None
+        The IHC figures of a classified slide.
+    path : str
+        The slide's absolute path, or its URL without credentials.
+    """
+
+    slide: str
+    status: str
+    error: str | None = None
+    tissue_area_mm2: float | None = None
+    nuclei: int | None = None
+    nuclei_per_mm2: float | None = None
+    mean_nucleus_area_um2: float | None = None
+    seconds: float | None = None
+    classes: str | None = None
+    positive_percent: float | None = None
+    h_score: float | None = None
+    positive_per_mm2: float | None = None
+    path: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the row as a dict of :data:`SUMMARY_COLUMNS` (JSON-ready)."""
+        return {c: getattr(self, c) for c in SUMMARY_COLUMNS}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SummaryRow:
+        """Build from :meth:`to_json`'s dict (unknown keys are ignored, missing ones None)."""
+        values: dict[str, Any] = {c: data.get(c) for c in SUMMARY_COLUMNS}
+        values["slide"] = str(values["slide"] or "")
+        values["status"] = str(values["status"] or "")
+        values["path"] = str(values["path"] or "")
+        return cls(**values)
+
+    def to_csv(self) -> list[str]:
+        """Return the row's ``summary.csv`` fields, in :data:`SUMMARY_COLUMNS` order."""
+        return [_fmt(getattr(self, c)) for c in SUMMARY_COLUMNS]
+
+    @classmethod
+    def from_csv(cls, fields: Mapping[str, str]) -> SummaryRow:
+        """Build from a ``csv.DictReader`` row of ``summary.csv`` (numbers parsed)."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            text = fields.get(f.name, "")
+            if text == "":
+                values[f.name] = "" if f.name in ("slide", "status", "path") else None
+            elif f.name == "nuclei":
+                values[f.name] = int(text)
+            elif f.type == "float | None":
+                values[f.name] = float(text)
+            else:
+                values[f.name] = text
+        return cls(**values)
+
+
+#: Columns of ``summary.csv``: the fields of :class:`SummaryRow`, in order.
+SUMMARY_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SummaryRow))
+
+
+@dataclass(frozen=True)
+class TileRecord:
+    """A tile's line in a manifest: its status and, once done, its seconds."""
+
+    status: str
+    seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"status": ..., "seconds": ...}`` (seconds only once done)."""
+        if self.seconds is None:
+            return {"status": self.status}
+        return {"status": self.status, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TileRecord:
+        """Build from :meth:`to_json`'s dict."""
+        seconds = data.get("seconds")
+        return cls(str(data.get("status", "")), None if seconds is None else float(seconds))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A slide's ``manifest.json``: what was asked, what ran, where it stands.
+
+    Attributes
+    ----------
+    slide, path : str
+        The slide's file name, and its absolute path or URL without credentials.
+    status : {"running", "done", "failed"}
+        Where the slide stands.
+    error, traceback : str or None
+        Why it failed: one line, and the traceback.
+    slide_stamp : dict or None
+        Size, modification time and hash of the slide's first MiB (a URL: what its
+        store says about the object's version), as resume compares them.
+    parameters : dict or None
+        :meth:`~napari_slidescope.batch.params.BatchParams.as_dict`.
+    requested_sha256 : str or None
+        Digest of `parameters`.
+    resolved : dict or None
+        What ran (the segmenter ``auto`` chose, its model and weights, the working
+        resolution, the stain and tissue modes...), once the slide task has said.
+    parameters_sha256 : str or None
+        Digest of `parameters` and `resolved` (``run_digest``): parts and outputs carry it.
+    segmentation_sha256 : str or None
+        The same without the classification (``segmentation_digest``): equal when only
+        the rules changed.
+    slide_info : dict or None
+        ``shape0``, ``mpp`` and ``format`` of the slide.
+    tissue_area_mm2, slide_task_seconds : float or None
+        The tissue area, and the seconds of the slide task.
+    plan : dict or None
+        The tile plan (working µm/px, tile size and overlap in px, grid, tiles).
+    tiles : dict of int to TileRecord, or None
+        Each tile with tissue: its status and seconds.
+    summary : SummaryRow or None
+        The slide's summary row once done.
+    """
+
+    slide: str
+    path: str
+    status: str
+    error: str | None = None
+    traceback: str | None = None
+    slide_stamp: dict[str, Any] | None = None
+    parameters: dict[str, Any] | None = None
+    requested_sha256: str | None = None
+    resolved: dict[str, Any] | None = None
+    parameters_sha256: str | None = None
+    segmentation_sha256: str | None = None
+    slide_info: dict[str, Any] | None = None
+    tissue_area_mm2: float | None = None
+    slide_task_seconds: float | None = None
+    plan: dict[str, Any] | None = None
+    tiles: dict[int, TileRecord] | None = None
+    summary: SummaryRow | None = None
+
+    def replace(self, **changes: Any) -> Manifest:
+        """Return a copy with `changes` applied."""
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the manifest as JSON-ready values (tile keys as strings)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.tiles is not None:
+            out["tiles"] = {str(i): t.to_json() for i, t in self.tiles.items()}
+        if self.summary is not None:
+            out["summary"] = self.summary.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Manifest:
+        """Build from :meth:`to_json`'s dict; keys it does not know are ignored.
+
+        Raises
+        ------
+        ValueError
+            If `data` is not a JSON object.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"manifest: expected a JSON object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        values.setdefault("slide", "")
+        values.setdefault("path", "")
+        values.setdefault("status", "")
+        tiles = values.get("tiles")
+        if tiles is not None:
+            values["tiles"] = {int(i): TileRecord.from_json(t) for i, t in tiles.items()}
+        summary = values.get("summary")
+        if summary is not None:
+            values["summary"] = SummaryRow.from_json(summary)
+        return cls(**values)
+
 
 _NUCLEUS_COLOR = (30, 30, 200)
 
@@ -276,7 +458,7 @@ def write_nuclei(
     summary = SlideSummary()
     ns = uuid.uuid5(uuid.NAMESPACE_URL, feature_ns)
     geo: dict[str, Any] = json.loads(json.dumps(_GEO))
-    if file_metadata.get("parameters", {}).get("cell_expansion_um") is not None:
+    if file_metadata.get("parameters", {}).get("nuclei", {}).get("cell_expansion_um") is not None:
         geo["columns"]["cell_geometry"] = dict(geo["columns"]["geometry"])
     file_meta = {"geo": json.dumps(geo), "slidescope": json.dumps(file_metadata, sort_keys=True)}
     pq_path, gj_path = slide_dir / "nuclei.parquet", slide_dir / "nuclei.geojson.gz"
@@ -324,7 +506,8 @@ def write_nuclei(
                 offset += n
 
         with (
-            gzip.GzipFile(fileobj=gj_fh, mode="wb", compresslevel=6, mtime=0) as gz,
+            # no time and no (temporary) file name in the header: the same bytes every run
+            gzip.GzipFile(filename="", fileobj=gj_fh, mode="wb", compresslevel=6, mtime=0) as gz,
             io.TextIOWrapper(gz, encoding="utf-8") as text,
         ):
             write_features(text, features())
@@ -431,18 +614,19 @@ def write_tissue(
     return path
 
 
-def read_manifest(slide_dir: Path) -> dict[str, Any] | None:
+def read_manifest(slide_dir: Path) -> Manifest | None:
     """Read the slide's ``manifest.json``; None when missing or unreadable."""
     try:
-        return dict(json.loads((slide_dir / "manifest.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError):
+        data = json.loads((slide_dir / "manifest.json").read_text(encoding="utf-8"))
+        return Manifest.from_json(data)
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
 
 
-def write_manifest(slide_dir: Path, manifest: dict[str, Any]) -> None:
+def write_manifest(slide_dir: Path, manifest: Manifest) -> None:
     """Write ``manifest.json`` atomically."""
     with atomic_write(slide_dir / "manifest.json", "w") as fh:
-        json.dump(manifest, fh, indent=1, sort_keys=True)
+        json.dump(manifest.to_json(), fh, indent=1, sort_keys=True)
 
 
 def _fmt(value: Any) -> str:
@@ -453,13 +637,106 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def write_summary(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+def write_summary(path: Path, rows: Sequence[SummaryRow]) -> None:
     """Write ``summary.csv`` (:data:`SUMMARY_COLUMNS`, one row per slide), atomically."""
     with atomic_write(path, "w", newline="") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(SUMMARY_COLUMNS)
         for row in rows:
-            w.writerow([_fmt(row.get(c)) for c in SUMMARY_COLUMNS])
+            w.writerow(row.to_csv())
+
+
+def read_summary(path: Path) -> list[SummaryRow]:
+    """Read ``summary.csv`` back as :class:`SummaryRow` records."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [SummaryRow.from_csv(r) for r in csv.DictReader(fh)]
+
+
+def parts_from_nuclei(slide_dir: Path, tiles: Sequence[int]) -> list[int]:
+    """Write a finished slide's tile parts back from its ``nuclei.parquet``.
+
+    What a slide's classification is computed from again when only the classification
+    changed (``resume``): each tile's rows with its local ids, measurements and outlines,
+    exactly the parts the tile tasks wrote, so :func:`classify_parts` and
+    :func:`write_nuclei` give what a run from scratch would. ``nuclei.parquet`` is
+    ``id, tile, <measurements>, bbox_*, <class columns>, geometry[, cell_geometry]``.
+
+    Parameters
+    ----------
+    slide_dir : Path
+        ``OUT/<slide>/``.
+    tiles : sequence of int
+        The slide's tiles with tissue (its manifest's).
+
+    Returns
+    -------
+    list of int
+        The tiles in plan order (as ``nuclei.parquet`` holds them; tiles without nuclei
+        after them).
+
+    Raises
+    ------
+    ValueError
+        If ``nuclei.parquet`` holds a tile that is not in `tiles`, or lacks a column.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(slide_dir / "nuclei.parquet")
+    names = pf.schema_arrow.names
+    for c in ("id", "tile", "bbox_row0", "bbox_col1", "geometry"):
+        if c not in names:
+            raise ValueError(f"{slide_dir / 'nuclei.parquet'}: no {c!r} column")
+    keep = ["id", *names[names.index("tile") + 1 : names.index("bbox_row0")], "geometry"]
+    if "cell_geometry" in names:
+        keep.append("cell_geometry")
+    known = set(tiles)
+    order: list[int] = []
+    offset = 0
+
+    def flush(index: int, rows: Any) -> None:
+        nonlocal offset
+        if index not in known:
+            raise ValueError(f"{slide_dir / 'nuclei.parquet'}: tile {index} is not in the plan")
+        part = rows.select(keep)
+        ids = pa.array(part.column("id").to_numpy().astype(np.int64) - offset)
+        part = part.set_column(0, "id", ids)
+        _write_part_table(slide_dir, index, part)
+        order.append(index)
+        offset += rows.num_rows
+
+    current: int | None = None
+    pending: list[Any] = []
+    for g in range(pf.num_row_groups):
+        group = pf.read_row_group(g)
+        column = group.column("tile").to_numpy()
+        cuts = [0, *(np.flatnonzero(np.diff(column)) + 1).tolist(), len(column)]
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            if a == b:
+                continue
+            index = int(column[a])
+            if current is not None and index != current:
+                flush(current, pa.concat_tables(pending))
+                pending = []
+            current = index
+            pending.append(group.slice(a, b - a))
+    if current is not None:
+        flush(current, pa.concat_tables(pending))
+    empty = pf.schema_arrow.empty_table()
+    for index in tiles:
+        if index not in order:
+            flush(index, empty)
+    return order
+
+
+def _write_part_table(slide_dir: Path, index: int, table: Any) -> None:
+    """Write a rebuilt tile part (its seconds and digest are in the manifest, not here)."""
+    import pyarrow.parquet as pq
+
+    path = part_path(slide_dir, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "wb") as fh:
+        pq.write_table(table.replace_schema_metadata(None), fh, compression="zstd")
 
 
 def remove_parts(slide_dir: Path) -> None:

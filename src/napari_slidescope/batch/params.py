@@ -6,9 +6,15 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from napari_slidescope.options import NucleiOptions, TissueOptions
+
+if TYPE_CHECKING:
+    from napari_slidescope.slide.source import Source
+from napari_slidescope.slide.formats import DICOM_SUFFIX, OPENSLIDE_SUFFIXES, SLIDE_SUFFIXES
 
 __all__ = [
     "SLIDE_EXTENSIONS",
@@ -21,22 +27,9 @@ __all__ = [
     "stamp_slide",
 ]
 
-#: File name endings searched for in folders: the formats the reader opens.
-SLIDE_EXTENSIONS = (
-    ".svs",
-    ".ndpi",
-    ".qptiff",
-    ".scn",
-    ".bif",
-    ".tif",
-    ".tiff",
-    ".ome.tif",
-    ".ome.tiff",
-    ".mrxs",
-    ".vms",
-    ".vmu",
-    ".svslide",
-)
+#: File name endings searched for in folders: the slide files the reader opens (DICOM
+#: instances are found by their folder, see ``_FOLDER_SLIDE_MARKERS``).
+SLIDE_EXTENSIONS = SLIDE_SUFFIXES + OPENSLIDE_SUFFIXES
 #: Files that make the folder holding them one slide (an OME-Zarr image, DICOM instances).
 _FOLDER_SLIDE_MARKERS = (".zattrs", ".zgroup", "zarr.json")
 #: Tasks a batch can run, in the order they run.
@@ -49,21 +42,23 @@ HEAD_BYTES = 2**20
 class BatchParams:
     """The parameters of a batch run; their digest decides what ``resume`` may keep.
 
+    The analysis options are the options model's
+    (:class:`~napari_slidescope.options.TissueOptions`,
+    :class:`~napari_slidescope.options.NucleiOptions`): their defaults, bounds and
+    messages are defined there once, and the tasks hand them on to
+    :func:`~napari_slidescope.pipeline.tissue.detect_tissue` and
+    :func:`~napari_slidescope.pipeline.nuclei.prepare_nuclei` as they are.
+
     Attributes
     ----------
     tasks : tuple of str
         Subset of :data:`TASKS`; ``"nuclei"`` implies ``"tissue"`` (only tiles with
         tissue are segmented).
-    segmenter : str
-        Registered segmenter name, or ``"auto"`` (resolved per slide; the manifest
-        records what it resolved to, see :meth:`run_digest`).
-    nuclei_mpp : float or None
-        Working resolution of the nuclei segmentation in µm/px; None: the segmenter's,
-        never finer than the slide's pixels (as ``segment_nuclei``).
-    tile_size_um : float
-        Size of the part of each tile it owns, µm.
-    cell_expansion_um : float or None
-        Grow nuclei into cells by up to this distance (``segment_nuclei``'s), or None.
+    tissue_options : TissueOptions
+        Options of the tissue detection of each slide.
+    nuclei_options : NucleiOptions
+        Options of the nuclei segmentation; its ``segmenter`` ``"auto"`` is resolved per
+        slide (the manifest records what it resolved to, see :meth:`run_digest`).
     classify : str or None
         What classifies the cells, as canonical JSON of
         :func:`~napari_slidescope.pipeline.classify.load_classification`'s descriptor
@@ -78,10 +73,8 @@ class BatchParams:
     """
 
     tasks: tuple[str, ...] = TASKS
-    segmenter: str = "auto"
-    nuclei_mpp: float | None = None
-    tile_size_um: float = 512.0
-    cell_expansion_um: float | None = None
+    tissue_options: TissueOptions = field(default_factory=TissueOptions)
+    nuclei_options: NucleiOptions = field(default_factory=NucleiOptions)
     classify: str | None = None
     anndata: bool = False
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -94,17 +87,10 @@ class BatchParams:
         if "nuclei" in tasks:
             tasks = TASKS  # nuclei are only looked for where there is tissue
         object.__setattr__(self, "tasks", tasks)
-        if not (isinstance(self.tile_size_um, int | float) and self.tile_size_um > 0):
-            raise ValueError(f"tile_size_um: expected a positive number, got {self.tile_size_um!r}")
-        if self.nuclei_mpp is not None and not self.nuclei_mpp > 0:
-            raise ValueError(f"nuclei_mpp: expected a positive µm/px, got {self.nuclei_mpp!r}")
-        if self.cell_expansion_um is not None and not (
-            isinstance(self.cell_expansion_um, int | float) and self.cell_expansion_um > 0
-        ):
-            raise ValueError(
-                f"cell_expansion_um: expected a positive distance in µm, got "
-                f"{self.cell_expansion_um!r}"
-            )
+        for name, cls in (("tissue_options", TissueOptions), ("nuclei_options", NucleiOptions)):
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                raise ValueError(f"{name}: expected a {cls.__name__}, got {value!r}")
 
     @property
     def nuclei(self) -> bool:
@@ -112,24 +98,35 @@ class BatchParams:
         return "nuclei" in self.tasks
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the parameters and the software version as JSON-ready values."""
+        """Return the parameters and the software version as JSON-ready values.
+
+        ``{"tasks": [...], "tissue": {...}, "nuclei": {...}, "classify": ..., "anndata":
+        ..., "version": ...}`` with the options as their ``as_dict()``.
+        """
+        return {
+            **self.segmentation_dict(),
+            "classify": None if self.classify is None else json.loads(self.classify),
+            "anndata": self.anndata,
+        }
+
+    def segmentation_dict(self) -> dict[str, Any]:
+        """Return what the tissue and nuclei outputs depend on.
+
+        :meth:`as_dict` less the classification and the AnnData file: what ``resume``
+        compares to redo only the classification of a finished slide.
+        """
         from napari_slidescope import __version__
 
-        d = asdict(self)
-        d.pop("storage_options", None)  # may hold credentials; not a parameter of the result
-        d["tasks"] = list(self.tasks)
-        for key in ("cell_expansion_um", "classify", "anndata"):  # unset: earlier digests
-            if d[key] in (None, False):
-                del d[key]
-        if self.classify is not None:
-            d["classify"] = json.loads(self.classify)
-        d["version"] = __version__
-        return d
+        return {
+            "tasks": list(self.tasks),
+            "tissue": self.tissue_options.as_dict(),
+            "nuclei": self.nuclei_options.as_dict(),
+            "version": __version__,
+        }
 
     def digest(self) -> str:
         """SHA-256 of :meth:`as_dict` in canonical JSON (sorted keys): what was asked for."""
-        text = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        return _sha256(self.as_dict())
 
     def run_digest(self, resolved: dict[str, Any]) -> str:
         """SHA-256 of what was asked for and what it resolved to on a slide.
@@ -139,9 +136,21 @@ class BatchParams:
         nuclear channel): two runs that computed different things never share this
         digest, so ``resume`` never keeps or mixes results of another model.
         """
-        both = {"requested": self.as_dict(), "resolved": resolved}
-        text = json.dumps(both, sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return _sha256({"requested": self.as_dict(), "resolved": resolved})
+
+    def segmentation_digest(self, resolved: dict[str, Any]) -> str:
+        """Return the :meth:`run_digest` of :meth:`segmentation_dict`.
+
+        Equal for two runs whose tissue and nuclei outputs are the same, whatever their
+        classification.
+        """
+        return _sha256({"requested": self.segmentation_dict(), "resolved": resolved})
+
+
+def _sha256(value: Any) -> str:
+    """SHA-256 of `value` as canonical JSON (anything JSON cannot hold as its ``str``)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -228,7 +237,7 @@ def _folder_state(path: str | os.PathLike[str]) -> tuple[int, int, str]:
 
 
 def _is_folder_slide(files: list[str]) -> bool:
-    return any(f in _FOLDER_SLIDE_MARKERS or f.lower().endswith(".dcm") for f in files)
+    return any(f in _FOLDER_SLIDE_MARKERS or f.lower().endswith(DICOM_SUFFIX) for f in files)
 
 
 def _is_slide_name(name: str) -> bool:
@@ -299,7 +308,7 @@ def find_slides(
     return found
 
 
-def _list_prefix(source: Any) -> list[str]:
+def _list_prefix(source: Source) -> list[str]:
     """Return the slide URLs under a URL prefix, sorted."""
     from napari_slidescope.slide.errors import SlideError
 

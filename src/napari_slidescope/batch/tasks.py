@@ -20,11 +20,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from napari_slidescope.batch.params import BatchParams
+
+if TYPE_CHECKING:
+    from napari_slidescope.pipeline.nuclei import PreparedNuclei
+    from napari_slidescope.pipeline.runner import TileResult
+    from napari_slidescope.pipeline.tiling import TilePlan
+    from napari_slidescope.slide import Slide
 
 __all__ = [
     "MAX_OPEN_SLIDES",
@@ -57,8 +63,11 @@ MAX_PREPARED = 4
 WORKER_CACHE_BYTES = 64 * 2**20
 
 _lock = threading.Lock()
-_slides: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-_prepared: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # + model identity
+#: What a worker checks of a slide before reading it (``SlideStamp.key``).
+Stamp = tuple[int | str, ...]
+
+_slides: OrderedDict[tuple[str | int, ...], Slide] = OrderedDict()
+_prepared: OrderedDict[tuple[str | int, ...], PreparedNuclei] = OrderedDict()  # + model
 _cache_bounded = False
 
 
@@ -230,7 +239,7 @@ def _compact(raw: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw)
 
 
-def _open(path: str, stamp: tuple[Any, ...], options: dict[str, Any] | None = None) -> Any:
+def _open(path: str, stamp: Stamp, options: dict[str, Any] | None = None) -> Slide:
     """Return the open slide at ``path`` from this process's cache, checking it is unchanged.
 
     A local file is checked (size, modification time) at every call; a URL (the stamp's
@@ -285,7 +294,7 @@ def _open(path: str, stamp: tuple[Any, ...], options: dict[str, Any] | None = No
         return slide
 
 
-def _keep(key: tuple[Any, ...], slide: Any) -> None:
+def _keep(key: tuple[str | int, ...], slide: Slide) -> None:
     """Add an open slide to this process's cache (lock held)."""
     _slides[key] = slide
     while len(_slides) > MAX_OPEN_SLIDES:
@@ -293,7 +302,7 @@ def _keep(key: tuple[Any, ...], slide: Any) -> None:
         _slides.popitem(last=False)
 
 
-def _resolve(params: BatchParams, slide: Any) -> tuple[BatchParams, str | None]:
+def _resolve(params: BatchParams, slide: Slide) -> tuple[BatchParams, str | None]:
     """`params` with ``"auto"`` resolved for the slide's stain, and what auto has to say.
 
     Resolved here, without a warning, once per slide: the tile tasks run the name the
@@ -301,22 +310,27 @@ def _resolve(params: BatchParams, slide: Any) -> tuple[BatchParams, str | None]:
     """
     from napari_slidescope.segmenters import AUTO, auto_note, image_kind, resolve_auto
 
-    if not params.nuclei or params.segmenter != AUTO:
+    if not params.nuclei or params.nuclei_options.segmenter != AUTO:
         return params, None
     kind = image_kind(slide)
     name = resolve_auto(kind.input, warn=False)
-    return dataclasses.replace(params, segmenter=name), auto_note(kind.input)
+    return _with_segmenter(params, name), auto_note(kind.input)
+
+
+def _with_segmenter(params: BatchParams, name: str) -> BatchParams:
+    """`params` with the nuclei options' segmenter set to `name`."""
+    return dataclasses.replace(params, nuclei_options=params.nuclei_options.replace(segmenter=name))
 
 
 def _tile_params(params: BatchParams, info: SlideInfo) -> BatchParams:
     """Return the parameters the slide task ran with (``"auto"`` as it resolved there)."""
     name = info.resolved.get("segmenter")
-    if params.nuclei and name and params.segmenter != name:
-        return dataclasses.replace(params, segmenter=str(name))
+    if params.nuclei and name and params.nuclei_options.segmenter != name:
+        return _with_segmenter(params, str(name))
     return params
 
 
-def _check_model(run: Any, info: SlideInfo) -> None:
+def _check_model(run: PreparedNuclei, info: SlideInfo) -> None:
     """Raise :class:`ModelMismatchError` when this worker's model is not the slide's."""
     from napari_slidescope.segmenters import IDENTITY_KEYS
 
@@ -340,22 +354,15 @@ def model_identity(segmenter: str, stain_mode: str) -> dict[str, Any]:
     return segmenter_identity(name)
 
 
-def _make_segmenter(params: BatchParams) -> Any:
-    from napari_slidescope.segmenters import AUTO, get_segmenter
-
-    if params.segmenter == AUTO:  # resolved per slide, for its stain, by prepare_nuclei
-        return AUTO
-    return get_segmenter(params.segmenter)
-
-
-def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: TissueGrid) -> Any:
+def _prepare(path: str, stamp: Stamp, params: BatchParams, grid: TissueGrid) -> PreparedNuclei:
     """Return the prepared nuclei run of a slide, made once per worker process."""
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
     from napari_slidescope.segmenters import AUTO, segmenter_identity
 
     # the model as installed now is part of the key: a worker that outlives a batch never
     # runs a model it loaded before the model changed
-    model = "" if params.segmenter == AUTO else repr(segmenter_identity(params.segmenter))
+    name = params.nuclei_options.segmenter
+    model = "" if name == AUTO else repr(segmenter_identity(name))
     key = (path, *stamp, params.digest() + model)
     with _lock:
         run = _prepared.get(key)
@@ -366,14 +373,8 @@ def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: Tissu
     with _lock:
         run = _prepared.get(key)
         if run is None:  # prepared under the lock: two threads never prepare one slide twice
-            run = prepare_nuclei(
-                slide,
-                target_mpp=params.nuclei_mpp,
-                tissue=grid,
-                segmenter=_make_segmenter(params),
-                tile_size_um=params.tile_size_um,
-                cell_expansion_um=params.cell_expansion_um,
-            )
+            # "auto" is resolved per slide, for its stain, by prepare_nuclei
+            run = prepare_nuclei(slide, tissue=grid, options=params.nuclei_options)
             _prepared[key] = run
             while len(_prepared) > MAX_PREPARED:
                 _prepared.popitem(last=False)
@@ -381,7 +382,7 @@ def _prepare(path: str, stamp: tuple[Any, ...], params: BatchParams, grid: Tissu
 
 
 @_no_retry
-def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideInfo:
+def slide_task(path: str, stamp: Stamp, params: BatchParams) -> SlideInfo:
     """Find a slide's tissue and, for nuclei, the tiles to segment (the per-slide task).
 
     Returns :class:`TaskFailed` instead of raising for errors a retry would repeat.
@@ -390,10 +391,10 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
 
     t0 = time.perf_counter()
     slide = _open(path, stamp, params.storage_options)
-    tissue = detect_tissue(slide, region=(0, 0, *slide.shape0))
+    tissue = detect_tissue(slide, region=(0, 0, *slide.shape0), options=params.tissue_options)
     params, note = _resolve(params, slide)
     info = SlideInfo(
-        shape0=tuple(slide.shape0),
+        shape0=(int(slide.shape0[0]), int(slide.shape0[1])),
         mpp=None if slide.mpp is None else (float(slide.mpp[0]), float(slide.mpp[1])),
         format=str(getattr(slide, "format", "")),
         tissue_area_um2=tissue.area_um2,
@@ -416,14 +417,14 @@ def slide_task(path: str, stamp: tuple[Any, ...], params: BatchParams) -> SlideI
             "grid_shape": list(plan.grid_shape),
             "tiles_in_plan": len(plan.tiles),
             "tiles_with_tissue": len(run.tiles),
-            "segmenter": str(getattr(run.segmenter, "name", params.segmenter)),
+            "segmenter": str(getattr(run.segmenter, "name", params.nuclei_options.segmenter)),
         }
         info.resolved.update(run.parameters)
     info.seconds = time.perf_counter() - t0
     return info
 
 
-def _check_rules(params: BatchParams, run: Any) -> None:
+def _check_rules(params: BatchParams, run: PreparedNuclei) -> None:
     """Refuse rules that name a marker (or compartment) this slide's table will not have.
 
     Runs in the slide task, before any tile is segmented.
@@ -453,7 +454,7 @@ def summary_of(info: SlideInfo | TaskFailed) -> SlideInfo | TaskFailed:
 @_no_retry
 def nuclei_task(
     path: str,
-    stamp: tuple[Any, ...],
+    stamp: Stamp,
     params: BatchParams,
     info: SlideInfo,
     indices: list[int],
@@ -480,7 +481,7 @@ def nuclei_task(
 
 @_no_retry
 def model_task(
-    path: str, stamp: tuple[Any, ...], params: BatchParams, info: SlideInfo, index: int
+    path: str, stamp: Stamp, params: BatchParams, info: SlideInfo, index: int
 ) -> ModelOut:
     """Read one tile and run the model on it (the task a ``GPU`` worker runs).
 
@@ -499,7 +500,7 @@ def model_task(
 
 @_no_retry
 def post_task(
-    path: str, stamp: tuple[Any, ...], params: BatchParams, info: SlideInfo, model: ModelOut
+    path: str, stamp: Stamp, params: BatchParams, info: SlideInfo, model: ModelOut
 ) -> list[TileOut]:
     """Post-process a model task's output: the tile's owned nuclei as a compact table.
 
@@ -514,7 +515,7 @@ def post_task(
     return [_tile_out(run.plan, run.postprocess(model.index, model.raw), t0)]
 
 
-def _tile_out(plan: Any, res: Any, t0: float) -> TileOut:
+def _tile_out(plan: TilePlan, res: TileResult, t0: float) -> TileOut:
     """Return a tile's result as a :class:`TileOut` (outlines in level-0 pixels, as WKB)."""
     from napari_slidescope.analysis.geometry import labels_to_polygons
 
@@ -526,7 +527,7 @@ def _tile_out(plan: Any, res: Any, t0: float) -> TileOut:
     table = {k: np.asarray(v) for k, v in res.table.items()}
     wkb = [wkb_polygon(by_id[int(i)]) for i in table["id"]]
     cell_wkb = None
-    if getattr(res, "cells", None) is not None:
+    if res.cells is not None:
         polys, ids = labels_to_polygons(res.cells, downsample=plan.downsample, origin=origin)
         cells = dict(zip(ids.tolist(), polys, strict=True))
         cell_wkb = [wkb_polygon(cells[int(i)]) for i in table["id"]]

@@ -22,14 +22,14 @@ import numpy as np
 
 from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.formats import FormatInfo
+from napari_slidescope.slide.formats import OPENSLIDE_SUFFIXES, FormatInfo
 from napari_slidescope.slide.source import DICOMWEB_SCHEMES, Source
 
 #: Backends :func:`open_slide` accepts by name (``backend=``); None chooses from the path.
 BACKENDS = ("tifffile", "dicom", "ome-zarr", "openslide")
 
 #: Extensions only OpenSlide reads (MIRAX, Hamamatsu VMS/VMU, Sakura, Zeiss...).
-OPENSLIDE_EXTENSIONS = (".mrxs", ".vms", ".vmu", ".svslide")
+OPENSLIDE_EXTENSIONS = OPENSLIDE_SUFFIXES
 
 #: Files in a folder looked at for the DICOM preamble before the folder is called "not DICOM".
 _DICOM_SNIFF_FILES = 64

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from napari_slidescope import _io
-from napari_slidescope._napari import launcher
-from napari_slidescope._napari.widget import MAX_WIDTH, default_export_folder
+from napari_slidescope._qt import launcher
+from napari_slidescope._qt.widget import MAX_WIDTH, default_export_folder
 
 pytestmark = pytest.mark.gui
 

@@ -5,9 +5,9 @@ import threading
 import numpy as np
 import pytest
 
-from napari_slidescope._napari import session
 from napari_slidescope._napari.layers import canvas_of
-from napari_slidescope._napari.widget import (
+from napari_slidescope._qt import session
+from napari_slidescope._qt.widget import (
     MAX_WIDTH,
     SlideAnalysisWidget,
     default_settings,

@@ -27,8 +27,9 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
-from napari_slidescope._napari import jobs, session
+from napari_slidescope._napari import jobs
 from napari_slidescope._napari.layers import canvas_of
+from napari_slidescope._qt import session
 
 __all__ = ["NucleiTableModel", "NucleiTableWidget", "column_title"]
 

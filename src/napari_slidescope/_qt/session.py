@@ -6,7 +6,7 @@ worker threads, yields per finished tile, and the main thread paints each tile i
 Labels layer (throttled) and advances a napari progress bar. One run at a time: a new
 run cancels the one in flight; cancelling stops within one tile and keeps what was
 painted; an exception becomes a napari notification. Scripts and the napari console
-use it through :mod:`napari_slidescope._napari.console`; the dock widget is a thin view of it.
+use it through :mod:`napari_slidescope._qt.console`; the dock widget is a thin view of it.
 """
 
 from __future__ import annotations

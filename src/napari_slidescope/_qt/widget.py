@@ -5,7 +5,7 @@ slide), press Run: the analysis runs in the background, its tiles stream into
 ``"<slide> tissue"`` / ``"<slide> nuclei"``, and the widget shows the stage, a progress
 bar with tiles done and the time left, then the result (marked partial after Cancel or
 an error). All the work and state live in the controller, which the napari console
-helpers (:mod:`napari_slidescope._napari.console`) share; this module only wires widgets.
+helpers (:mod:`napari_slidescope._qt.console`) share; this module only wires widgets.
 
 Parameters are remembered between sessions (Qt's settings store, see :func:`settings_store`)
 and "Restore defaults" brings back :func:`default_settings`, built from the analysis
@@ -51,10 +51,11 @@ from qtpy.QtWidgets import (
     QSizePolicy,
 )
 
-from napari_slidescope._napari import jobs, session
+from napari_slidescope._napari import jobs
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.shapes import tissue_export
 from napari_slidescope._napari.viewport import camera_of
+from napari_slidescope._qt import session
 from napari_slidescope._warnings import SlidescopeWarning
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The "Cell classification" dock: IHC scoring or phenotype rules, saved and loaded as JSON.
 
-A thin Qt layer over :func:`~napari_slidescope._napari.classes.classify`: the IHC
+A thin Qt layer over :func:`~napari_slidescope._qt.classes.classify`: the IHC
 thresholds and compartment, or a rules file, become
 :class:`~napari_slidescope.pipeline.classify.PhenotypeRules`; **Apply** classifies the
 active slide's nuclei layer (class colours and the "Cell classes" legend); **Save rules...**
@@ -113,7 +113,7 @@ class ClassifyWidget(QWidget):
 
     def apply(self) -> Any:
         """Classify the active slide's nuclei with the current rules; return the result."""
-        from napari_slidescope._napari.classes import classify
+        from napari_slidescope._qt.classes import classify
 
         try:
             result = classify(self.viewer, rules=self.current_rules())

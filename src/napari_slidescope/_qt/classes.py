@@ -144,7 +144,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
     show_classes(layer, result)
     area_mm2 = None
     try:
-        from napari_slidescope._napari import session
+        from napari_slidescope._qt import session
 
         image = jobs.active_slide_layer(viewer)
         summary = session.controller_for(viewer).summary(image)

@@ -56,7 +56,7 @@ def _show(viewer, qtbot, center_px, mpp, screen_px_per_px=1.0):
 def test_damaged_tiles_are_outlined_and_notified_once(
     make_napari_viewer, shared_file, qtbot, tmp_path
 ):
-    from napari_slidescope._qt.damage import DAMAGE_KEY
+    from napari_slidescope._napari.damage import DAMAGE_KEY
 
     src = shared_file("CMU-1-Small-Region.svs")
     path = _damage(src, tmp_path / "damaged-cmu.svs", random=(1, 2), zero_count=(10,))

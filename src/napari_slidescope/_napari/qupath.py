@@ -282,7 +282,7 @@ def detections_layer(
     }
     colors = {o.class_name: o.color for o in objects if o.class_name and o.color is not None}
     if colors:  # classified detections (QuPath, or a classified export): class colours
-        from napari_slidescope._qt.classes import class_colormap
+        from napari_slidescope._napari.class_layers import class_colormap
 
         meta["colormap"] = class_colormap(feats["index"], feats["class"], colors)
         meta["metadata"]["slidescope_classes"] = colors

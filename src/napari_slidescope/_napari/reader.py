@@ -141,7 +141,7 @@ def read_slide(
 
     A damaged tile reads as blank, never silently: in a viewer it is outlined in a
     ``"<slide> damaged tiles"`` Shapes layer and a warning notification names the file,
-    level and tiles (:mod:`napari_slidescope._qt.damage`); outside one, a
+    level and tiles (:mod:`napari_slidescope._napari.damage`); outside one, a
     :class:`~napari_slidescope.SlidescopeWarning` does.
 
     Raises
@@ -235,7 +235,7 @@ def _on_layer_removed(event: Any) -> None:
     for slide in [s for s in _OPEN if s._owner == key]:
         _OPEN.remove(slide)
         slide.close()
-    from napari_slidescope._qt.damage import damage_layers
+    from napari_slidescope._napari.damage import damage_layers
 
     for overlay in damage_layers(event.source, key):  # its damaged-tile outlines
         event.source.remove(overlay)

@@ -18,6 +18,25 @@ from defusedxml.ElementTree import fromstring as _defused_fromstring
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.slide import _tiff
 
+#: File-name endings of the slide files this package opens: the viewer's reader claims them
+#: (sniffing the generic TIFF ones) and ``slidescope batch`` searches folders for them.
+SLIDE_SUFFIXES = (
+    ".svs",
+    ".ndpi",
+    ".qptiff",
+    ".scn",
+    ".bif",
+    ".tif",
+    ".tiff",
+    ".ome.tif",
+    ".ome.tiff",
+    ".mrxs",
+    ".vms",
+    ".vmu",
+    ".svslide",
+    ".dcm",
+)
+
 #: Pixel sizes outside this range (µm/px) are not microscopy calibration (e.g. 72 dpi defaults).
 PLAUSIBLE_MPP = (0.01, 200.0)
 

@@ -14,11 +14,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-#: Extensions that only whole-slide formats use: a file behind them is always ours.
-SLIDE_EXTENSIONS = (".svs", ".ndpi", ".qptiff", ".scn", ".bif")
+#: Endings of the slide files (:data:`~napari_slidescope.slide.formats.SLIDE_SUFFIXES`) that
+#: ordinary images use too: such a file is sniffed; any other slide ending is always ours.
 TIFF_EXTENSIONS = (".tif", ".tiff", ".ome.tif", ".ome.tiff")
-#: Slides that are not TIFF files: OpenSlide-only formats and single DICOM instances.
-OTHER_SLIDE_EXTENSIONS = (".mrxs", ".vms", ".vmu", ".svslide", ".dcm")
 
 #: Tiled TIFFs whose level 0 decodes to more than this are too large to load eagerly.
 EAGER_LIMIT_BYTES = 256 * 2**20
@@ -94,23 +92,24 @@ def _is_url(path: Any) -> bool:
 
 def _wants_url(url: str) -> bool:
     """Tell whether a URL's path ends like a slide or a TIFF (its query string aside)."""
+    from napari_slidescope.slide.formats import SLIDE_SUFFIXES
     from napari_slidescope.slide.source import redact
 
     name = redact(url).lower().rstrip("/")
-    return name.endswith(SLIDE_EXTENSIONS + TIFF_EXTENSIONS + (".zarr", ".dcm"))
+    return name.endswith((*SLIDE_SUFFIXES, ".zarr"))
 
 
 def _wants(path: str) -> bool:
     from napari_slidescope.slide import SlideError, probe
+    from napari_slidescope.slide.formats import SLIDE_SUFFIXES
 
     lower = path.lower()
-    if lower.endswith(OTHER_SLIDE_EXTENSIONS):
-        return not os.path.isdir(path)
-    if lower.endswith(SLIDE_EXTENSIONS):
-        # claimed even when damaged or not a regular file, so open_slide's error shows
-        return not os.path.isdir(path)
-    if not lower.endswith(TIFF_EXTENSIONS):
+    if not lower.endswith(SLIDE_SUFFIXES):
         return False
+    if not lower.endswith(TIFF_EXTENSIONS):
+        # a slide-only ending (.svs, .mrxs, .dcm...): claimed even when damaged or not a
+        # regular file, so open_slide's error shows
+        return not os.path.isdir(path)
     try:
         info = probe(path)
     except SlideError:

@@ -129,7 +129,7 @@ def test_widget_and_console_runs_use_the_rule(seg, slide_mpp, expected):
     else:
         got = jobs.nuclei_mpp(source, {"segmenter": seg(), "target_mpp": None})
     assert got == expected
-    assert "nuclei_mpp(source, nuclei_options)" in inspect.getsource(session.SlideAnalysis.run)
+    assert "nuclei_mpp(source, nuclei)" in inspect.getsource(session.SlideAnalysis.run)
 
 
 def test_batch_passes_its_resolution_to_prepare_nuclei():

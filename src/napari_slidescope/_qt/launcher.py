@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Any
 
+from napari_slidescope._io import one_line
+
 #: Exit status for a path that is missing or cannot be opened as a slide.
 EXIT_BAD_PATH = 2
 #: Widest napari's own left docks (layer controls, layer list) and the overview are
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             viewer.open(args.path, plugin="napari-slidescope")
     except Exception as exc:  # noqa: BLE001 - any failure to open is one line and status 2
         _close(viewer)
-        return _fail(_one_line(exc))
+        return _fail(one_line(exc, limit=400))
     dock_analysis_widget(viewer)
     dock_plugin_widget(viewer, "Slide overview")
     arrange_window(viewer)
@@ -85,15 +87,10 @@ def check_path(path: str) -> str | None:
         with open_slide(path, on_error="blank"):
             pass
     except Exception as exc:  # noqa: BLE001 - SlideError, or anything else, is reported
-        return _one_line(exc)
+        return one_line(exc, limit=400)
     finally:
         logging.getLogger("tifffile").removeHandler(quiet)
     return None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 400 else text[:399] + "…"
 
 
 def _fail(message: str) -> int:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from psygnal import Signal
 
+from napari_slidescope._io import one_line
 from napari_slidescope._napari import layers as _layers
 from napari_slidescope._napari.jobs import (
     Failed,
@@ -599,9 +600,8 @@ class SlideAnalysis:
     def _notify(self, run: _Run, err: BaseException) -> str:
         from napari.utils.notifications import show_error
 
-        notes = " ".join(getattr(err, "__notes__", []))
         msg = f"Slide analysis ({run.task}) of {run.image.name!r} failed: "
-        msg += f"{type(err).__name__}: {err}" + (f" ({notes})" if notes else "")
+        msg += one_line(err, typed=True)
         show_error(msg)
         self.failed.emit(msg)
         return msg

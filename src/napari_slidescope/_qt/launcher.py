@@ -132,7 +132,7 @@ def arrange_window(viewer: Any, screen: Any = None) -> None:
     window's screen). The docks take two narrow columns: on the left napari's layer
     list with the "Slide overview" under it, :data:`LEFT_DOCKS_WIDTH` wide; on the
     right "Slide analysis" (at most
-    :data:`~napari_slidescope._qt.widget.MAX_WIDTH` wide, scrolling when the screen
+    :data:`~napari_slidescope._qt.layout.MAX_WIDTH` wide, scrolling when the screen
     is too short for it), with napari's layer controls as a tab behind it (one click
     away; they would otherwise take a third column). Docks the user moves later stay
     where they are put.
@@ -140,7 +140,7 @@ def arrange_window(viewer: Any, screen: Any = None) -> None:
     from qtpy.QtCore import Qt
     from qtpy.QtWidgets import QApplication
 
-    from napari_slidescope._qt.widget import MAX_WIDTH
+    from napari_slidescope._qt.layout import MAX_WIDTH
 
     window = viewer.window
     qwin = window._qt_window

@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from npe2.types import FullLayerData
+
+    #: What :func:`get_reader` returns: npe2's reader function, of this plugin's layers.
+    ReaderFunction = Callable[[str | list[str]], list[FullLayerData]]
 
 #: Endings of the slide files (:data:`~napari_slidescope.slide.formats.SLIDE_SUFFIXES`) that
 #: ordinary images use too: such a file is sniffed; any other slide ending is always ours.
@@ -21,11 +28,8 @@ TIFF_EXTENSIONS = (".tif", ".tiff", ".ome.tif", ".ome.tiff")
 #: Tiled TIFFs whose level 0 decodes to more than this are too large to load eagerly.
 EAGER_LIMIT_BYTES = 256 * 2**20
 
-LayerData = tuple[Any, dict[str, Any], str]
-
 #: Layer metadata key holding the id of the open slide a layer shows.
 SLIDE_KEY = "slidescope_slide"
-ReaderFunction = Callable[[str | list[str]], list[LayerData]]
 
 
 def get_reader(path: str | list[str]) -> ReaderFunction | None:
@@ -131,7 +135,7 @@ def _has_tiff_magic(path: str) -> bool:
 
 def read_slide(
     path: str | list[str], *, storage_options: dict[str, Any] | None = None
-) -> list[LayerData]:
+) -> list[FullLayerData]:
     """Open a slide as one multiscale image layer (lazy dask levels, calibrated in µm).
 
     `path` may be a URL (``https://``, ``s3://``...); `storage_options` go to its fsspec
@@ -240,7 +244,7 @@ def _on_layer_removed(event: Any) -> None:
         event.source.remove(overlay)
 
 
-def layer_data(slide: Any) -> LayerData:
+def layer_data(slide: Any) -> FullLayerData:
     """Build napari layer data for an open slide."""
     import numpy as np
 

@@ -153,7 +153,8 @@ def add_cells(viewer: Any, result: Any, image: Any = None) -> Any:
         align: dict[str, Any] = {"scale": scale, "translate": translate}
         if getattr(image, "units", None) is not None:
             align["units"] = tuple(image.units)[-2:]
-        data, meta, _ = detections_layer(objects, name, align, image_shape0(image))
+        data, layer_meta, _ = detections_layer(objects, name, align, image_shape0(image))
+        meta = dict(layer_meta)
         meta["features"] = {"index": np.arange(1, len(ids) + 1), "id": np.asarray(ids)}
         layer = viewer.add_labels(data, **meta)
         layer.metadata["slidescope_label_ids"] = np.asarray(ids)

@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
@@ -108,7 +109,7 @@ class OptionInfo:
         return text + (" or None" if self.optional else "")
 
     def check(self, name: str, value: Any) -> Any:
-        """Return `value` normalised (ints as floats for float options), or raise.
+        """Return `value` normalised (ints and numpy numbers as Python floats or ints), or raise.
 
         Raises
         ------
@@ -128,11 +129,15 @@ class OptionInfo:
             ):
                 raise bad
             return value
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise bad  # (numpy numbers are Real; numpy bools are not)
+        real = float(value)
+        if self.kind == "int" and not real.is_integer():
             raise bad
-        if self.kind == "int" and not float(value).is_integer():
-            raise bad
-        number = float(value) if self.kind == "float" else int(value)
+        if self.kind == "float":
+            number: float = real
+        else:
+            number = int(value) if isinstance(value, numbers.Integral) else int(real)
         if not math.isfinite(number) or (self.positive and not number > 0):
             raise bad
         if (self.low is not None and number < self.low) or (
@@ -219,6 +224,35 @@ class _Options:
                 f"{sorted(known)}"
             )
         return cls(**dict(values))
+
+    @classmethod
+    def merged(cls: type[_O], options: _O | None, changes: Mapping[str, Any], *, where: str) -> _O:
+        """Return `options` (default ``cls()``) with the keyword `changes` applied on top.
+
+        How the entry points combine ``options=`` with keywords naming fields
+        (``detect_tissue(slide, options=opts, target_mpp=4)``): a keyword wins over the
+        same field of `options`, as in :meth:`replace`.
+
+        Raises
+        ------
+        TypeError
+            If `options` is not a `cls`, or a keyword is not one of its fields (naming
+            them, prefixed by `where`, the calling function).
+        ValueError
+            For a bad value (the field's message).
+        """
+        if options is None:
+            options = cls()
+        elif not isinstance(options, cls):
+            raise TypeError(f"{where}: options: expected a {cls.__name__}, got {options!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(
+                f"{where}() got unexpected keyword argument(s) {unknown}; the "
+                f"{cls.__name__} fields are {sorted(known)}"
+            )
+        return options.replace(**changes) if changes else options
 
     def replace(self: _O, **changes: Any) -> _O:
         """Return a copy with `changes` applied (and checked)."""
@@ -349,21 +383,40 @@ class NucleiOptions(_Options):
     ----------
     segmenter : str
         ``"auto"`` (the learned model for the image's kind when installed, else the
-        built-in method) or a registered segmenter name. (The entry points also take a
-        segmenter object; that object is not an option and is passed beside them.)
+        built-in method for it) or a name from
+        :func:`~napari_slidescope.segmenters.available_segmenters`. A brightfield
+        segmenter on a multichannel fluorescence slide (or the reverse) is refused with the
+        names of the right ones; on an RGB-encoded fluorescence scan it runs with a
+        warning. (The entry points also take a segmenter object as ``segmenter=``; that
+        object is not an option: the options then record its name.)
     target_mpp : float or None
-        Working resolution, µm/px; None: the segmenter's own, never finer than the slide's
-        pixels.
+        Working resolution, µm/px; None: :func:`~napari_slidescope.segmenters.working_mpp`,
+        the segmenter's own, or the slide's pixel size when that is coarser (a 20x slide
+        is not upsampled to 40x). An uncalibrated slide's pixels are taken to be at it
+        (with an :class:`~napari_slidescope.segmenters.UncalibratedWarning`) unless the
+        entry point's ``mpp`` is given.
     tile_size_um : float
         Side of the part of each tile it owns, µm (tiles add the segmenter's overlap).
     channel : int, str or None
-        Nuclear channel of a fluorescence slide, by index or name; None: automatic.
+        Nuclear channel of a fluorescence slide, by index or name; None: a channel named
+        DAPI, Hoechst..., else the channel carrying the signal of an RGB-encoded scan.
     stain : {"auto", "H&E", "H-DAB"}
-        Brightfield stain; ``"auto"``: what the slide's estimated stain vectors show.
+        Brightfield stain: the second stain vector is eosin (``eosin_od_mean``) or DAB
+        (``dab_od_mean``, for IHC scoring with
+        :func:`~napari_slidescope.pipeline.classify.classify_cells`). ``"auto"``: what the
+        slide's estimated vectors show (a pink or a brown second stain,
+        :func:`~napari_slidescope.analysis.stains.stain_kind`).
     cell_expansion_um : float or None
-        Grow each nucleus into a cell by up to this distance, µm; None: nuclei only.
+        Grow each nucleus into a cell by up to this distance, µm, never into a neighbour
+        (each pixel goes to the nearest nucleus, as QuPath's cell expansion). The result
+        then has ``cells`` (or ``cell_outlines``) and the table gains ``cell_area_um2``,
+        ``cytoplasm_area_um2`` and, per channel or stain, ``{name}_nucleus_mean``,
+        ``{name}_cytoplasm_mean`` (cell minus nucleus) and ``{name}_cell_mean``
+        (``CD3_cell_mean``, ``dab_od_cytoplasm_mean``); the nucleus-only names
+        (``DAPI_mean``, ``hematoxylin_od_mean``) stay as they are. None: nuclei only.
     segmenter_options : mapping
-        Keyword arguments of the segmenter's constructor (read-only once set).
+        Keyword arguments of the constructor of a segmenter given by name (read-only once
+        set).
     """
 
     _what: ClassVar[str] = "nuclei options"

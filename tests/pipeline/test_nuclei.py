@@ -143,12 +143,12 @@ def _features(path):
 
 
 def test_large_regions_keep_outlines_instead_of_a_label_image(tmp_path, monkeypatch):
-    from napari_slidescope.pipeline import nuclei as nuclei_mod
+    from napari_slidescope.pipeline import nuclei_stitch
 
     img, _ = discs()
     kw = dict(segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False, workers=2)
     dense = segment_nuclei(ArraySlide(img, mpp=MPP), **kw)
-    monkeypatch.setattr(nuclei_mod, "DENSE_LABELS_BYTES", 1000)  # smaller than this region
+    monkeypatch.setattr(nuclei_stitch, "DENSE_LABELS_BYTES", 1000)  # smaller than this region
     with pytest.warns(SlidescopeWarning, match=r"would take .* GiB.*labels=True"):
         auto = segment_nuclei(ArraySlide(img, mpp=MPP), **kw)
     none = segment_nuclei(ArraySlide(img, mpp=MPP), labels=False, **kw)
@@ -353,18 +353,34 @@ def test_prepare_nuclei_tiles_one_by_one_equal_segment_nuclei():
     run.close()
 
 
-def test_entry_points_take_the_same_set_up_options_with_the_same_defaults():
-    import inspect
-
+def test_options_object_and_keywords_give_the_same_run_and_keywords_win():
+    from napari_slidescope.options import NucleiOptions
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
 
-    shared = inspect.signature(prepare_nuclei).parameters
-    for fn in (segment_nuclei, iter_segment_nuclei):
-        params = inspect.signature(fn).parameters
-        for name, p in shared.items():
-            assert name in params, f"{fn.__name__} lacks {name}"
-            assert params[name].default == p.default, (fn.__name__, name)
-            assert params[name].kind == p.kind, (fn.__name__, name)
+    img, _ = discs()
+    seg = ThresholdSegmenter()
+    by_keywords = segment_nuclei(img, mpp=MPP, segmenter=seg, tile_size_um=30, tissue=False)
+    opts = NucleiOptions(tile_size_um=30)
+    by_options = segment_nuclei(img, mpp=MPP, segmenter=seg, options=opts, tissue=False)
+    np.testing.assert_array_equal(by_options.labels, by_keywords.labels)
+    assert by_options.parameters == by_keywords.parameters
+    # what was asked for is recorded; a segmenter object is recorded by its name
+    assert by_options.parameters["options"] == opts.replace(segmenter="threshold").as_dict()
+    # a keyword wins over the same field of options (30 µm at 0.75 µm/px: 40 px tiles)
+    run = prepare_nuclei(
+        img, mpp=MPP, segmenter=seg, options=NucleiOptions(tile_size_um=60, target_mpp=0.75),
+        tile_size_um=30, tissue=False,
+    )  # fmt: skip
+    assert run.plan.tile_size == 40
+    assert run.parameters["options"]["tile_size_um"] == 30.0
+    run.close()
+    for fn in (segment_nuclei, iter_segment_nuclei, prepare_nuclei):
+        with pytest.raises(TypeError, match=r"unexpected keyword.*'tile_size'"):
+            fn(img, mpp=MPP, tile_size=30)
+        with pytest.raises(ValueError, match=r"^tile_size_um: expected a positive number"):
+            fn(img, mpp=MPP, tile_size_um=0)
+        with pytest.raises(TypeError, match="expected a NucleiOptions"):
+            fn(img, mpp=MPP, options={"tile_size_um": 30})
 
 
 def test_every_set_up_option_reaches_the_run():

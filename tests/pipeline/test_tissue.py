@@ -211,3 +211,24 @@ def test_strip_reads_give_the_same_mask(scene, monkeypatch):
     monkeypatch.setattr(mod, "_READ_BYTES", 100 * 1600 * 3)  # ~100-row strips
     strips = detect_tissue(img, mpp=1.0, region=(3, 5, 1195, 1597))
     np.testing.assert_array_equal(strips.mask, whole.mask)
+
+
+def test_options_object_and_keywords_agree_and_keywords_win():
+    from napari_slidescope.options import TissueOptions
+
+    rng = np.random.default_rng(0)
+    dark = np.clip(rng.normal(3, 1, (400, 400, 3)), 0, 255)
+    dark[100:300, 100:300, 2] += 60
+    dark = dark.astype(np.uint8)
+    opts = TissueOptions(mode="brightfield", target_mpp=4)
+    by_options = detect_tissue(dark, mpp=1.0, options=opts)
+    by_keywords = detect_tissue(dark, mpp=1.0, mode="brightfield", target_mpp=4)
+    assert by_options.mode == by_keywords.mode == "brightfield"
+    np.testing.assert_array_equal(by_options.mask, by_keywords.mask)
+    assert by_options.mask.shape == (100, 100)  # 400 px at 1 µm/px, 4 µm/px working pixels
+    # a keyword wins over the same field of options
+    assert detect_tissue(dark, mpp=1.0, options=opts, mode="fluorescence").mode == "fluorescence"
+    with pytest.raises(TypeError, match=r"unexpected keyword.*'min_tissue'"):
+        detect_tissue(dark, mpp=1.0, min_tissue=5)
+    with pytest.raises(TypeError, match="expected a TissueOptions"):
+        detect_tissue(dark, mpp=1.0, options={"mode": "brightfield"})

@@ -197,3 +197,24 @@ def test_auto_picks_the_learned_model_when_installed(monkeypatch):
         res = segment_nuclei(image, mpp=MPP, tissue=False)
     said = [str(w.message) for w in rec if issubclass(w.category, SegmenterInfoWarning)]
     assert res.segmenter == "builtin-fluorescence" and len(said) == 1, [str(w.message) for w in rec]
+
+
+def test_one_fluorescence_rule_for_tissue_and_nuclei():
+    """Tissue detection and the nuclei pipeline decide "fluorescence" from the same metadata."""
+    from napari_slidescope.pipeline.tissue import _auto_mode
+    from napari_slidescope.segmenters import is_fluorescence
+
+    cases = [  # (axes, flag, channel names) -> fluorescence, by hand from the formats
+        ("YXS", False, [], False),  # an H&E scan
+        ("YXS", True, ["DAPI 2 (387)"], True),  # NDPI fluorescence: its tag
+        ("YXS", False, ["FITC"], True),  # a fluorophore named
+        ("YXS", False, ["red", "green", "blue"], False),
+        ("CYX", False, ["channel 0", "channel 1"], True),  # multichannel
+        ("YX", False, [], True),  # one channel
+    ]
+    for axes, flag, names, want in cases:
+        assert is_fluorescence(axes, fluorescence=flag, channel_names=names) is want, axes
+        slide = ArraySlide(np.zeros((8, 8, 3), np.uint8), mpp=0.5)  # metadata set below
+        slide.axes, slide.fluorescence, slide.channel_names = axes, flag, names
+        assert (_auto_mode(slide) == "fluorescence") is want, (axes, flag, names)
+        assert (image_kind(slide).input == "fluorescence") is want, (axes, flag, names)

@@ -86,16 +86,16 @@ SLIDES = [(Stand, 0.25, 0.5), (Stand, 0.5, 0.5), (Stand, None, 0.5), (Fine, 0.49
 
 @pytest.mark.parametrize("seg, slide_mpp, expected", SLIDES)
 def test_api_and_batch_entry_use_the_rule(seg, slide_mpp, expected, monkeypatch):
-    from napari_slidescope.pipeline import nuclei
+    from napari_slidescope.pipeline import nuclei, nuclei_setup
 
     calls = []
-    real = nuclei.working_mpp
+    real = nuclei_setup.working_mpp
 
     def spy(*args, **kwargs):
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(nuclei, "working_mpp", spy)
+    monkeypatch.setattr(nuclei_setup, "working_mpp", spy)
     slide = ArraySlide(_image(), mpp=slide_mpp)
     if slide_mpp is None:
         with pytest.warns(UncalibratedWarning):

@@ -13,43 +13,39 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from napari_slidescope._types import Box
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis import geojson, geometry
-from napari_slidescope.analysis.tissue import (
-    DEFAULT_MAX_HOLE_UM2,
-    DEFAULT_MIN_TISSUE_UM2,
-    Mode,
-    block_mean,
-    infer_mode,
-    tissue_mask,
-)
+from napari_slidescope.analysis.tissue import Mode, block_mean, infer_mode, tissue_mask
+from napari_slidescope.options import TissueOptions
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region, split_region
 from napari_slidescope.pipeline.summary import tissue_area_px
+from napari_slidescope.segmenters.stain import slide_is_fluorescence
 
-__all__ = ["DEFAULT_TARGET_MPP", "TissueResult", "detect_tissue"]
+__all__ = ["DEFAULT_TARGET_MPP", "TissueOptions", "TissueResult", "detect_tissue"]
 
-#: Working resolution of tissue detection, µm/px (1.25x objective).
-DEFAULT_TARGET_MPP = 8.0
+_DEFAULTS = TissueOptions()
+#: Working resolution of tissue detection, µm/px (1.25x objective): ``TissueOptions().target_mpp``.
+DEFAULT_TARGET_MPP = _DEFAULTS.target_mpp
+#: Tissue pieces smaller than this are dropped, µm²: ``TissueOptions().min_tissue_um2``.
+DEFAULT_MIN_TISSUE_UM2 = _DEFAULTS.min_tissue_um2
+#: Holes smaller than this are filled, µm²: ``TissueOptions().max_hole_um2``.
+DEFAULT_MAX_HOLE_UM2 = _DEFAULTS.max_hole_um2
 #: Level-0 pixel size assumed for a slide without calibration (a 20x scan).
 NOMINAL_MPP = 0.5
 #: Largest block of a level read at once, in bytes (bounds peak memory).
 _READ_BYTES = 64 * 2**20
 #: Strip size when a run can be cancelled: one strip decodes well within a second.
 _CANCEL_READ_BYTES = 8 * 2**20
-_FLUO_NAMES = re.compile(
-    r"dapi|hoechst|fitc|tritc|texas|\bcy[2-7]|alexa|\baf\d{3}|opal|[gry]fp\b|fluor", re.I
-)
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,13 +121,12 @@ class TissueResult:
 
 
 def _auto_mode(slide: SlideLike) -> Mode | None:
-    """Mode from the slide's metadata, or None when it does not say."""
-    if getattr(slide, "fluorescence", False) or slide.axes == "CYX":
-        return "fluorescence"
-    names = " ".join(str(n) for n in getattr(slide, "channel_names", []) or [])
-    if names and _FLUO_NAMES.search(names):
-        return "fluorescence"
-    return None
+    """Mode from the slide's metadata (the library's one rule), or None when they do not say.
+
+    (A one-channel ``YX`` slide is fluorescence by the rule; its grayscale pixels were
+    always found so by :func:`~napari_slidescope.analysis.tissue.infer_mode` too.)
+    """
+    return "fluorescence" if slide_is_fluorescence(slide) else None
 
 
 def _read_working(
@@ -165,15 +160,9 @@ def detect_tissue(
     *,
     region: Sequence[int] | Any = None,
     mpp: float | tuple[float, float] | None = None,
-    target_mpp: float = DEFAULT_TARGET_MPP,
-    mode: Literal["auto", "brightfield", "fluorescence"] = "auto",
-    threshold: float | None = None,
-    smooth_um: float | None = None,
-    min_tissue_um2: float = DEFAULT_MIN_TISSUE_UM2,
-    max_hole_um2: float = DEFAULT_MAX_HOLE_UM2,
-    outer_only: bool = False,
-    reject_artifacts: bool = True,
+    options: TissueOptions | None = None,
     cancel: threading.Event | None = None,
+    **changes: Any,
 ) -> TissueResult:
     """Find the tissue on a whole slide or a region of it.
 
@@ -187,25 +176,15 @@ def detect_tissue(
         is analysed and the tissue clipped to it. Default: the whole slide.
     mpp : float or (float, float), optional
         µm/px of an array source; for a slide, supplies a missing calibration.
-    target_mpp : float
-        Working resolution, µm/px. The level nearest to it is read and, when finer,
-        block-averaged by the largest integer factor that stays at or below it.
-    mode : {'auto', 'brightfield', 'fluorescence'}
-        ``'auto'`` takes fluorescence when the metadata say so (NDPI fluorescence
-        tag, multichannel ``CYX`` slides such as QPTIFF, fluorophore channel names)
-        or the image is very dark, else brightfield.
-    threshold : float, optional
-        Manual feature threshold (0..1); default automatic.
-    smooth_um : float, optional
-        Smoothing sigma, µm (default depends on the mode).
-    min_tissue_um2 : float
-        Tissue pieces smaller than this (µm²) are dropped.
-    max_hole_um2 : float
-        Holes smaller than this (µm²) are filled.
-    outer_only : bool
-        Fill every hole; polygons are outer contours only.
-    reject_artifacts : bool
-        Brightfield: drop pen marks and near-black debris.
+    options : TissueOptions, optional
+        The options (working resolution, mode, threshold, smoothing, sizes; see
+        :class:`~napari_slidescope.options.TissueOptions`, which documents and checks
+        each). Default: ``TissueOptions()``.
+    **changes
+        :class:`~napari_slidescope.options.TissueOptions` fields given by name
+        (``target_mpp=4``, ``mode="fluorescence"``, ``min_tissue_um2=1e4``...), applied
+        on top of ``options`` (``options.replace(**changes)``): a keyword wins over the
+        same field of ``options``.
     cancel : threading.Event, optional
         Checked between the strips read and between analysis steps; once set, the run
         raises :class:`~napari_slidescope.pipeline.cancel.Cancelled`.
@@ -218,7 +197,10 @@ def detect_tissue(
     ------
     ValueError
         If the region is empty, outside the slide, or smaller than one working
-        pixel; if ``target_mpp`` is not positive or ``mode`` unknown.
+        pixel; if an option is out of its range (``target_mpp`` not positive, ``mode``
+        unknown...: the message of :class:`~napari_slidescope.options.TissueOptions`).
+    TypeError
+        If a keyword is neither an argument nor a ``TissueOptions`` field.
 
     Warns
     -----
@@ -232,27 +214,10 @@ def detect_tissue(
     ...     tissue = detect_tissue(slide)
     ...     tissue.to_geojson("slide_tissue.geojson")
     """
-    if mode not in ("auto", "brightfield", "fluorescence"):
-        raise ValueError(f"mode: expected 'auto', 'brightfield' or 'fluorescence', got {mode!r}")
-    if not (isinstance(target_mpp, int | float) and math.isfinite(target_mpp) and target_mpp > 0):
-        raise ValueError(f"target_mpp: expected a positive number of µm/px, got {target_mpp!r}")
+    opts = TissueOptions.merged(options, changes, where="detect_tissue")
     slide, owned = as_slide(source, mpp=mpp)
     try:
-        return _detect(
-            slide,
-            region=region,
-            target_mpp=float(target_mpp),
-            mode=mode,
-            cancel=cancel,
-            options={
-                "threshold": threshold,
-                "smooth_um": smooth_um,
-                "min_tissue_um2": min_tissue_um2,
-                "max_hole_um2": max_hole_um2,
-                "outer_only": outer_only,
-                "reject_artifacts": reject_artifacts,
-            },
-        )
+        return _detect(slide, region=region, options=opts, cancel=cancel)
     finally:
         if owned:
             slide.close()
@@ -262,11 +227,10 @@ def _detect(
     slide: SlideLike,
     *,
     region: Any,
-    target_mpp: float,
-    mode: str,
-    options: dict[str, Any],
+    options: TissueOptions,
     cancel: threading.Event | None = None,
 ) -> TissueResult:
+    target_mpp, mode = options.target_mpp, options.mode
     name = str(getattr(slide, "path", "slide"))
     region, polygon = split_region(region)
     region = None if region is None else tuple(region)
@@ -310,7 +274,17 @@ def _detect(
     else:
         use = mode  # type: ignore[assignment]
     work_mpp = math.sqrt(mpp0[0] * wdy * mpp0[1] * wdx)
-    mask, thr = tissue_mask(image, mpp=work_mpp, mode=use, **options)
+    mask, thr = tissue_mask(
+        image,
+        mpp=work_mpp,
+        mode=use,
+        threshold=options.threshold,
+        smooth_um=options.smooth_um,
+        min_tissue_um2=options.min_tissue_um2,
+        max_hole_um2=options.max_hole_um2,
+        outer_only=options.outer_only,
+        reject_artifacts=options.reject_artifacts,
+    )
     check_cancel(cancel, "tissue detection")
 
     origin = (ly0 * dy, lx0 * dx)
@@ -320,7 +294,7 @@ def _detect(
             [polygon], shape=mask.shape, downsample=ds, origin=origin
         )
     exteriors, holes = geometry.mask_to_polygons(
-        mask, downsample=ds, origin=origin, holes=not options["outer_only"]
+        mask, downsample=ds, origin=origin, holes=not options.outer_only
     )
     lo, hi = np.array([y0, x0], float), np.array([y1, x1], float)
     exteriors = [np.clip(p, lo, hi) for p in exteriors]

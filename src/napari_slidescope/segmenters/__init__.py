@@ -42,7 +42,14 @@ from napari_slidescope.segmenters.resolution import (
     segmenter_mpp,
     working_mpp,
 )
-from napari_slidescope.segmenters.stain import ImageKind, column_name, image_kind, signal_channel
+from napari_slidescope.segmenters.stain import (
+    ImageKind,
+    column_name,
+    image_kind,
+    is_fluorescence,
+    signal_channel,
+    slide_is_fluorescence,
+)
 
 __all__ = [
     "AUTO",
@@ -63,6 +70,7 @@ __all__ = [
     "get_segmenter",
     "identity_of",
     "image_kind",
+    "is_fluorescence",
     "missing_reason",
     "register_segmenter",
     "registered_segmenters",
@@ -72,5 +80,6 @@ __all__ = [
     "segmenter_mpp",
     "segmenter_target_mpp",
     "signal_channel",
+    "slide_is_fluorescence",
     "working_mpp",
 ]

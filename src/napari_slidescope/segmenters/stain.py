@@ -18,14 +18,68 @@ import numpy as np
 
 from napari_slidescope.segmenters.base import Input
 
-__all__ = ["NUCLEAR_NAMES", "ImageKind", "column_name", "image_kind", "signal_channel"]
+__all__ = [
+    "FLUOROPHORE_NAMES",
+    "NUCLEAR_NAMES",
+    "ImageKind",
+    "column_name",
+    "image_kind",
+    "is_fluorescence",
+    "signal_channel",
+]
 
 #: Channel names of nuclear stains, searched in this order.
 NUCLEAR_NAMES = re.compile(
     r"dapi|hoechst|draq ?5|draq ?7|syto|nuclear|nuclei|\bnuc\b|propidium|\bpi\b|topro|sir-?dna",
     re.I,
 )
+#: Fluorophore names: a slide with a channel named so is fluorescence.
+FLUOROPHORE_NAMES = re.compile(
+    r"dapi|hoechst|fitc|tritc|texas|\bcy[2-7]|alexa|\baf\d{3}|opal|[gry]fp\b|fluor", re.I
+)
 _RGB_NAMES = ("red", "green", "blue")
+
+
+def is_fluorescence(
+    axes: str, *, fluorescence: bool = False, channel_names: Sequence[str] | None = ()
+) -> bool:
+    """Whether a slide's metadata say it is fluorescence: the one rule of the library.
+
+    Tissue detection (``mode="auto"``), the nuclei pipeline (:func:`image_kind`), the
+    viewer and the batch engine all decide with this. Metadata alone, no pixels: a slide
+    they do not call fluorescence may still be found dark (tissue detection then looks
+    at its pixels).
+
+    Parameters
+    ----------
+    axes : str
+        The slide's axes: ``"CYX"`` (multichannel, as QPTIFF and OME) and ``"YX"`` (one
+        channel) are fluorescence.
+    fluorescence : bool
+        The format's own flag (NDPI's ``Fluorescence`` tag, QPTIFF).
+    channel_names : sequence of str, optional
+        A name of a fluorophore (:data:`FLUOROPHORE_NAMES`: DAPI, FITC, Cy5, Opal 520,
+        ...) makes the slide fluorescence.
+
+    Examples
+    --------
+    >>> is_fluorescence("YXS"), is_fluorescence("CYX"), is_fluorescence("YXS", fluorescence=True)
+    (False, True, True)
+    >>> is_fluorescence("YXS", channel_names=["DAPI 2 (387)"])
+    True
+    """
+    if fluorescence or axes in ("CYX", "YX"):
+        return True
+    return any(FLUOROPHORE_NAMES.search(str(n)) for n in channel_names or ())
+
+
+def slide_is_fluorescence(slide: Any) -> bool:
+    """:func:`is_fluorescence` of a slide's ``axes``, ``fluorescence`` and ``channel_names``."""
+    return is_fluorescence(
+        str(slide.axes),
+        fluorescence=bool(getattr(slide, "fluorescence", False)),
+        channel_names=[str(n) for n in (getattr(slide, "channel_names", None) or [])],
+    )
 
 
 @dataclass(frozen=True)
@@ -114,7 +168,7 @@ def image_kind(slide: Any, *, channel: int | str | None = None) -> ImageKind:
     """
     axes = str(slide.axes)
     meta_names = [str(n) for n in (getattr(slide, "channel_names", None) or [])]
-    fluo = bool(getattr(slide, "fluorescence", False))
+    fluo = slide_is_fluorescence(slide)
     what = str(getattr(slide, "path", "the slide"))
     if axes == "CYX":
         n = int(slide.levels[0].shape[0])

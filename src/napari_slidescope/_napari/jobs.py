@@ -207,11 +207,19 @@ class JobSpec:
 
 
 def source_input(source: SlideSource) -> str:
-    """``"fluorescence"`` or ``"brightfield"``: what the slide's metadata say it is."""
+    """``"fluorescence"`` or ``"brightfield"``: what the slide's metadata say it is.
+
+    The library's one rule, :func:`~napari_slidescope.segmenters.is_fluorescence`.
+    """
+    from napari_slidescope.segmenters import is_fluorescence
+
     info = source.info
-    if info.get("fluorescence") or info.get("axes") in ("CYX", "YX"):
-        return "fluorescence"
-    return "brightfield"
+    fluorescent = is_fluorescence(
+        str(info.get("axes") or ""),
+        fluorescence=bool(info.get("fluorescence")),
+        channel_names=info.get("channel_names") or (),
+    )
+    return "fluorescence" if fluorescent else "brightfield"
 
 
 def nuclei_mpp(source: SlideSource, run: NucleiRun | NucleiOptions | Mapping[str, Any]) -> float:
@@ -261,16 +269,6 @@ def nuclei_identity(source: SlideSource, run: NucleiRun | NucleiOptions) -> dict
     }
 
 
-def _segmenter(name: Any, options: Mapping[str, Any], kind: str) -> Any:
-    if not isinstance(name, str):
-        return name
-    from napari_slidescope.segmenters import AUTO, get_segmenter, resolve_auto
-
-    if name == AUTO:
-        name = resolve_auto(kind)  # type: ignore[arg-type]
-    return get_segmenter(name, **options)
-
-
 def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None]:
     """Open the slide and analyse it, yielding results as they finish (worker thread).
 
@@ -294,7 +292,7 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
             region = spec.region if spec.task == "tissue" else None
             yield Stage("tissue")
             tissue = tissue_mod.detect_tissue(
-                slide, region=region, mpp=mpp, cancel=cancel, **spec.tissue_options.as_dict()
+                slide, region=region, mpp=mpp, options=spec.tissue_options, cancel=cancel
             )
             yield TissueDone(tissue, region is None)
         if spec.task != "nuclei" or cancel.is_set():
@@ -304,22 +302,19 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
         target = opts.target_mpp
         if mpp is None and target:  # uncalibrated: its pixels are at the working resolution
             mpp = (target, target)
-        seg = _segmenter(run.chosen, opts.segmenter_options, source_input(spec.source))
-        keywords = opts.as_dict()
-        for name in ("segmenter", "segmenter_options", "target_mpp"):
-            del keywords[name]  # passed resolved below
+        # a segmenter object given to the run goes beside the options; a name is in them
+        given = {} if run.segmenter is None else {"segmenter": run.segmenter}
         steps = nuclei_mod.iter_segment_nuclei(
             slide,
             region=spec.region,
             mpp=mpp,
-            target_mpp=target,
+            options=opts,
             tissue=tissue if spec.region is None else "auto",
-            segmenter=seg,
-            cancel=cancel,
             # leave a core to the GUI thread: fewer threads competing with it for the GIL
             workers=run.workers or max(1, (os.cpu_count() or 2) - 1),
+            cancel=cancel,
             read_threads=1,
-            **keywords,
+            **given,
         )
         origin, downsample, shape = spec.grid  # type: ignore[misc]
         yield Stage("preparing")  # set-up runs on the first next(): tissue, stains, model

@@ -13,7 +13,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from napari_slidescope._napari import layers as _layers
+from napari_slidescope._napari.canvases import Patch, tile_patch
 from napari_slidescope._napari.viewport import image_shape0
 from napari_slidescope._types import Box
 from napari_slidescope.options import NucleiOptions, TissueOptions
@@ -127,7 +127,7 @@ class TileDone:
     done: int
     total: int
     core0: Box
-    patch: _layers.Patch | None
+    patch: Patch | None
 
 
 @dataclass
@@ -323,7 +323,7 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
             if not segmenting:
                 segmenting = True
                 yield Stage("segmenting")
-            patch = _layers.tile_patch(
+            patch = tile_patch(
                 step,
                 origin=origin,
                 downsample=downsample,

@@ -206,7 +206,7 @@ class JobSpec:
     pyramid: Any = None
 
 
-def source_input(source: SlideSource) -> str:
+def source_input(source: SlideSource) -> Literal["brightfield", "fluorescence"]:
     """``"fluorescence"`` or ``"brightfield"``: what the slide's metadata say it is.
 
     The library's one rule, :func:`~napari_slidescope.segmenters.is_fluorescence`.
@@ -235,7 +235,7 @@ def nuclei_mpp(source: SlideSource, run: NucleiRun | NucleiOptions | Mapping[str
         run.chosen,
         source.info.get("mpp"),
         run.options.target_mpp,
-        input=source_input(source),  # type: ignore[arg-type]
+        input=source_input(source),
     )
 
 
@@ -256,7 +256,7 @@ def nuclei_identity(source: SlideSource, run: NucleiRun | NucleiOptions) -> dict
     kind = source_input(source)
     seg = run.chosen
     if isinstance(seg, str) and seg == AUTO:
-        seg = resolve_auto(kind, warn=False)  # type: ignore[arg-type]
+        seg = resolve_auto(kind, warn=False)
     opts = run.options
     return {
         **segmenter_identity(seg),

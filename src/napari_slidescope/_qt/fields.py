@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from magicgui.widgets import CheckBox, ComboBox, FloatSpinBox, SpinBox
 from magicgui.widgets.bases import ValueWidget
@@ -76,7 +75,7 @@ def _tooltip(info: OptionInfo) -> str:
 
 
 def make_field(
-    key: str, default: Any, info: OptionInfo, *, choices: Sequence[Any] | None = None
+    key: str, default: object, info: OptionInfo, *, choices: Sequence[str] | None = None
 ) -> ValueWidget:
     """Return the widget of one option (`choices` for a text option the model leaves open)."""
     name = key.split(".", 1)[1]
@@ -85,12 +84,12 @@ def make_field(
     if info.kind == "bool":
         widget = CheckBox(text=label, value=bool(default))
     elif info.kind == "str":
-        options = list(info.choices or choices or [default])
+        options = list(info.choices or choices or [str(default)])
         widget = ComboBox(label=label, choices=options, value=default)
     else:
         low, high = spin_range(key, info)
         hint = HINTS.get(key, Hint())
-        start = low if default is None else default
+        start = low if default is None else float(str(default))
         if info.kind == "int":
             widget = SpinBox(label=label, value=int(start), min=int(low), max=int(high))
         else:
@@ -106,7 +105,7 @@ def make_field(
 def option_widgets(
     cls: type[TissueOptions] | type[NucleiOptions],
     *,
-    choices: dict[str, Sequence[Any]] | None = None,
+    choices: dict[str, Sequence[str]] | None = None,
 ) -> dict[str, ValueWidget]:
     """One widget per documented option of `cls`, by option name, showing its default."""
     prefix = "tissue" if cls is TissueOptions else "nuclei"
@@ -116,7 +115,7 @@ def option_widgets(
     }
 
 
-def field_value(widget: ValueWidget, info: OptionInfo) -> Any:
+def field_value(widget: ValueWidget, info: OptionInfo) -> float | int | bool | str | None:
     """Return the option value a widget shows (None: an optional number at its minimum)."""
     value = widget.value
     lowest = getattr(widget, "min", None)
@@ -131,7 +130,7 @@ def field_value(widget: ValueWidget, info: OptionInfo) -> Any:
     return value
 
 
-def set_field_value(widget: ValueWidget, info: OptionInfo, value: Any) -> None:
+def set_field_value(widget: ValueWidget, info: OptionInfo, value: object) -> None:
     """Show an option value (None: an optional number's lowest value, its word)."""
     if value is None and info.kind in ("float", "int"):
         value = getattr(widget, "min")  # noqa: B009 - spin boxes only

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from magicgui.widgets import Label
 from qtpy.QtCore import QEvent, QObject, Qt
-from qtpy.QtWidgets import QLabel, QScrollArea, QSizePolicy
+from qtpy.QtWidgets import QLabel, QScrollArea, QSizePolicy, QWidget
 
 __all__ = ["MAX_WIDTH", "ClickFilter", "FitWidth", "wrap"]
 
@@ -32,8 +31,8 @@ class ClickFilter(QObject):
         super().__init__()
         self._callback = callback
 
-    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802 - Qt's name
-        if event.type() == QEvent.Type.MouseButtonRelease:
+    def eventFilter(self, obj: QObject | None, event: QEvent | None) -> bool:  # noqa: N802
+        if event is not None and event.type() == QEvent.Type.MouseButtonRelease:
             self._callback()
             return True
         return False
@@ -46,7 +45,7 @@ class FitWidth(QObject):
     is never cut off at the side. Refitted whenever the form's layout changes.
     """
 
-    def __init__(self, scroll: QScrollArea, inner: Any) -> None:
+    def __init__(self, scroll: QScrollArea, inner: QWidget) -> None:
         super().__init__()
         self._scroll, self._inner = scroll, inner
 
@@ -60,8 +59,8 @@ class FitWidth(QObject):
         self._scroll.setMaximumWidth(widest)
         self._inner.setMaximumWidth(widest - extent)
 
-    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802 - Qt's name
-        if event.type() in self._REFIT:
+    def eventFilter(self, obj: QObject | None, event: QEvent | None) -> bool:  # noqa: N802
+        if event is not None and event.type() in self._REFIT:
             self.fit()
         return False
 

@@ -242,7 +242,7 @@ class SlideAnalysis:
         """Describe the slide `image` shows (path, pixel size, metadata)."""
         return SlideSource.from_layer(image)
 
-    def slide_kind(self, image: Any) -> str:
+    def slide_kind(self, image: Any) -> Literal["brightfield", "fluorescence"]:
         """``"brightfield"`` or ``"fluorescence"``: what the slide's metadata say it is."""
         return source_input(SlideSource.from_layer(image))
 

@@ -151,7 +151,7 @@ def settings_store() -> QSettings:
 # -- reading and writing --------------------------------------------------------------------
 
 
-def _parse(raw: Any, kind: str) -> Any:
+def _parse(raw: object, kind: str) -> float | int | bool | str:
     """Convert a value as the INI file gives it back (text) to the option's type."""
     if kind == "bool":
         if isinstance(raw, bool):
@@ -161,13 +161,13 @@ def _parse(raw: Any, kind: str) -> Any:
             raise ValueError(f"expected true or false, got {raw!r}")
         return text in ("true", "1")
     if kind == "float":
-        return float(raw)
+        return float(str(raw))
     if kind == "int":
-        return int(raw)
+        return int(str(raw))
     return str(raw)
 
 
-def _stored(store: QSettings, key: str) -> Any:
+def _stored(store: QSettings, key: str) -> object:
     """Return the value of `key`, else of the legacy key it replaced, else None."""
     if store.contains(key):
         return store.value(key)
@@ -180,16 +180,16 @@ def _stored(store: QSettings, key: str) -> Any:
     return None
 
 
-def _is_zero(value: Any) -> bool:
+def _is_zero(value: object) -> bool:
     try:
-        return float(value) == 0.0
+        return float(str(value)) == 0.0
     except (TypeError, ValueError):
         return False
 
 
 def _read_options(store: QSettings, prefix: str, default: _O) -> _O:
     """Each option saved under ``prefix/<name>``, checked; a bad or missing one: the default."""
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     for name, _default, info in option_fields(type(default)):
         raw = _stored(store, f"{prefix}/{name}")
         if raw is None:
@@ -222,7 +222,7 @@ def read_settings(store: QSettings) -> WidgetSettings:
         for name in builtin:
             raw = _stored(store, f"builtin/{name}")
             try:
-                builtin[name] = float(raw) if raw is not None else builtin[name]
+                builtin[name] = float(str(raw)) if raw is not None else builtin[name]
             except (TypeError, ValueError):
                 pass
     finally:

@@ -5,9 +5,13 @@ Plain functions of plain values (no Qt), so the words can be tested without a vi
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Literal
 
 from napari_slidescope._napari.jobs import SlideSource
+
+if TYPE_CHECKING:
+    from napari_slidescope._qt.session import Outcome
+    from napari_slidescope.pipeline.tissue import TissueResult
 
 __all__ = ["describe", "duration", "key_text", "models_text", "outcome_words", "tissue_words"]
 
@@ -17,7 +21,7 @@ def key_text(key: str) -> str:
     return key.replace("Control", "Ctrl").replace("-", "+")
 
 
-def models_text(kind: str | None, name: str) -> str:
+def models_text(kind: Literal["brightfield", "fluorescence"] | None, name: str) -> str:
     """Say on the "Models" line which model runs, what is missing, what is installed.
 
     `kind` is the slide's ``"brightfield"`` or ``"fluorescence"`` (None: no slide yet).
@@ -29,8 +33,8 @@ def models_text(kind: str | None, name: str) -> str:
         return f"installed: {installed}"
     if name != "auto":
         return f"{name} on this {kind} slide; installed: {installed}"
-    chosen = registry.resolve_auto(cast(Any, kind), warn=False)
-    learned, _builtin = registry.auto_choices(cast(Any, kind))
+    chosen = registry.resolve_auto(kind, warn=False)
+    learned, _builtin = registry.auto_choices(kind)
     if chosen == learned:
         return f"auto runs {chosen} on this {kind} slide; installed: {installed}"
     return (
@@ -49,7 +53,7 @@ def duration(seconds: float | None) -> str:
     return f"{s // 60}:{s % 60:02d}"
 
 
-def outcome_words(out: Any) -> str:
+def outcome_words(out: Outcome) -> str:
     """Say how a run ended: ``"Cancelled: 37 of 120 tiles"``.
 
     `out` is the controller's :class:`~napari_slidescope._qt.session.Outcome`.
@@ -63,7 +67,7 @@ def outcome_words(out: Any) -> str:
     return f"Failed after {tiles}: {error}" if tiles else f"Failed: {error}"
 
 
-def tissue_words(result: Any) -> str:
+def tissue_words(result: TissueResult | None) -> str:
     """Say what a tissue result found: its area and the share of the area analysed."""
     if result is None:
         return "–"

@@ -328,7 +328,7 @@ class SlideAnalysisWidget(Container):
             name: field_value(self.tissue_fields[name], info)
             for name, _default, info in option_fields(TissueOptions)
         }
-        nuclei = {
+        nuclei: dict[str, object] = {
             name: field_value(self.nuclei_fields[name], info)
             for name, _default, info in option_fields(NucleiOptions)
         }
@@ -342,8 +342,8 @@ class SlideAnalysisWidget(Container):
             scope=str(self.scope.value),
             mode=str(self.mode.value),
             workers=int(self.workers.value),
-            tissue=TissueOptions(**tissue),
-            nuclei=NucleiOptions(**nuclei),
+            tissue=TissueOptions.from_mapping(tissue),
+            nuclei=NucleiOptions.from_mapping(nuclei),
         )
 
     def apply_settings(self, settings: WidgetSettings) -> None:

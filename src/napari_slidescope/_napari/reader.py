@@ -21,10 +21,6 @@ if TYPE_CHECKING:
     #: What :func:`get_reader` returns: npe2's reader function, of this plugin's layers.
     ReaderFunction = Callable[[str | list[str]], list[FullLayerData]]
 
-#: Endings of the slide files (:data:`~napari_slidescope.slide.formats.SLIDE_SUFFIXES`) that
-#: ordinary images use too: such a file is sniffed; any other slide ending is always ours.
-TIFF_EXTENSIONS = (".tif", ".tiff", ".ome.tif", ".ome.tiff")
-
 #: Tiled TIFFs whose level 0 decodes to more than this are too large to load eagerly.
 EAGER_LIMIT_BYTES = 256 * 2**20
 
@@ -94,23 +90,33 @@ def _is_url(path: Any) -> bool:
     return is_url(path)
 
 
+def slide_suffixes() -> tuple[str, ...]:
+    """Every slide file ending the reader takes (:mod:`napari_slidescope.slide.formats`).
+
+    Files behind a generic TIFF ending (``TIFF_SUFFIXES``) are sniffed; any other is
+    always taken, so that a damaged slide gets this plugin's error.
+    """
+    from napari_slidescope.slide.formats import DICOM_SUFFIX, OPENSLIDE_SUFFIXES, SLIDE_SUFFIXES
+
+    return (*SLIDE_SUFFIXES, *OPENSLIDE_SUFFIXES, DICOM_SUFFIX)
+
+
 def _wants_url(url: str) -> bool:
     """Tell whether a URL's path ends like a slide or a TIFF (its query string aside)."""
-    from napari_slidescope.slide.formats import SLIDE_SUFFIXES
     from napari_slidescope.slide.source import redact
 
     name = redact(url).lower().rstrip("/")
-    return name.endswith((*SLIDE_SUFFIXES, ".zarr"))
+    return name.endswith((*slide_suffixes(), ".zarr"))
 
 
 def _wants(path: str) -> bool:
     from napari_slidescope.slide import SlideError, probe
-    from napari_slidescope.slide.formats import SLIDE_SUFFIXES
+    from napari_slidescope.slide.formats import TIFF_SUFFIXES
 
     lower = path.lower()
-    if not lower.endswith(SLIDE_SUFFIXES):
+    if not lower.endswith(slide_suffixes()):
         return False
-    if not lower.endswith(TIFF_EXTENSIONS):
+    if not lower.endswith(TIFF_SUFFIXES):
         # a slide-only ending (.svs, .mrxs, .dcm...): claimed even when damaged or not a
         # regular file, so open_slide's error shows
         return not os.path.isdir(path)

@@ -18,27 +18,19 @@ from defusedxml.ElementTree import fromstring as _defused_fromstring
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.slide import _tiff
 
-#: File-name endings of the slide files this package opens: the viewer's reader claims them
-#: (sniffing the generic TIFF ones) and ``slidescope batch`` searches folders for them.
-SLIDE_SUFFIXES = (
-    ".svs",
-    ".ndpi",
-    ".qptiff",
-    ".scn",
-    ".bif",
-    ".tif",
-    ".tiff",
-    ".ome.tif",
-    ".ome.tiff",
-    ".mrxs",
-    ".vms",
-    ".vmu",
-    ".svslide",
-    ".dcm",
-)
-
 #: Pixel sizes outside this range (µm/px) are not microscopy calibration (e.g. 72 dpi defaults).
 PLAUSIBLE_MPP = (0.01, 200.0)
+
+#: File name endings only whole-slide TIFF dialects use: a file so named is a slide.
+VENDOR_SUFFIXES = (".svs", ".ndpi", ".qptiff", ".scn", ".bif")
+#: Generic TIFF endings: a slide when the file is pyramidal or a vendor's (look inside).
+TIFF_SUFFIXES = (".tif", ".tiff", ".ome.tif", ".ome.tiff")
+#: Endings of the slide files tifffile reads (vendor dialects and TIFF).
+SLIDE_SUFFIXES = VENDOR_SUFFIXES + TIFF_SUFFIXES
+#: Endings of the slide files only OpenSlide reads (MIRAX, Hamamatsu VMS/VMU, Sakura).
+OPENSLIDE_SUFFIXES = (".mrxs", ".vms", ".vmu", ".svslide")
+#: Ending of one DICOM instance (a DICOM slide is a folder, or a set, of them).
+DICOM_SUFFIX = ".dcm"
 
 _FLAG_ORDER = ("svs", "ndpi", "qpi", "scn", "bif", "ome", "philips")
 _FORMAT_NAMES = {"qpi": "qptiff"}

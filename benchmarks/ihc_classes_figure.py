@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     import napari
     from skimage import io
 
-    from napari_slidescope._napari.classes import _legend, add_cells, show_classes
     from napari_slidescope._napari.layers import aligned_transform
+    from napari_slidescope._qt.classes import _legend, add_cells, show_classes
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     root = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ def main() -> None:
     from qtpy.QtCore import QSortFilterProxyModel, Qt
     from qtpy.QtWidgets import QApplication, QTableView
 
-    from napari_slidescope._napari.table import NucleiTableModel
+    from napari_slidescope._qt.table import NucleiTableModel
 
     app = QApplication.instance() or QApplication([])
     n = args.rows

@@ -98,7 +98,7 @@ def _analysed(path: Path | None, *, center: tuple[float, float], zoom: float) ->
     """
     import napari
 
-    from napari_slidescope._napari.launcher import dock_analysis_widget
+    from napari_slidescope._qt.launcher import dock_analysis_widget
 
     viewer = napari.Viewer(title="napari-slidescope")
     viewer.window._qt_window.resize(1500, 900)
@@ -139,7 +139,7 @@ def _widget_states() -> None:
     """Save the widget idle, mid-run and after Cancel, and the window with the table dock."""
     import napari
 
-    from napari_slidescope._napari.launcher import dock_analysis_widget, fit_view
+    from napari_slidescope._qt.launcher import dock_analysis_widget, fit_view
 
     viewer = napari.Viewer(title="napari-slidescope")
     viewer.window._qt_window.resize(1500, 900)
@@ -188,7 +188,7 @@ def _overview_shot() -> None:
     """Save the window with the analysis and "Slide overview" docks, zoomed into the slide."""
     import napari
 
-    from napari_slidescope._napari.launcher import dock_analysis_widget, dock_plugin_widget
+    from napari_slidescope._qt.launcher import dock_analysis_widget, dock_plugin_widget
 
     viewer = napari.Viewer(title="napari-slidescope")
     viewer.window._qt_window.resize(1500, 900)
@@ -215,8 +215,8 @@ def _whole_slide_shot() -> None:
     """
     import napari
 
-    from napari_slidescope._napari.launcher import dock_analysis_widget
     from napari_slidescope._napari.layers import canvas_of
+    from napari_slidescope._qt.launcher import dock_analysis_widget
 
     viewer = napari.Viewer(title="napari-slidescope")
     viewer.window._qt_window.resize(1500, 900)

@@ -21,7 +21,7 @@ class Block:
 sys.meta_path.insert(0, Block())
 import pkgutil, napari_slidescope
 for mod in pkgutil.walk_packages(napari_slidescope.__path__, 'napari_slidescope.'):
-    if mod.name.startswith('napari_slidescope._napari'):
+    if mod.name.startswith(('napari_slidescope._napari', 'napari_slidescope._qt')):
         continue
     importlib.import_module(mod.name)
 import napari_slidescope as s

@@ -232,3 +232,16 @@ def test_child_killed_mid_write_leaves_old_file_or_none(tmp_path, kind, existing
         assert target.read_bytes() == b"previous complete file"
     else:
         assert not target.exists()
+
+
+def test_one_line_says_what_went_wrong_in_one_line():
+    """The one formatter of an exception for users, logs and failure records."""
+    from napari_slidescope._io import one_line
+
+    exc = ValueError("bad tile\n   at level 2")
+    exc.add_note("while reading a.svs")
+    assert one_line(exc) == "bad tile at level 2"
+    assert one_line(exc, typed=True) == "ValueError: bad tile at level 2 while reading a.svs"
+    assert one_line(RuntimeError()) == "RuntimeError"  # no message: its type
+    assert one_line(OSError("x" * 10), limit=5) == "xxxx…"
+    assert len(one_line(OSError("y" * 1000), limit=400)) == 400

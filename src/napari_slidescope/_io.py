@@ -24,7 +24,40 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "atomic_copy", "is_writable_folder"]
+__all__ = ["atomic_write", "atomic_copy", "is_writable_folder", "one_line"]
+
+
+def one_line(exc: BaseException, *, typed: bool = False, limit: int | None = None) -> str:
+    """Say what went wrong in one line: an exception's message (and notes), spaces collapsed.
+
+    Parameters
+    ----------
+    exc : BaseException
+        The exception.
+    typed : bool
+        Start with the exception's type and add its notes (``"ValueError: bad value
+        note"``), for logs and failure records; else the message alone (its type when it
+        has none), for a user who reads what to do.
+    limit : int, optional
+        Longest text; a longer one is cut and ends with ``"…"``.
+
+    Examples
+    --------
+    >>> one_line(ValueError("a   b "))
+    'a b'
+    >>> one_line(KeyError(), typed=False)
+    'KeyError'
+    >>> one_line(OSError("disk full"), typed=True)
+    'OSError: disk full'
+    """
+    if typed:
+        text = " ".join([f"{type(exc).__name__}: {exc}", *getattr(exc, "__notes__", [])])
+    else:
+        text = str(exc)
+    text = " ".join(text.split()) or type(exc).__name__
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
 
 
 def _folder_error(folder: Path, exc: OSError) -> OSError:

@@ -1,12 +1,12 @@
 """The console helpers, under the name the README and users' scripts import.
 
-The helpers live in :mod:`napari_slidescope._napari.console`; this module re-exports them
+The helpers live in :mod:`napari_slidescope._qt.console`; this module re-exports them
 so that ``from napari_slidescope.viewer import add_slide, add_nuclei`` keeps working.
 Importing it does not import napari.
 """
 
-from napari_slidescope._napari.classes import add_cells, classify
-from napari_slidescope._napari.console import (
+from napari_slidescope._qt.classes import add_cells, classify
+from napari_slidescope._qt.console import (
     add_nuclei,
     add_slide,
     add_tissue,

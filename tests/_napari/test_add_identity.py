@@ -28,8 +28,8 @@ class FakeLearned:
 def test_add_mode_never_mixes_models_or_resolutions(
     make_napari_viewer, small_slide, qtbot, monkeypatch
 ):
-    from napari_slidescope._napari import session
     from napari_slidescope._napari.layers import canvas_of
+    from napari_slidescope._qt import session
     from napari_slidescope.segmenters import register_segmenter, registry
 
     monkeypatch.setitem(registry._REGISTRY, "instanseg", registry._REGISTRY["instanseg"])

@@ -29,8 +29,8 @@ class _Click:
 def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_path, monkeypatch):
     from napari.utils.colormaps import DirectLabelColormap
 
-    from napari_slidescope._napari import cell_classifier
-    from napari_slidescope._napari.classes import LEGEND_NAME
+    from napari_slidescope._qt import cell_classifier
+    from napari_slidescope._qt.classes import LEGEND_NAME
     from napari_slidescope.pipeline.cell_classifier import load_classifier
     from napari_slidescope.pipeline.classify import classify_cells
     from napari_slidescope.sample_cell_types import CLASS_NAMES
@@ -145,7 +145,7 @@ def canvas_of_layer(layer):
 
 
 def test_no_layer_and_bad_names_are_clear(make_napari_viewer, qtbot):
-    from napari_slidescope._napari.cell_classifier import CellClassifierWidget
+    from napari_slidescope._qt.cell_classifier import CellClassifierWidget
 
     viewer = make_napari_viewer()
     dock = CellClassifierWidget(viewer)

@@ -11,7 +11,7 @@ SEG = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
 def test_classify_colours_nuclei_by_class_with_a_legend(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._qt.session import controller_for
     from napari_slidescope.viewer import classify
 
     viewer = make_napari_viewer(show=True)
@@ -24,8 +24,8 @@ def test_classify_colours_nuclei_by_class_with_a_legend(
     od = layer.features["hematoxylin_od_mean"].to_numpy()
     t = float(np.median(od))  # half the nuclei above: two classes
     # the synthetic H&E slide has no DAB: score its hematoxylin as if it were
-    from napari_slidescope._napari.classes import _legend, show_classes
     from napari_slidescope._napari.layers import canvas_of
+    from napari_slidescope._qt.classes import _legend, show_classes
     from napari_slidescope.pipeline.classify import classify_cells
 
     result = canvas_of(layer).to_result()
@@ -74,8 +74,8 @@ def test_cells_layer_and_classified_geojson_read_back(make_napari_viewer, tmp_pa
 
 
 def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer, tmp_path, qtbot):
-    from napari_slidescope._napari.classify_widget import ClassifyWidget
-    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.session import controller_for
     from napari_slidescope.pipeline.classify import load_rules
     from napari_slidescope.sample_cells import make_hdab
 
@@ -126,10 +126,10 @@ def _drag(canvas, axes, x0, x1, release=True):
 def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     make_napari_viewer, tmp_path, qtbot
 ):
-    from napari_slidescope._napari.classes import classify
-    from napari_slidescope._napari.classify_widget import ClassifyWidget
-    from napari_slidescope._napari.session import controller_for
-    from napari_slidescope._napari.table import NucleiTableWidget
+    from napari_slidescope._qt.classes import classify
+    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.table import NucleiTableWidget
     from napari_slidescope.pipeline.classify import load_rules
     from napari_slidescope.sample_cells import make_hdab
 
@@ -203,8 +203,8 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
 def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
     make_napari_viewer, tmp_path, qtbot
 ):
-    from napari_slidescope._napari.classify_widget import ClassifyWidget
-    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.session import controller_for
     from napari_slidescope._napari.shapes import aligned, to_layer_coords
     from napari_slidescope.sample_cells import make_hdab
 

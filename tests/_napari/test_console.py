@@ -1,4 +1,4 @@
-"""The console helpers (napari_slidescope.viewer re-exports _napari.console) in a viewer."""
+"""The console helpers (napari_slidescope.viewer re-exports _qt.console) in a viewer."""
 
 import numpy as np
 import pytest

@@ -50,7 +50,8 @@ def full_settings_disk(tmp_path):
 def test_settings_on_a_full_disk_raise_naming_the_file_and_keep_it(
     make_napari_viewer, full_settings_disk, monkeypatch
 ):
-    from napari_slidescope._napari.widget import SlideAnalysisWidget, settings_store
+    from napari_slidescope._qt.settings import settings_store
+    from napari_slidescope._qt.widget import SlideAnalysisWidget
 
     viewer = make_napari_viewer(show=False)
     widget = SlideAnalysisWidget(viewer)

@@ -3,8 +3,8 @@
 import napari
 import pytest
 
-from napari_slidescope._napari import launcher
 from napari_slidescope._napari.viewport import camera_of
+from napari_slidescope._qt import launcher
 
 pytestmark = pytest.mark.gui
 
@@ -79,7 +79,7 @@ def test_launcher_exits_2_with_one_line_for_a_bad_path(tmp_path, kind):
         path.write_bytes(b"II*\x00" + b"\xff" * 64)
     elif kind == "directory":
         path.mkdir()
-    code = "import sys; from napari_slidescope._napari.launcher import main; sys.exit(main())"
+    code = "import sys; from napari_slidescope._qt.launcher import main; sys.exit(main())"
     for _ in range(3):  # every time, never a crash on the way out
         proc = subprocess.run(
             [sys.executable, "-c", code, str(path)],

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from napari_slidescope import _io
-from napari_slidescope._napari import launcher
-from napari_slidescope._napari.widget import MAX_WIDTH, default_export_folder
+from napari_slidescope._napari.export import default_export_folder
+from napari_slidescope._qt import launcher
+from napari_slidescope._qt.layout import MAX_WIDTH
 
 pytestmark = pytest.mark.gui
 

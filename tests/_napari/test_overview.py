@@ -5,8 +5,8 @@ import pytest
 import tifffile
 from qtpy.QtCore import QPoint, QPointF, Qt
 
-from napari_slidescope._napari.overview import OverviewWidget
 from napari_slidescope._napari.viewport import camera_of, visible_region
+from napari_slidescope._qt.overview import OverviewWidget
 
 pytestmark = pytest.mark.gui
 
@@ -112,7 +112,7 @@ def test_overview_composites_a_multichannel_slide(make_napari_viewer, tmp_path, 
 
 
 def test_overview_rebuilds_once_after_display_changes(make_napari_viewer, tmp_path, qtbot):
-    from napari_slidescope._napari.overview import thumbnail_rgb
+    from napari_slidescope._qt.overview import thumbnail_rgb
 
     path = _multichannel_slide(tmp_path / "mc.ome.tif")
     viewer, layers, widget = _overview(make_napari_viewer, path, qtbot)

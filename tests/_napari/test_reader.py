@@ -26,6 +26,28 @@ def test_manifest_is_valid():
         assert f"*.{ext}" in patterns
 
 
+def test_manifest_claims_every_slide_suffix():
+    """npe2 offers the reader every slide ending of slide.formats (one list of each kind)."""
+    from npe2 import PluginManifest
+
+    from napari_slidescope._napari.reader import slide_suffixes
+
+    manifest = PluginManifest.from_file(Path(__file__).parents[2] / "napari.yaml")
+    patterns = manifest.contributions.readers[0].filename_patterns
+    assert {".svs", ".tif", ".mrxs", ".dcm"} <= set(slide_suffixes())
+    missing = [s for s in slide_suffixes() if f"*{s}" not in patterns]
+    assert not missing, f"napari.yaml lacks {missing}"
+
+
+@pytest.mark.parametrize("suffix", [".svs", ".ndpi", ".qptiff", ".scn", ".bif", ".mrxs", ".dcm"])
+def test_claims_slide_only_suffixes_even_when_damaged(tmp_path, suffix):
+    """A slide-only ending is claimed whatever its bytes, so open_slide names the problem."""
+    path = tmp_path / f"broken{suffix}"
+    path.write_bytes(b"not a slide")
+    assert get_reader(str(path)) is read_slide
+    assert get_reader(str(tmp_path / "notes.txt")) is None
+
+
 def test_rejects_non_tiff_bytes_behind_tif(tmp_path):
     path = tmp_path / "x.tif"
     path.write_bytes(b"GIF89a" + b"\x00" * 100)

@@ -20,7 +20,7 @@ def _whole_slide_run(viewer, image, ctl, segmenter, qtbot):
 def test_whole_slide_nuclei_are_exact_at_full_zoom(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._qt.session import controller_for
     from napari_slidescope.pipeline.nuclei import segment_nuclei
 
     viewer = make_napari_viewer(show=True)
@@ -82,7 +82,7 @@ def test_memory_does_not_grow_with_the_slide(
     make_napari_viewer, tmp_path, qtbot, threshold_segmenter, monkeypatch
 ):
     """On a slide 4x larger, the result's in-memory structures stay within the same bound."""
-    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._qt.session import controller_for
     from napari_slidescope.pipeline import label_pyramid
     from napari_slidescope.sample_data import write_sample_slide
 
@@ -119,7 +119,7 @@ def test_nuclei_erased_in_the_layer_leave_the_exports(
 ):
     import json
 
-    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._qt.session import controller_for
 
     viewer = make_napari_viewer()
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")

@@ -23,7 +23,7 @@ def test_tissue_is_shapes_aligned_in_world_with_areas_and_edits_exported(
 ):
     from napari.layers import Shapes
 
-    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._qt.session import controller_for
 
     viewer = make_napari_viewer()
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
@@ -96,7 +96,7 @@ def test_a_new_tissue_result_replaces_the_old_one_in_the_same_layer(
 def test_analyse_inside_the_selected_shape(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._qt.session import controller_for
     from napari_slidescope.pipeline.nuclei import segment_nuclei
     from napari_slidescope.pipeline.regions import inside_polygon
 
@@ -134,7 +134,7 @@ def _layers_canvas(viewer, image):
 def test_a_polygon_run_records_the_polygon_as_analysed(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._napari.session import controller_for
+    from napari_slidescope._qt.session import controller_for
     from napari_slidescope.pipeline.nuclei import segment_nuclei
 
     viewer = make_napari_viewer()
@@ -161,7 +161,7 @@ def test_a_polygon_run_records_the_polygon_as_analysed(
 def test_tissue_area_inside_a_polygon_is_the_polygon_s():
     from types import SimpleNamespace
 
-    from napari_slidescope._napari.session import tissue_area_um2
+    from napari_slidescope._qt.session import tissue_area_um2
 
     tissue = SimpleNamespace(
         mask=np.ones((100, 100), bool), mpp=2.0, origin=(0.0, 0.0), downsample=(2.0, 2.0)
@@ -176,7 +176,7 @@ def test_tissue_area_inside_a_polygon_is_the_polygon_s():
 def test_finished_tiles_of_a_polygon_run_count_only_inside_the_polygon():
     from types import SimpleNamespace
 
-    from napari_slidescope._napari.session import _core_area
+    from napari_slidescope._qt.session import _core_area
 
     triangle = np.array([[0.0, 0.0], [0.0, 200.0], [200.0, 0.0]])
     run = SimpleNamespace(polygon=triangle)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from napari_slidescope._napari.table import NucleiTableModel
+from napari_slidescope._qt.table import NucleiTableModel
 
 pytestmark = pytest.mark.gui
 
@@ -95,7 +95,7 @@ def test_table_dock_follows_a_run_and_selection_moves_the_camera(
 def test_hover_values_are_readable(make_napari_viewer, small_slide, qtbot, threshold_segmenter):
     viewer = make_napari_viewer(show=False)
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
-    from napari_slidescope._napari import session
+    from napari_slidescope._qt import session
 
     ctl = session.controller_for(viewer)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}

@@ -34,7 +34,7 @@ def test_widget_describes_the_slide_and_uses_function_defaults(dock_slide, sampl
     )
     # "auto" (0): the resolution rule decides, with the slide's own pixel size
     assert widget.nuclei_mpp.value == 0 and widget.nuclei_mpp.native.text() == "auto"
-    assert widget.run_options()["nuclei_options"]["target_mpp"] is None
+    assert widget.run_options()["nuclei_options"].options.target_mpp is None
     assert NucleiParams().target_mpp < 0.5 and "0.5 µm/px" in widget.nuclei_mpp.tooltip
     assert widget.tissue_mpp.value == DEFAULT_TARGET_MPP
     assert not widget.advanced.visible
@@ -59,11 +59,11 @@ def test_choosing_a_segmenter_shows_its_working_resolution(
     assert "coarse-model" in [c for c in widget.segmenter.choices]
     widget.segmenter.value = "coarse-model"
     assert widget.nuclei_mpp.value == 0 and "auto: 1 µm/px" in widget.nuclei_mpp.tooltip
-    assert widget.run_options()["nuclei_options"]["target_mpp"] is None  # the rule decides
+    assert widget.run_options()["nuclei_options"].options.target_mpp is None  # the rule decides
     widget.segmenter.value = "builtin"
     assert "auto: 0.5 µm/px" in widget.nuclei_mpp.tooltip  # the slide's 0.5, not 0.25
     widget.nuclei_mpp.value = 0.3  # the user asks: that wins
-    assert widget.run_options()["nuclei_options"]["target_mpp"] == 0.3
+    assert widget.run_options()["nuclei_options"].options.target_mpp == 0.3
 
 
 def test_widget_runs_on_a_multichannel_slide(make_napari_viewer, shared_file, qtbot):
@@ -78,7 +78,7 @@ def test_widget_runs_on_a_multichannel_slide(make_napari_viewer, shared_file, qt
     widget.segmenter.value = "builtin-fluorescence"
     widget.channel.value = "DAPI"
     opts = widget.run_options()
-    assert opts["nuclei_options"]["channel"] == "DAPI"
+    assert opts["nuclei_options"].options.channel == "DAPI"
     widget.controller.run(widget.image.value, "nuclei", region=(300, 300, 600, 600), **opts)
     _wait_ready(qtbot, widget, timeout=60_000)
     nuclei = viewer.layers[f"{widget.image.value.name} nuclei"]

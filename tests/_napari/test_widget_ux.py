@@ -1,17 +1,16 @@
 """The widget as a user meets it: progress, partial results, layout, settings, shortcuts."""
 
+import dataclasses
 import threading
 
 import numpy as np
 import pytest
 
-from napari_slidescope._napari import session
 from napari_slidescope._napari.layers import canvas_of
-from napari_slidescope._napari.widget import (
-    MAX_WIDTH,
-    SlideAnalysisWidget,
-    default_settings,
-)
+from napari_slidescope._qt import session
+from napari_slidescope._qt.layout import MAX_WIDTH
+from napari_slidescope._qt.settings import default_settings
+from napari_slidescope._qt.widget import SlideAnalysisWidget
 
 pytestmark = pytest.mark.gui
 
@@ -187,28 +186,36 @@ def test_settings_survive_closing_and_reopening_the_widget(make_napari_viewer, q
     second = SlideAnalysisWidget(viewer)
     got = second.settings()
     assert (got.task, got.scope, got.mode) == ("tissue", "slide", "replace")
-    assert (got.tile_size_um, got.tissue_mpp, got.max_area_um2) == (256.0, 4.0, 250.0)
+    assert got.nuclei.tile_size_um == 256.0
+    assert got.tissue.target_mpp == 4.0
+    assert got.nuclei.segmenter_options["max_area_um2"] == 250.0
     second.restore_defaults.clicked.emit()
     assert second.settings() == default_settings()
     third = SlideAnalysisWidget(viewer)
     assert third.settings() == default_settings()
 
 
-def test_defaults_come_from_the_documented_constants():
+def test_defaults_come_from_the_options_model():
+    """The widget's defaults are the options model's, and the built-in's documented range."""
     from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
-    from napari_slidescope.pipeline import nuclei, tissue
+    from napari_slidescope.options import NucleiOptions, TissueOptions
 
     d = default_settings()
+    assert d.tissue == TissueOptions()
     # nuclei: "auto" segmenter and resolution (segmenters.working_mpp decides on the slide)
-    assert d.segmenter == "auto" and d.nuclei_mpp == 0.0
-    assert (d.min_area_um2, d.max_area_um2) == (
-        NucleiParams().min_area_um2,
-        NucleiParams().max_area_um2,
+    assert d.nuclei.segmenter == "auto"
+    assert d.nuclei.target_mpp is None
+    assert d.nuclei.replace(segmenter_options={}) == NucleiOptions()
+    assert dict(d.nuclei.segmenter_options) == {
+        "min_area_um2": NucleiParams().min_area_um2,
+        "max_area_um2": NucleiParams().max_area_um2,
+    }
+    # the built-in's range reaches only the built-in segmenter
+    assert dict(d.nuclei_run().options.segmenter_options) == {}
+    builtin = dataclasses.replace(d, nuclei=d.nuclei.replace(segmenter="builtin"))
+    assert builtin.nuclei_run().options.segmenter_options["min_area_um2"] == (
+        NucleiParams().min_area_um2
     )
-    assert d.tile_size_um == nuclei.DEFAULT_TILE_SIZE_UM
-    assert d.tissue_mpp == tissue.DEFAULT_TARGET_MPP
-    assert d.min_tissue_um2 == tissue.DEFAULT_MIN_TISSUE_UM2
-    assert d.max_hole_um2 == tissue.DEFAULT_MAX_HOLE_UM2
 
 
 def test_shortcuts_start_and_cancel_a_run(

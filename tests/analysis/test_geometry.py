@@ -208,3 +208,21 @@ def test_tiles_with_tissue_takes_a_result_object():
         tiles_with_tissue(res, boxes, min_fraction=2)
     with pytest.raises(ValueError, match="boxes"):
         tiles_with_tissue(res, [(10, 10, 0, 0)])
+
+
+def test_geojson_rings_read_gzip_like_plain(tmp_path):
+    """One GeoJSON reader: a .geojson.gz (as QuPath writes it) gives the same rings."""
+    import gzip
+
+    square = np.array([[10, 20], [10, 60], [50, 60], [50, 20]], float)  # (row, col)
+    hole = np.array([[20, 30], [20, 40], [30, 40], [30, 30]], float)
+    plain = tmp_path / "a.geojson"
+    write_geojson(plain, [square], interiors=[[hole]])
+    packed = tmp_path / "a.geojson.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    ext, holes = read_geojson_rings(packed)
+    assert len(ext) == 1 and len(holes) == 1 and len(holes[0]) == 1
+    # the same vertex set, (row, col), whatever the winding write_geojson chose
+    assert sorted(map(tuple, ext[0])) == sorted(map(tuple, square))
+    assert sorted(map(tuple, holes[0][0])) == sorted(map(tuple, hole))
+    assert [e.tolist() for e in read_geojson(packed)] == [e.tolist() for e in ext]

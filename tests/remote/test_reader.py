@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from napari_slidescope._napari.launcher import EXIT_BAD_PATH, check_path, main
 from napari_slidescope._napari.reader import get_reader, read_slide
+from napari_slidescope._qt.launcher import EXIT_BAD_PATH, check_path, main
 from napari_slidescope.slide import SlideError, open_slide
 
 

@@ -118,7 +118,8 @@ def test_api_and_batch_entry_use_the_rule(seg, slide_mpp, expected, monkeypatch)
 @pytest.mark.parametrize("seg, slide_mpp, expected", SLIDES)
 def test_widget_and_console_runs_use_the_rule(seg, slide_mpp, expected):
     """Widget and console both start runs through the session, which asks jobs.nuclei_mpp."""
-    from napari_slidescope._napari import jobs, session
+    from napari_slidescope._napari import jobs
+    from napari_slidescope._qt import session
 
     info = {"mpp": None if slide_mpp is None else (slide_mpp, slide_mpp), "axes": "YXS"}
     source = jobs.SlideSource("s", "s.svs", None, (1.0, 1.0), (256, 256), info)
@@ -128,4 +129,4 @@ def test_widget_and_console_runs_use_the_rule(seg, slide_mpp, expected):
     else:
         got = jobs.nuclei_mpp(source, {"segmenter": seg(), "target_mpp": None})
     assert got == expected
-    assert "nuclei_mpp(source, nuclei_options)" in inspect.getsource(session.SlideAnalysis.run)
+    assert "nuclei_mpp(source, nuclei)" in inspect.getsource(session.SlideAnalysis.run)

@@ -13,9 +13,10 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-LayerData = tuple[Any, dict[str, Any], str]
+if TYPE_CHECKING:
+    from npe2.types import FullLayerData
 
 
 def _manifest(folder: str) -> dict[str, Any] | None:
@@ -31,14 +32,14 @@ def _manifest(folder: str) -> dict[str, Any] | None:
     return m
 
 
-def get_batch_folder_reader(path: str) -> Callable[[str | list[str]], list[LayerData]] | None:
+def get_batch_folder_reader(path: str) -> Callable[[str | list[str]], list[FullLayerData]] | None:
     """Return :func:`read_batch_folder` for a batch result folder, else None."""
     if not os.path.isdir(path) or _manifest(path) is None:
         return None
     return read_batch_folder
 
 
-def read_batch_folder(path: str | list[str]) -> list[LayerData]:
+def read_batch_folder(path: str | list[str]) -> list[FullLayerData]:
     """Read a batch result folder's tissue and nuclei as layers aligned with its slide.
 
     Raises
@@ -72,7 +73,7 @@ def read_batch_folder(path: str | list[str]) -> list[LayerData]:
         align = {"scale": tuple(float(v) for v in mpp), "units": ("µm", "µm")} if mpp else {}
         s0 = info.get("shape0")
         shape0 = (int(s0[0]), int(s0[1])) if s0 else None
-    out: list[LayerData] = []
+    out: list[FullLayerData] = []
     if (folder / "tissue.geojson").is_file():
         tissue = read_geojson_layers(str(folder / "tissue.geojson"), align=align, shape0=shape0)
         for data, kwargs, kind in tissue:

@@ -21,12 +21,13 @@ thousand); the notification says when more tiles are damaged than outlined.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
 
 from napari_slidescope.slide import damage_message
+
+__all__ = ["DAMAGE_KEY", "MAX_OUTLINES", "damage_layers", "notify", "outline"]
 
 #: Most damaged-tile rectangles drawn per slide.
 MAX_OUTLINES = 2000
@@ -36,47 +37,8 @@ EDGE_COLOR = (1.0, 0.0, 0.0, 1.0)
 FACE_COLOR = (1.0, 0.0, 0.0, 0.3)
 
 
-def watch(viewer: Any, slide: Any) -> Any:
-    """Outline `slide`'s damaged tiles in `viewer` and notify once; return the watcher.
-
-    Returns None (the library then warns as usual) when Qt is not available. The
-    watcher is kept alive by the slide.
-    """
-    try:
-        from qtpy.QtCore import QObject, Qt, Signal
-    except ImportError:  # pragma: no cover - napari without a Qt binding
-        return None
-
-    class _Watcher(QObject):
-        reported = Signal(object)
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._viewer = weakref.ref(viewer)
-            self._slide = weakref.ref(slide)
-            self._name = f"{slide.path.name} damaged tiles"
-            self._owner = getattr(slide, "_owner", None)
-            self._notified = False
-            self.count = 0
-            self.reported.connect(self._on_reported, Qt.ConnectionType.QueuedConnection)
-
-        def _on_reported(self, tiles: list[Any]) -> None:
-            viewer, slide = self._viewer(), self._slide()
-            if viewer is None or slide is None:
-                return
-            self.count += len(tiles)
-            if not self._notified:
-                self._notified = True
-                _notify(slide, tiles, self._name)
-            _outline(viewer, slide, tiles, self._name, self._owner)
-
-    watcher = _Watcher()
-    slide._damage_watcher = watcher  # lives as long as the slide
-    slide.damage.connect(watcher.reported.emit, replaces_warning=True)
-    return watcher
-
-
-def _notify(slide: Any, tiles: list[Any], layer_name: str) -> None:
+def notify(slide: Any, tiles: list[Any], layer_name: str) -> None:
+    """Announce `slide`'s damaged `tiles` in one napari warning notification."""
     from napari.utils.notifications import (
         Notification,
         NotificationSeverity,
@@ -100,7 +62,8 @@ def _rectangles(slide: Any, tiles: list[Any]) -> tuple[list[np.ndarray], list[fl
     return rects, widths
 
 
-def _outline(viewer: Any, slide: Any, tiles: list[Any], name: str, owner: Any) -> None:
+def outline(viewer: Any, slide: Any, tiles: list[Any], name: str, owner: Any) -> None:
+    """Outline `tiles` in the Shapes layer `name` (created on the first call), up to the cap."""
     import pandas as pd
 
     layer = next(iter(damage_layers(viewer.layers, owner)), None)

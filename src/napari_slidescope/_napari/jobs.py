@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from napari_slidescope._napari import layers as _layers
+from napari_slidescope._napari.canvases import Patch, tile_patch
 from napari_slidescope._napari.viewport import image_shape0
 from napari_slidescope._types import Box
+from napari_slidescope.options import NucleiOptions, TissueOptions
 
 Scope = Literal["visible", "slide", "shape"]
 Task = Literal["tissue", "nuclei"]
@@ -126,7 +127,7 @@ class TileDone:
     done: int
     total: int
     core0: Box
-    patch: _layers.Patch | None
+    patch: Patch | None
 
 
 @dataclass
@@ -136,6 +137,58 @@ class Failed:
     error: BaseException
 
 
+@dataclass(frozen=True)
+class NucleiRun:
+    """A nuclei run's options, and how it runs: the segmenter object, the worker threads.
+
+    `segmenter` is a :class:`~napari_slidescope.segmenters.Segmenter` object given instead
+    of the options' segmenter name (None: ``options.segmenter``); `workers` the tile
+    threads (None: all cores but one, leaving one to the GUI thread).
+    """
+
+    options: NucleiOptions = field(default_factory=NucleiOptions)
+    segmenter: Any = None
+    workers: int | None = None
+
+    @classmethod
+    def of(cls, value: NucleiRun | NucleiOptions | Mapping[str, Any] | None) -> NucleiRun:
+        """Build from options, or from the keywords of ``iter_segment_nuclei``.
+
+        The keywords are :class:`~napari_slidescope.options.NucleiOptions` field names,
+        ``workers``, and ``segmenter`` as a name or a segmenter object.
+
+        Raises
+        ------
+        ValueError
+            For an unknown keyword or a bad value (the options' message).
+        """
+        if isinstance(value, NucleiRun):
+            return value
+        if isinstance(value, NucleiOptions):
+            return cls(value)
+        keywords = dict(value or {})
+        workers = keywords.pop("workers", None)
+        segmenter = keywords.get("segmenter")
+        if segmenter is not None and not isinstance(segmenter, str):
+            del keywords["segmenter"]
+        else:
+            segmenter = None
+        options = NucleiOptions.from_mapping(keywords, where="nuclei options")
+        return cls(options, segmenter, None if workers is None else int(workers))
+
+    @property
+    def chosen(self) -> Any:
+        """The segmenter asked for: the object, else the options' name."""
+        return self.segmenter if self.segmenter is not None else self.options.segmenter
+
+
+def as_tissue_options(value: TissueOptions | Mapping[str, Any] | None) -> TissueOptions:
+    """Build tissue options from options or the keywords of ``detect_tissue``."""
+    if isinstance(value, TissueOptions):
+        return value
+    return TissueOptions.from_mapping(value or {}, where="tissue options")
+
+
 @dataclass
 class JobSpec:
     """Everything a run needs, made on the main thread, read on the worker."""
@@ -143,8 +196,8 @@ class JobSpec:
     source: SlideSource
     task: Task
     region: Box | Any  # a box, a (row, col) polygon, or None for the whole slide
-    tissue_options: dict[str, Any]
-    nuclei_options: dict[str, Any]
+    tissue_options: TissueOptions
+    nuclei: NucleiRun
     grid: tuple[Any, Any, tuple[int, int]] | None = None
     covered: tuple[Any, ...] = ()  # level-0 boxes and polygon rings analysed before
     id_offset: int = 0
@@ -153,64 +206,67 @@ class JobSpec:
     pyramid: Any = None
 
 
-def source_input(source: SlideSource) -> str:
-    """``"fluorescence"`` or ``"brightfield"``: what the slide's metadata say it is."""
+def source_input(source: SlideSource) -> Literal["brightfield", "fluorescence"]:
+    """``"fluorescence"`` or ``"brightfield"``: what the slide's metadata say it is.
+
+    The library's one rule, :func:`~napari_slidescope.segmenters.is_fluorescence`.
+    """
+    from napari_slidescope.segmenters import is_fluorescence
+
     info = source.info
-    if info.get("fluorescence") or info.get("axes") in ("CYX", "YX"):
-        return "fluorescence"
-    return "brightfield"
+    fluorescent = is_fluorescence(
+        str(info.get("axes") or ""),
+        fluorescence=bool(info.get("fluorescence")),
+        channel_names=info.get("channel_names") or (),
+    )
+    return "fluorescence" if fluorescent else "brightfield"
 
 
-def nuclei_mpp(source: SlideSource, options: dict[str, Any]) -> float:
+def nuclei_mpp(source: SlideSource, run: NucleiRun | NucleiOptions | Mapping[str, Any]) -> float:
     """Return the working resolution of a nuclei run (:func:`~.segmenters.working_mpp`).
 
     With the slide's own pixel size (its metadata, never a rounded display value) and the
-    ``segmenter`` and ``target_mpp`` (None or 0: automatic) of `options`.
+    run's segmenter and ``target_mpp`` (None: automatic).
     """
     from napari_slidescope.segmenters import working_mpp
 
-    segmenter = options.get("segmenter", "auto")
+    run = NucleiRun.of(run)
     return working_mpp(
-        segmenter,
+        run.chosen,
         source.info.get("mpp"),
-        options.get("target_mpp"),
-        input=source_input(source),  # type: ignore[arg-type]
+        run.options.target_mpp,
+        input=source_input(source),
     )
 
 
-def nuclei_identity(source: SlideSource, options: dict[str, Any]) -> dict[str, Any]:
-    """Return what a nuclei run with `options` computes with, defaults resolved (main thread).
+def nuclei_identity(source: SlideSource, run: NucleiRun | NucleiOptions) -> dict[str, Any]:
+    """Return what a nuclei run computes with, defaults resolved (main thread).
 
     The segmenter ``"auto"`` resolves to for the slide's kind and its model (name,
     version, weights' SHA-256: :func:`~napari_slidescope.segmenters.segmenter_identity`),
-    its options, the working resolution (:func:`nuclei_mpp`), the stain mode and the
-    nuclear channel asked for. Two runs with different identities computed different
-    things: "Add (skip duplicates)" never mixes them on one layer.
+    its options, the working resolution (:func:`nuclei_mpp`), the stain mode, the
+    nuclear channel, the brightfield stain and the cell expansion asked for. Two runs
+    with different identities computed different things: "Add (skip duplicates)" never
+    mixes them on one layer.
     """
+    from napari_slidescope.options import canonical_json
     from napari_slidescope.segmenters import AUTO, resolve_auto, segmenter_identity
 
+    run = NucleiRun.of(run)
     kind = source_input(source)
-    seg = options.get("segmenter", AUTO)
+    seg = run.chosen
     if isinstance(seg, str) and seg == AUTO:
-        seg = resolve_auto(kind, warn=False)  # type: ignore[arg-type]
-    seg_options = options.get("segmenter_options") or {}
+        seg = resolve_auto(kind, warn=False)
+    opts = run.options
     return {
         **segmenter_identity(seg),
-        "segmenter_options": repr(sorted(seg_options.items())),
-        "mpp": float(nuclei_mpp(source, options)),
+        "segmenter_options": canonical_json(dict(opts.segmenter_options)),
+        "mpp": float(nuclei_mpp(source, run)),
         "stain_mode": kind,
-        "nuclear_channel": options.get("channel"),
+        "nuclear_channel": opts.channel,
+        "stain": opts.stain,
+        "cell_expansion_um": opts.cell_expansion_um,
     }
-
-
-def _segmenter(name: Any, options: dict[str, Any], kind: str) -> Any:
-    if not isinstance(name, str):
-        return name
-    from napari_slidescope.segmenters import AUTO, get_segmenter, resolve_auto
-
-    if name == AUTO:
-        name = resolve_auto(kind)  # type: ignore[arg-type]
-    return get_segmenter(name, **options)
 
 
 def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None]:
@@ -236,32 +292,29 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
             region = spec.region if spec.task == "tissue" else None
             yield Stage("tissue")
             tissue = tissue_mod.detect_tissue(
-                slide, region=region, mpp=mpp, cancel=cancel, **spec.tissue_options
+                slide, region=region, mpp=mpp, options=spec.tissue_options, cancel=cancel
             )
             yield TissueDone(tissue, region is None)
         if spec.task != "nuclei" or cancel.is_set():
             return
-        opts = dict(spec.nuclei_options)
-        # leave a core to the GUI thread: fewer threads competing with it for the GIL
-        opts["workers"] = opts.get("workers") or max(1, (os.cpu_count() or 2) - 1)
-        opts.setdefault("read_threads", 1)
-        target = opts.pop("target_mpp", None)
+        run = spec.nuclei
+        opts = run.options
+        target = opts.target_mpp
         if mpp is None and target:  # uncalibrated: its pixels are at the working resolution
             mpp = (target, target)
-        seg = _segmenter(
-            opts.pop("segmenter", "auto"),
-            opts.pop("segmenter_options", {}),
-            source_input(spec.source),
-        )
+        # a segmenter object given to the run goes beside the options; a name is in them
+        given = {} if run.segmenter is None else {"segmenter": run.segmenter}
         steps = nuclei_mod.iter_segment_nuclei(
             slide,
             region=spec.region,
             mpp=mpp,
-            target_mpp=target,
+            options=opts,
             tissue=tissue if spec.region is None else "auto",
-            segmenter=seg,
+            # leave a core to the GUI thread: fewer threads competing with it for the GIL
+            workers=run.workers or max(1, (os.cpu_count() or 2) - 1),
             cancel=cancel,
-            **opts,
+            read_threads=1,
+            **given,
         )
         origin, downsample, shape = spec.grid  # type: ignore[misc]
         yield Stage("preparing")  # set-up runs on the first next(): tissue, stains, model
@@ -270,7 +323,7 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
             if not segmenting:
                 segmenting = True
                 yield Stage("segmenting")
-            patch = _layers.tile_patch(
+            patch = tile_patch(
                 step,
                 origin=origin,
                 downsample=downsample,

@@ -25,20 +25,21 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from napari_slidescope._napari.shapes import from_layer_coords, to_layer_coords
 
-LayerData = tuple[Any, dict[str, Any], str]
+if TYPE_CHECKING:
+    from npe2.types import FullLayerData
 
 GEOJSON_SUFFIXES = (".geojson", ".geojson.gz")
 #: Block side (level-0 px) in which detections are rasterised, and its margin.
 _BLOCK, _MARGIN = 2048, 256
 
 
-def get_geojson_reader(path: str) -> Callable[[str | list[str]], list[LayerData]] | None:
+def get_geojson_reader(path: str) -> Callable[[str | list[str]], list[FullLayerData]] | None:
     """Return :func:`read_geojson_layers` when `path` is a GeoJSON file, else None."""
     from napari_slidescope.analysis.qupath import looks_like_geojson
 
@@ -47,7 +48,7 @@ def get_geojson_reader(path: str) -> Callable[[str | list[str]], list[LayerData]
     return read_geojson_layers if looks_like_geojson(path) else None
 
 
-def get_parquet_reader(path: str) -> Callable[[str | list[str]], list[LayerData]] | None:
+def get_parquet_reader(path: str) -> Callable[[str | list[str]], list[FullLayerData]] | None:
     """Return :func:`read_parquet_layers` for a GeoParquet of outlines (``slidescope batch``)."""
     if not path.lower().endswith(".parquet") or not os.path.isfile(path):
         return None
@@ -68,7 +69,7 @@ def read_parquet_layers(
     *,
     align: dict[str, Any] | None = None,
     shape0: tuple[int, int] | None = None,
-) -> list[LayerData]:
+) -> list[FullLayerData]:
     """Read a ``nuclei.parquet`` (WKB outlines in level-0 ``(x, y)``) as aligned detections.
 
     ``align`` (``scale``, ``translate``, ``units``) and ``shape0`` place the layer; default
@@ -152,7 +153,7 @@ def read_geojson_layers(
     *,
     align: dict[str, Any] | None = None,
     shape0: tuple[int, int] | None = None,
-) -> list[LayerData]:
+) -> list[FullLayerData]:
     """Read QuPath GeoJSON objects as layers aligned with the current slide.
 
     ``align`` (``scale``, ``translate``, ``units``) and ``shape0`` place the layers instead,
@@ -170,7 +171,7 @@ def read_geojson_layers(
     objects = read_objects(path)
     align, shape0 = _placement(align, shape0)
     stem = _stem(path)
-    out: list[LayerData] = []
+    out: list[FullLayerData] = []
     ann = [o for o in objects if o.object_type not in ("detection", "cell", "tile")]
     det = [o for o in objects if o.object_type in ("detection", "cell", "tile")]
     if ann:
@@ -192,7 +193,7 @@ def _features(objects: list[Any], rows: list[int]) -> dict[str, Any]:
     return feats
 
 
-def annotations_layer(objects: list[Any], name: str, align: dict[str, Any]) -> LayerData:
+def annotations_layer(objects: list[Any], name: str, align: dict[str, Any]) -> FullLayerData:
     """Annotations as Shapes layer data (holes as polygons with ``role = "hole"``)."""
     data: list[np.ndarray] = []
     rows: list[int] = []
@@ -235,7 +236,7 @@ def annotations_layer(objects: list[Any], name: str, align: dict[str, Any]) -> L
 
 def detections_layer(
     objects: list[Any], name: str, align: dict[str, Any], shape0: tuple[int, int] | None
-) -> LayerData:
+) -> FullLayerData:
     """Rasterise detections and cells into a label pyramid (ids 1..n), features per id."""
     from skimage.draw import polygon as fill
 
@@ -282,7 +283,7 @@ def detections_layer(
     }
     colors = {o.class_name: o.color for o in objects if o.class_name and o.color is not None}
     if colors:  # classified detections (QuPath, or a classified export): class colours
-        from napari_slidescope._napari.classes import class_colormap
+        from napari_slidescope._napari.class_layers import class_colormap
 
         meta["colormap"] = class_colormap(feats["index"], feats["class"], colors)
         meta["metadata"]["slidescope_classes"] = colors

@@ -11,23 +11,21 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-#: Extensions that only whole-slide formats use: a file behind them is always ours.
-SLIDE_EXTENSIONS = (".svs", ".ndpi", ".qptiff", ".scn", ".bif")
-TIFF_EXTENSIONS = (".tif", ".tiff", ".ome.tif", ".ome.tiff")
-#: Slides that are not TIFF files: OpenSlide-only formats and single DICOM instances.
-OTHER_SLIDE_EXTENSIONS = (".mrxs", ".vms", ".vmu", ".svslide", ".dcm")
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from npe2.types import FullLayerData
+
+    #: What :func:`get_reader` returns: npe2's reader function, of this plugin's layers.
+    ReaderFunction = Callable[[str | list[str]], list[FullLayerData]]
 
 #: Tiled TIFFs whose level 0 decodes to more than this are too large to load eagerly.
 EAGER_LIMIT_BYTES = 256 * 2**20
 
-LayerData = tuple[Any, dict[str, Any], str]
-
 #: Layer metadata key holding the id of the open slide a layer shows.
 SLIDE_KEY = "slidescope_slide"
-ReaderFunction = Callable[[str | list[str]], list[LayerData]]
 
 
 def get_reader(path: str | list[str]) -> ReaderFunction | None:
@@ -92,6 +90,17 @@ def _is_url(path: Any) -> bool:
     return is_url(path)
 
 
+def slide_suffixes() -> tuple[str, ...]:
+    """Every slide file ending the reader takes (:mod:`napari_slidescope.slide.formats`).
+
+    Files behind a generic TIFF ending (``TIFF_SUFFIXES``) are sniffed; any other is
+    always taken, so that a damaged slide gets this plugin's error.
+    """
+    from napari_slidescope.slide.formats import DICOM_SUFFIX, OPENSLIDE_SUFFIXES, SLIDE_SUFFIXES
+
+    return (*SLIDE_SUFFIXES, *OPENSLIDE_SUFFIXES, DICOM_SUFFIX)
+
+
 def _wants_url(url: str) -> bool:
     """Tell whether a URL's path ends like a slide or a TIFF (its query string aside)."""
     from napari_slidescope.slide.source import redact
@@ -99,20 +108,20 @@ def _wants_url(url: str) -> bool:
     name = redact(url).lower().rstrip("/")
     if name.startswith("dicomweb+"):  # a DICOMweb series
         return True
-    return name.endswith(SLIDE_EXTENSIONS + TIFF_EXTENSIONS + (".zarr", ".dcm"))
+    return name.endswith((*slide_suffixes(), ".zarr"))
 
 
 def _wants(path: str) -> bool:
     from napari_slidescope.slide import SlideError, probe
+    from napari_slidescope.slide.formats import TIFF_SUFFIXES
 
     lower = path.lower()
-    if lower.endswith(OTHER_SLIDE_EXTENSIONS):
-        return not os.path.isdir(path)
-    if lower.endswith(SLIDE_EXTENSIONS):
-        # claimed even when damaged or not a regular file, so open_slide's error shows
-        return not os.path.isdir(path)
-    if not lower.endswith(TIFF_EXTENSIONS):
+    if not lower.endswith(slide_suffixes()):
         return False
+    if not lower.endswith(TIFF_SUFFIXES):
+        # a slide-only ending (.svs, .mrxs, .dcm...): claimed even when damaged or not a
+        # regular file, so open_slide's error shows
+        return not os.path.isdir(path)
     try:
         info = probe(path)
     except SlideError:
@@ -134,7 +143,7 @@ def _has_tiff_magic(path: str) -> bool:
 
 def read_slide(
     path: str | list[str], *, storage_options: dict[str, Any] | None = None
-) -> list[LayerData]:
+) -> list[FullLayerData]:
     """Open a slide as one multiscale image layer (lazy dask levels, calibrated in µm).
 
     `path` may be a URL (``https://``, ``s3://``...); `storage_options` go to its fsspec
@@ -197,7 +206,7 @@ def _watch_damage(slide: Any) -> None:
 
     viewer = napari.current_viewer()
     if viewer is not None:
-        from napari_slidescope._napari.damage import watch
+        from napari_slidescope._qt.damage import watch
 
         watch(viewer, slide)
 
@@ -243,7 +252,7 @@ def _on_layer_removed(event: Any) -> None:
         event.source.remove(overlay)
 
 
-def layer_data(slide: Any) -> LayerData:
+def layer_data(slide: Any) -> FullLayerData:
     """Build napari layer data for an open slide."""
     import numpy as np
 

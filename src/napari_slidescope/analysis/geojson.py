@@ -177,30 +177,20 @@ def write_features(fh: IO[str], features: Iterable[dict[str, Any]]) -> int:
     return n
 
 
-def _features(doc: Any, path: str) -> list[dict[str, Any]]:
-    if isinstance(doc, list):
-        return [f for f in doc if isinstance(f, dict)]
-    if isinstance(doc, dict):
-        kind = doc.get("type")
-        if kind == "FeatureCollection":
-            return list(doc.get("features", []))
-        if kind == "Feature":
-            return [doc]
-        if kind in ("Polygon", "MultiPolygon"):
-            return [{"type": "Feature", "geometry": doc}]
-    raise ValueError(f"{path}: expected a GeoJSON FeatureCollection, Feature or list of features")
-
-
 def read_geojson_rings(
     path: str | os.PathLike[str],
 ) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
     """Read the polygons of a GeoJSON file (QuPath export or :func:`write_geojson`).
 
+    Read by :func:`napari_slidescope.analysis.qupath.read_objects`, so a gzip-compressed
+    file (``.geojson.gz``) reads as well as a plain one.
+
     Parameters
     ----------
     path : str or PathLike
-        A FeatureCollection, a Feature, or a list of features; Polygon and
-        MultiPolygon geometries are read, other geometries skipped.
+        A FeatureCollection, a Feature, a list of features or a bare geometry; Polygon,
+        MultiPolygon and GeometryCollection geometries are read (rings of fewer than
+        three vertices skipped), other geometries skipped.
 
     Returns
     -------
@@ -214,30 +204,14 @@ def read_geojson_rings(
     ValueError
         If the file is not JSON or not GeoJSON.
     """
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{os.fspath(path)}: not a GeoJSON file ({exc})") from exc
+    from napari_slidescope.analysis.qupath import read_objects
+
     exteriors: list[np.ndarray] = []
     interiors: list[list[np.ndarray]] = []
-
-    def ring(coords: Any) -> np.ndarray:
-        xy = np.asarray(coords, float).reshape(-1, 2)
-        if len(xy) > 1 and np.array_equal(xy[0], xy[-1]):
-            xy = xy[:-1]
-        return np.ascontiguousarray(xy[:, ::-1])
-
-    for feat in _features(doc, os.fspath(path)):
-        geom = feat.get("geometry") or {}
-        kind, coords = geom.get("type"), geom.get("coordinates")
-        polys: list[Any] = (
-            [coords] if kind == "Polygon" else list(coords or []) if kind == "MultiPolygon" else []
-        )
-        for poly in polys:
-            if poly:
-                exteriors.append(ring(poly[0]))
-                interiors.append([ring(h) for h in poly[1:]])
+    for obj in read_objects(path):  # the one GeoJSON reader (plain or gzip)
+        for exterior, holes in obj.polygons:
+            exteriors.append(exterior)
+            interiors.append(list(holes))
     return exteriors, interiors
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "DAB_THRESHOLDS",
     "IHC_CLASSES",
     "IHC_COLORS",
+    "NUCLEUS_COLOR",
     "OTHER",
     "apply_phenotypes",
     "auto_threshold",
@@ -46,6 +47,8 @@ IHC_COLORS: dict[str, tuple[int, int, int]] = {
 OTHER = "Other"
 #: Colour of :data:`OTHER`.
 OTHER_COLOR = (160, 160, 160)
+#: Colour of an unclassified nucleus in exports (QuPath GeoJSON ``classification.color``).
+NUCLEUS_COLOR: tuple[int, int, int] = (30, 30, 200)
 #: Colours given to phenotypes in rule order (distinct on white and on dark tissue).
 _PALETTE: tuple[tuple[int, int, int], ...] = (
     (228, 26, 28),

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from napari_slidescope.batch.ledger import BatchProgress
 
+from napari_slidescope._io import one_line
+
 __all__ = ["main"]
 
 _EPILOG = """\
@@ -304,7 +306,7 @@ def _batch(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise _Usage(str(exc.args[0]) if exc.args else str(exc)) from None
     except (ValueError, OSError) as exc:
-        raise _Usage(_one_line(exc)) from None
+        raise _Usage(one_line(exc)) from None
 
     client = cluster = None
     if args.scheduler:
@@ -314,7 +316,7 @@ def _batch(args: argparse.Namespace) -> int:
             client = Client(args.scheduler, timeout=20)
         except (OSError, TimeoutError) as exc:
             raise _Usage(
-                f"cannot reach the scheduler at {args.scheduler}: {_one_line(exc)}"
+                f"cannot reach the scheduler at {args.scheduler}: {one_line(exc)}"
             ) from None
     elif args.dashboard:  # else analyze_slides starts (and closes) its own, without one
         from distributed import Client
@@ -361,10 +363,6 @@ def _batch(args: argparse.Namespace) -> int:
         f"summary: {os.path.join(args.out, 'summary.csv')}"
     )
     return 1 if failed else 0
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _slide_line(row: dict[str, Any], *, kept: bool = False) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope._io import atomic_write
+from napari_slidescope.analysis.phenotypes import NUCLEUS_COLOR
 from napari_slidescope.batch.tasks import TileOut, wkb_ring
 
 __all__ = [
@@ -251,8 +252,6 @@ class Manifest:
             values["summary"] = SummaryRow.from_json(summary)
         return cls(**values)
 
-
-_NUCLEUS_COLOR = (30, 30, 200)
 
 
 @dataclass
@@ -497,7 +496,7 @@ def write_nuclei(
                     yield polygon_feature(
                         nucleus if cell_rings is None else cell_rings[k][:-1, ::-1],
                         name=name,
-                        color=_NUCLEUS_COLOR if classes is None else classes.colors[name],
+                        color=NUCLEUS_COLOR if classes is None else classes.colors[name],
                         object_type="detection" if cell_rings is None else "cell",
                         nucleus=None if cell_rings is None else nucleus,
                         measurements=meas,

@@ -12,6 +12,7 @@ import numpy as np
 
 from napari_slidescope._types import Box
 from napari_slidescope.analysis.measure import write_csv
+from napari_slidescope.analysis.phenotypes import NUCLEUS_COLOR
 
 __all__ = ["NucleiResult"]
 
@@ -225,7 +226,7 @@ class NucleiResult:
                 if k is None:
                     continue
                 name = "Nucleus" if classes is None else str(classes[k])
-                color = self.classes.get(name, (30, 30, 200))
+                color = self.classes.get(name, NUCLEUS_COLOR)
                 yield polygon_feature(
                     polys[j],
                     name=name,

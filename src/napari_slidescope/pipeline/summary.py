@@ -2,7 +2,7 @@
 
 Every entry point reports its figures through these two functions: ``detect_tissue``
 (``TissueResult.area_um2``), the console's ``summary()`` and the widget's result line (the
-viewer's :class:`~napari_slidescope._napari.session.Summary`), and the batch's
+viewer's :class:`~napari_slidescope._qt.session.Summary`), and the batch's
 ``summary.csv`` and manifests. The same nuclei over the same tissue therefore give the
 same density everywhere.
 

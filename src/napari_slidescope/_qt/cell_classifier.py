@@ -7,7 +7,7 @@ Examples show as a Points layer coloured by class. With examples of two classes 
 random forest (:func:`~napari_slidescope.pipeline.cell_classifier.train_classifier`) is
 retrained after every click (well under a second for a few hundred examples) and the nuclei
 in view are recoloured by their predicted class ("live preview"); "Classify all" applies it
-to every nucleus of the layer (through :func:`napari_slidescope._napari.classes.classify`: the
+to every nucleus of the layer (through :func:`napari_slidescope._qt.classes.classify`: the
 class columns join the layer's features and the "Cell classes" legend dock opens). The dock's
 own legend counts the nuclei per class of the preview, the whole layer or a selected shape
 (with densities per mm²); the classifier saves to a file that ``slidescope batch --classify``
@@ -432,7 +432,7 @@ class CellClassifierWidget(QWidget):
 
         The features and the forest run on a worker thread (a whole slide's 10^6 nuclei
         take seconds); when they are done the layer takes the class colours and columns
-        and the "Cell classes" legend opens (:func:`napari_slidescope._napari.classes.classify`),
+        and the "Cell classes" legend opens (:func:`napari_slidescope._qt.classes.classify`),
         and :attr:`last_counts` holds the counts.
         """
         from napari.qt.threading import create_worker
@@ -455,7 +455,7 @@ class CellClassifierWidget(QWidget):
         return worker
 
     def _on_classified(self, layer: Any, clf: Any, out: tuple) -> None:
-        from napari_slidescope._napari.classes import classify
+        from napari_slidescope._qt.classes import classify
 
         if layer is not self._layer or layer not in self._viewer.layers:
             return  # the user moved on to another layer

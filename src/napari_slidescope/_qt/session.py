@@ -6,7 +6,7 @@ worker threads, yields per finished tile, and the main thread paints each tile i
 Labels layer (throttled) and advances a napari progress bar. One run at a time: a new
 run cancels the one in flight; cancelling stops within one tile and keeps what was
 painted; an exception becomes a napari notification. Scripts and the napari console
-use it through :mod:`napari_slidescope._napari.console`; the dock widget is a thin view of it.
+use it through :mod:`napari_slidescope._qt.console`; the dock widget is a thin view of it.
 """
 
 from __future__ import annotations
@@ -15,29 +15,36 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 from psygnal import Signal
 
+from napari_slidescope._io import one_line
 from napari_slidescope._napari import layers as _layers
 from napari_slidescope._napari.jobs import (
     Failed,
     JobSpec,
+    NucleiRun,
     Scope,
     SlideSource,
     Stage,
     Task,
     TileDone,
     TissueDone,
+    active_slide_layer,
+    as_tissue_options,
     nuclei_identity,
     nuclei_mpp,
     run_job,
     slide_layers,
+    source_input,
 )
 from napari_slidescope._napari.viewport import visible_region
 from napari_slidescope._types import Box
+from napari_slidescope.options import NucleiOptions, TissueOptions
 
 _PAINT_INTERVAL_MS = 100
 _PAINT_BUDGET_S = 0.03
@@ -46,6 +53,7 @@ _FEATURES_INTERVAL_S = 1.0
 __all__ = [
     "Outcome",
     "Progress",
+    "Scope",
     "SlideAnalysis",
     "SlideSource",
     "Summary",
@@ -220,6 +228,38 @@ class SlideAnalysis:
         """Progress of the run in flight (None when idle)."""
         return self._run.progress if self._run is not None else None
 
+    # -- the slides in the viewer (what the widget shows) -------------------------------------
+
+    def slide_layers(self) -> list[Any]:
+        """Return the viewer's slide layers (2D RGB images), this plugin's slides first."""
+        return slide_layers(self.viewer)
+
+    def active_slide(self) -> Any:
+        """Return the selected slide layer, else the last one; ValueError if there is none."""
+        return active_slide_layer(self.viewer)
+
+    def source(self, image: Any) -> SlideSource:
+        """Describe the slide `image` shows (path, pixel size, metadata)."""
+        return SlideSource.from_layer(image)
+
+    def slide_kind(self, image: Any) -> Literal["brightfield", "fluorescence"]:
+        """``"brightfield"`` or ``"fluorescence"``: what the slide's metadata say it is."""
+        return source_input(SlideSource.from_layer(image))
+
+    def auto_mpp(self, image: Any, segmenter: str = "auto") -> float:
+        """Return the working resolution (µm/px) a nuclei run with `segmenter` takes on `image`."""
+        return nuclei_mpp(SlideSource.from_layer(image), NucleiOptions(segmenter=segmenter))
+
+    def channel_names(self, image: Any) -> list[str]:
+        """Return the nuclear channels of `image` (red, green, blue for RGB fluorescence)."""
+        src = SlideSource.from_layer(image)
+        names = list(src.info.get("channel_names") or []) if src.info.get("axes") == "CYX" else []
+        if not names and source_input(src) == "fluorescence":  # RGB-encoded
+            names = ["red", "green", "blue"]
+        return names
+
+    # -- runs ---------------------------------------------------------------------------------
+
     def run(
         self,
         image: Any,
@@ -228,8 +268,8 @@ class SlideAnalysis:
         scope: Scope = "visible",
         region: Box | Any = None,
         mode: Literal["add", "replace"] = "add",
-        tissue_options: dict[str, Any] | None = None,
-        nuclei_options: dict[str, Any] | None = None,
+        tissue_options: TissueOptions | Mapping[str, Any] | None = None,
+        nuclei_options: NucleiRun | NucleiOptions | Mapping[str, Any] | None = None,
     ) -> Any:
         """Start analysing `image` in the background (cancelling a run in flight).
 
@@ -245,10 +285,18 @@ class SlideAnalysis:
             A level-0 box, or polygon of ``(row, col)`` vertices, instead of `scope`.
         mode : {"add", "replace"}
             Nuclei: add to ``"<name> nuclei"`` (no duplicates) or replace it.
-        tissue_options, nuclei_options : dict, optional
-            Keyword arguments of ``detect_tissue`` and of ``iter_segment_nuclei``
-            (``target_mpp``, ``tile_size_um``, ``workers``, ``segmenter``, and
-            ``segmenter_options`` for its constructor).
+        tissue_options : TissueOptions or mapping, optional
+            Tissue detection's options, or the keywords of ``detect_tissue``.
+        nuclei_options : NucleiRun, NucleiOptions or mapping, optional
+            Nuclei segmentation's options (with the segmenter object and worker threads
+            in a :class:`~napari_slidescope._napari.jobs.NucleiRun`), or the keywords of
+            ``iter_segment_nuclei`` (option names, ``workers``, ``segmenter`` as a name
+            or an object).
+
+        Raises
+        ------
+        ValueError
+            For a bad task, scope or option (before anything starts).
 
         Returns
         -------
@@ -262,6 +310,8 @@ class SlideAnalysis:
             raise ValueError(f"task: expected 'tissue' or 'nuclei', got {task!r}")
         if scope not in ("visible", "slide", "shape"):
             raise ValueError(f"scope: expected 'visible', 'slide' or 'shape', got {scope!r}")
+        tissue = as_tissue_options(tissue_options)
+        nuclei = NucleiRun.of(nuclei_options)
         source = SlideSource.from_layer(image)
         if region is None and scope == "visible":
             region = visible_region(self.viewer, image)
@@ -270,8 +320,7 @@ class SlideAnalysis:
 
             region = selected_polygon(self.viewer, image)
         self.cancel()
-        nuclei_options = dict(nuclei_options or {})
-        spec = JobSpec(source, task, region, dict(tissue_options or {}), nuclei_options)
+        spec = JobSpec(source, task, region, tissue, nuclei)
         spec.tissue = self._tissue.get(image) if task == "nuclei" else None
         run = _Run(
             image,
@@ -283,9 +332,11 @@ class SlideAnalysis:
         run.progress = Progress(task, "starting")
         if task == "nuclei":
             # the one resolution rule, with the slide's own (unrounded) pixel size
-            target = nuclei_mpp(source, nuclei_options)
-            identity = nuclei_identity(source, nuclei_options)
-            nuclei_options["target_mpp"] = target
+            target = nuclei_mpp(source, nuclei)
+            identity = nuclei_identity(source, nuclei)
+            spec.nuclei = NucleiRun(
+                nuclei.options.replace(target_mpp=target), nuclei.segmenter, nuclei.workers
+            )
             mode = self._add_mode(image, mode, identity)
             own = source.info.get("mpp") or (target, target)  # uncalibrated: 1:1
             ds = (target / own[0], target / own[1])
@@ -549,9 +600,8 @@ class SlideAnalysis:
     def _notify(self, run: _Run, err: BaseException) -> str:
         from napari.utils.notifications import show_error
 
-        notes = " ".join(getattr(err, "__notes__", []))
         msg = f"Slide analysis ({run.task}) of {run.image.name!r} failed: "
-        msg += f"{type(err).__name__}: {err}" + (f" ({notes})" if notes else "")
+        msg += one_line(err, typed=True)
         show_error(msg)
         self.failed.emit(msg)
         return msg

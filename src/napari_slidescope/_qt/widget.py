@@ -5,7 +5,7 @@ slide), press Run: the analysis runs in the background, its tiles stream into
 ``"<slide> tissue"`` / ``"<slide> nuclei"``, and the widget shows the stage, a progress
 bar with tiles done and the time left, then the result (marked partial after Cancel or
 an error). All the work and state live in the controller, which the napari console
-helpers (:mod:`napari_slidescope._napari.console`) share; this module only wires widgets.
+helpers (:mod:`napari_slidescope._qt.console`) share; this module only wires widgets.
 
 Parameters are remembered between sessions (Qt's settings store, see :func:`settings_store`)
 and "Restore defaults" brings back :func:`default_settings`, built from the analysis
@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import time
 import warnings
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
 from magicgui.types import FileDialogMode
 from magicgui.widgets import (
     CheckBox,
@@ -33,7 +30,6 @@ from magicgui.widgets import (
     Container,
     FileEdit,
     FloatSpinBox,
-    Image,
     Label,
     ProgressBar,
     PushButton,
@@ -41,207 +37,46 @@ from magicgui.widgets import (
     SpinBox,
     Widget,
 )
-from qtpy.QtCore import QEvent, QObject, QSettings, Qt
-from qtpy.QtWidgets import (
-    QBoxLayout,
-    QComboBox,
-    QFrame,
-    QLabel,
-    QScrollArea,
-    QSizePolicy,
+from qtpy.QtWidgets import QBoxLayout, QComboBox, QFrame, QScrollArea, QSizePolicy
+
+from napari_slidescope._napari.export import (
+    ExportKind,
+    default_export_folder,
+    default_export_path,
+    export_result,
 )
-
-from napari_slidescope._napari import jobs, session
-from napari_slidescope._napari.layers import canvas_of
-from napari_slidescope._napari.shapes import tissue_export
 from napari_slidescope._napari.viewport import camera_of
+from napari_slidescope._qt import session
+from napari_slidescope._qt.fields import field_value, option_widgets, set_field_value
+from napari_slidescope._qt.layout import MAX_WIDTH, FitWidth, wrap
+from napari_slidescope._qt.settings import (
+    WidgetSettings,
+    builtin_defaults,
+    default_settings,
+    read_settings,
+    settings_store,
+    write_settings,
+)
+from napari_slidescope._qt.texts import (
+    describe,
+    duration,
+    key_text,
+    models_text,
+    outcome_words,
+    tissue_words,
+)
+from napari_slidescope._qt.thumbnails import Thumbnails
 from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.options import NucleiOptions, OptionInfo, TissueOptions, option_fields
 
-__all__ = [
-    "CANCEL_KEY",
-    "MAX_WIDTH",
-    "RUN_KEY",
-    "SlideAnalysisWidget",
-    "WidgetSettings",
-    "default_export_folder",
-    "default_settings",
-    "settings_store",
-]
+__all__ = ["CANCEL_KEY", "RUN_KEY", "SlideAnalysisWidget"]
 
-#: Widest the widget grows (px): long names and messages wrap or elide instead.
-MAX_WIDTH = 420
 #: napari key binding that runs the chosen task on the current view.
 RUN_KEY = "Control-Shift-R"
 #: napari key binding that cancels the run in flight.
 CANCEL_KEY = "Control-Shift-X"
-#: Preview size (px) of the label image and of the macro image.
-_LABEL_PX, _MACRO_PX = 150, 230
-#: Tallest a preview is shown (px): the row of previews is as tall as the taller one.
-_PREVIEW_MAX_H = 120
-_SETTINGS_GROUP = "slide_analysis"
 #: Least interval (s) between two progress updates of the widget within one stage.
 _PROGRESS_S = 0.2
-
-
-def _key_text(key: str) -> str:
-    return key.replace("Control", "Ctrl").replace("-", "+")
-
-
-@dataclass(frozen=True)
-class WidgetSettings:
-    """The widget's parameters (physical units), as remembered between sessions.
-
-    Attributes
-    ----------
-    task : {"tissue", "nuclei"}
-    scope : {"visible", "slide"}
-    mode : {"add", "replace"}
-        What a nuclei run does with the nuclei already found.
-    segmenter : str
-        Registered segmenter name.
-    nuclei_mpp : float
-        Nuclei working resolution, µm/px.
-    tile_size_um : float
-        Tile side, µm.
-    min_area_um2, max_area_um2 : float
-        Built-in segmenter: nucleus area range, µm².
-    workers : int
-        Worker threads (0: all cores but one).
-    tissue_mpp : float
-        Tissue working resolution, µm/px.
-    min_tissue_um2, max_hole_um2 : float
-        Smallest tissue piece kept and largest hole filled, µm².
-    tissue_mode : {"auto", "brightfield", "fluorescence"}
-    """
-
-    task: str
-    scope: str
-    mode: str
-    segmenter: str
-    nuclei_mpp: float
-    tile_size_um: float
-    min_area_um2: float
-    max_area_um2: float
-    workers: int
-    tissue_mpp: float
-    min_tissue_um2: float
-    max_hole_um2: float
-    tissue_mode: str
-
-
-def default_settings() -> WidgetSettings:
-    """Return the defaults, taken from the analysis packages' documented constants.
-
-    Nuclei: :class:`~napari_slidescope.analysis.brightfield_nuclei.NucleiParams` (the built-in
-    segmenter's resolution and area range) and
-    :data:`~napari_slidescope.pipeline.nuclei.DEFAULT_TILE_SIZE_UM`; tissue:
-    :data:`~napari_slidescope.pipeline.tissue.DEFAULT_TARGET_MPP` and
-    ``DEFAULT_MIN_TISSUE_UM2`` / ``DEFAULT_MAX_HOLE_UM2``.
-    """
-    from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
-    from napari_slidescope.pipeline import nuclei, tissue
-
-    params = NucleiParams()
-    return WidgetSettings(
-        task="nuclei",
-        scope="visible",
-        mode="add",
-        segmenter="auto",
-        nuclei_mpp=0.0,  # "auto": segmenters.working_mpp decides, with the slide's own mpp
-        tile_size_um=nuclei.DEFAULT_TILE_SIZE_UM,
-        min_area_um2=params.min_area_um2,
-        max_area_um2=params.max_area_um2,
-        workers=0,
-        tissue_mpp=tissue.DEFAULT_TARGET_MPP,
-        min_tissue_um2=tissue.DEFAULT_MIN_TISSUE_UM2,
-        max_hole_um2=tissue.DEFAULT_MAX_HOLE_UM2,
-        tissue_mode="auto",
-    )
-
-
-def settings_error(path: str) -> OSError:
-    """Why Qt could not write the settings file `path` (it reports no errno itself)."""
-    import errno
-    import shutil
-
-    folder = os.path.dirname(path) or "."
-    while folder and not os.path.isdir(folder):
-        folder = os.path.dirname(folder)
-    try:
-        full = shutil.disk_usage(folder).free == 0
-    except OSError:
-        full = False
-    if full:
-        return OSError(
-            errno.ENOSPC, f"cannot write {path}: No space left on device (the disk is full)"
-        )
-    if not os.access(folder, os.W_OK):
-        return PermissionError(errno.EACCES, f"cannot write {path}: permission denied")
-    return OSError(errno.EIO, f"cannot write {path}: Qt could not save the settings file")
-
-
-def settings_store() -> QSettings:
-    """Qt's per-user settings file of this plugin (INI; tests move it with ``setPath``)."""
-    return QSettings(
-        QSettings.Format.IniFormat,
-        QSettings.Scope.UserScope,
-        "napari-slidescope",
-        "slide-analysis",
-    )
-
-
-def _wrap(label: Label) -> None:
-    """Let a label wrap and never ask for more width than the dock has."""
-    native = label.native
-    if isinstance(native, QLabel):
-        native.setWordWrap(True)
-        native.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    native.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-    native.setMinimumWidth(50)
-
-
-class _ClickFilter(QObject):
-    """Call `callback` when the watched widget is clicked."""
-
-    def __init__(self, callback: Any) -> None:
-        super().__init__()
-        self._callback = callback
-
-    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802 - Qt's name
-        if event.type() == QEvent.Type.MouseButtonRelease:
-            self._callback()
-            return True
-        return False
-
-
-class _FitWidth(QObject):
-    """Keep a scroll area as wide as its form needs, with a vertical scroll bar beside it.
-
-    At most :data:`MAX_WIDTH` unless the form cannot be narrower (a large font): the form
-    is never cut off at the side. Refitted whenever the form's layout changes.
-    """
-
-    def __init__(self, scroll: QScrollArea, inner: Any) -> None:
-        super().__init__()
-        self._scroll, self._inner = scroll, inner
-
-    def fit(self) -> None:
-        bar = self._scroll.verticalScrollBar()
-        # what the scroll area takes beside the form: the bar and the frame on both sides
-        extent = (bar.sizeHint().width() if bar is not None else 0) + 2 * self._scroll.frameWidth()
-        need = self._inner.minimumSizeHint().width() + extent
-        widest = max(MAX_WIDTH, need)
-        self._scroll.setMinimumWidth(need)
-        self._scroll.setMaximumWidth(widest)
-        self._inner.setMaximumWidth(widest - extent)
-
-    def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802 - Qt's name
-        if event.type() in self._REFIT:
-            self.fit()
-        return False
-
-    # the form's layout changed, or a style sheet (napari's theme) changed the frame or bar
-    _REFIT = (QEvent.Type.LayoutRequest, QEvent.Type.StyleChange, QEvent.Type.Polish)
 
 
 _WIDGETS: weakref.WeakValueDictionary[int, SlideAnalysisWidget] = weakref.WeakValueDictionary()
@@ -266,9 +101,7 @@ class SlideAnalysisWidget(Container):
         self.controller = session.controller_for(self._viewer)
         self._loading = False  # True while settings are applied (nothing is saved)
         self._settings_failed = False  # the settings file could not be written
-        self._thumb_token = 0
         self._shown_stage, self._shown_at = "", 0.0
-        self._associated: dict[str, np.ndarray] = {}
         d = default_settings()
 
         self.image = ComboBox(label="Slide", choices=self._image_choices, nullable=True)
@@ -279,26 +112,9 @@ class SlideAnalysisWidget(Container):
             )
             combo.setMinimumContentsLength(12)
         self.info = Label(label="", value="")
-        self.label_image = Image(label="Label")
-        self.macro_image = Image(label="Macro")
-        for img in (self.label_image, self.macro_image):
-            # magicgui's Image ignores its size hint (0 px tall under a dock's stretch):
-            # a fixed height, set when an image is shown, makes the row as tall as it
-            img.native.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
-            img.native.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.thumbnails = Container(
-            widgets=[self.label_image, self.macro_image],
-            layout="horizontal",
-            labels=False,
-            visible=False,
-        )
-        self._click_filters = []
-        for key, img in (("label", self.label_image), ("macro", self.macro_image)):
-            filt = _ClickFilter(lambda key=key: self.open_associated(key))
-            img.native.installEventFilter(filt)
-            img.native.setCursor(Qt.CursorShape.PointingHandCursor)
-            img.tooltip = f"The slide's {key} image: click to open it as a layer"
-            self._click_filters.append(filt)
+        self.thumbnails = Thumbnails(on_click=self.open_associated)
+        self.label_image = self.thumbnails.label_image
+        self.macro_image = self.thumbnails.macro_image
 
         self.task = RadioButtons(
             label="Task",
@@ -321,43 +137,58 @@ class SlideAnalysisWidget(Container):
             value=d.mode,
         )
         installed = available_segmenters()
-        self.segmenter = ComboBox(label="Segmenter", choices=["auto", *installed])
-        self.segmenter.tooltip = (
-            "auto: InstanSeg for the stain when installed, else the built-in method; "
-            "installed: " + ", ".join(installed)
+        # one field per option of the options model: label, unit, bounds, doc from there
+        self.tissue_fields = option_widgets(TissueOptions)
+        self.nuclei_fields = option_widgets(
+            NucleiOptions, choices={"segmenter": ["auto", *installed]}
         )
+        self.segmenter = self.nuclei_fields["segmenter"]
+        self.segmenter.tooltip = f"{self.segmenter.tooltip}; installed: {', '.join(installed)}"
         # which model "auto" runs on this slide, and which models are installed, in view
-        self.models = Label(label="Models", value=_models_text(None, "auto"))
-        _wrap(self.models)
-        # 0 reads "auto": the segmenter's resolution, never finer than the slide's own
-        # (unrounded) pixel size, as segmenters.working_mpp decides for every entry point
-        self.nuclei_mpp = _spin("Resolution (µm/px)", d.nuclei_mpp, (0.0, 8.0), 0.05)
-        self.nuclei_mpp.native.setSpecialValueText("auto")
+        self.models = Label(label="Models", value=models_text(None, "auto"))
+        wrap(self.models)
+        # "auto": the segmenter's resolution, never finer than the slide's own (unrounded)
+        # pixel size, as segmenters.working_mpp decides for every entry point
+        self.nuclei_mpp = self.nuclei_fields["target_mpp"]
+        self.tile_size_um = self.nuclei_fields["tile_size_um"]
+        self.stain = self.nuclei_fields["stain"]
+        self.cell_expansion_um = self.nuclei_fields["cell_expansion_um"]
         self.channel = ComboBox(label="Nuclear channel", choices=self._channel_choices)
-        self.tile_size_um = _spin("Tile size (µm)", d.tile_size_um, (32.0, 8192.0), 64.0)
-        self.min_area_um2 = _spin("Nucleus area min (µm²)", d.min_area_um2, (0.0, 1e6), 5.0)
-        self.max_area_um2 = _spin("Nucleus area max (µm²)", d.max_area_um2, (0.0, 1e6), 10.0)
+        # the built-in segmenter's own options (its segmenter_options when it runs)
+        area = builtin_defaults()
+        self.min_area_um2 = _spin("Nucleus area min", area["min_area_um2"], 5.0)
+        self.max_area_um2 = _spin("Nucleus area max", area["max_area_um2"], 10.0)
         self.workers = SpinBox(label="Workers (0: all)", value=d.workers, min=0, max=256)
         # tissue parameters
-        self.tissue_mpp = _spin("Resolution (µm/px)", d.tissue_mpp, (0.5, 128.0), 1.0)
-        self.min_tissue_um2 = _spin("Smallest piece (µm²)", d.min_tissue_um2, (0.0, 1e12), 100.0)
-        self.max_hole_um2 = _spin("Fill holes below (µm²)", d.max_hole_um2, (0.0, 1e12), 100.0)
-        self.tissue_mode = ComboBox(
-            label="Stain", choices=["auto", "brightfield", "fluorescence"], value=d.tissue_mode
-        )
+        self.tissue_mpp = self.tissue_fields["target_mpp"]
+        self.min_tissue_um2 = self.tissue_fields["min_tissue_um2"]
+        self.max_hole_um2 = self.tissue_fields["max_hole_um2"]
+        self.tissue_mode = self.tissue_fields["mode"]
+        nuclei_main = ["segmenter", "target_mpp", "tile_size_um"]
         self.nuclei_params = Container(
-            widgets=[self.mode, self.segmenter, self.models, self.nuclei_mpp, self.tile_size_um],
+            widgets=[
+                self.mode,
+                self.segmenter,
+                self.models,
+                *(self.nuclei_fields[n] for n in nuclei_main[1:]),
+            ],
             labels=True,
         )
         nuclei_advanced: list[Widget] = [
             self.channel,
+            *(w for n, w in self.nuclei_fields.items() if n not in nuclei_main),
             self.min_area_um2,
             self.max_area_um2,
             self.workers,
         ]
         self.nuclei_advanced = Container(widgets=nuclei_advanced, labels=True)
-        self.tissue_params = Container(widgets=[self.tissue_mpp, self.min_tissue_um2], labels=True)
-        tissue_advanced: list[Widget] = [self.tissue_mode, self.max_hole_um2]
+        tissue_main = ["target_mpp", "min_tissue_um2"]
+        self.tissue_params = Container(
+            widgets=[self.tissue_fields[n] for n in tissue_main], labels=True
+        )
+        tissue_advanced: list[Widget] = [
+            w for n, w in self.tissue_fields.items() if n not in tissue_main
+        ]
         self.tissue_advanced = Container(widgets=tissue_advanced, labels=True)
         self.show_advanced = CheckBox(text="Advanced options", value=False)
         self.advanced = Container(
@@ -366,12 +197,12 @@ class SlideAnalysisWidget(Container):
 
         self.run_button = PushButton(text="Run")
         self.cancel_button = PushButton(text="Cancel", enabled=False)
-        self.cancel_button.tooltip = f"Stop the run; finished tiles stay ({_key_text(CANCEL_KEY)})"
+        self.cancel_button.tooltip = f"Stop the run; finished tiles stay ({key_text(CANCEL_KEY)})"
         self.progress = ProgressBar(value=0, min=0, max=1, visible=False)
         self.status = Label(label="Status", value="Ready")
         self.summary = Label(label="Result", value="–")
         for label in (self.info, self.status, self.summary):
-            _wrap(label)
+            wrap(label)
         # its text changes with every tile: it must never change the dock's width
         self.progress.native.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.export_dir = FileEdit(
@@ -379,7 +210,7 @@ class SlideAnalysisWidget(Container):
         )
         # said when the slide's own folder is read-only and exports go elsewhere
         self.export_note = Label(label="", value="", visible=False)
-        _wrap(self.export_note)
+        wrap(self.export_note)
         self.export_tissue = PushButton(text="Tissue GeoJSON")
         self.export_nuclei = PushButton(text="Nuclei GeoJSON")
         self.export_csv = PushButton(text="Nuclei CSV")
@@ -433,7 +264,7 @@ class SlideAnalysisWidget(Container):
         self.export_tissue.clicked.connect(self._on_export_tissue)
         self.export_nuclei.clicked.connect(self._on_export_nuclei)
         self.export_csv.clicked.connect(self._on_export_csv)
-        for widget in self._setting_widgets().values():
+        for widget in self._setting_widgets():
             widget.changed.connect(self._on_setting_changed)
         self.controller.started.connect(self._on_started)
         self.controller.progress.connect(self._on_progress)
@@ -462,7 +293,7 @@ class SlideAnalysisWidget(Container):
         if isinstance(layout, QBoxLayout):
             layout.addStretch(1)  # spare height goes below the controls
         # the form's least width changes as parameters show and hide: follow it
-        self._width_filter = _FitWidth(scroll, inner)
+        self._width_filter = FitWidth(scroll, inner)
         inner.installEventFilter(self._width_filter)
         scroll.installEventFilter(self._width_filter)
         self._width_filter.fit()
@@ -478,29 +309,75 @@ class SlideAnalysisWidget(Container):
 
     # -- settings ---------------------------------------------------------------------------
 
-    def _setting_widgets(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(WidgetSettings)}
+    def _setting_widgets(self) -> list[Any]:
+        """Every widget whose value is a setting (a change is saved)."""
+        return [
+            self.task,
+            self.scope,
+            self.mode,
+            self.workers,
+            self.min_area_um2,
+            self.max_area_um2,
+            *self.tissue_fields.values(),
+            *self.nuclei_fields.values(),
+        ]
 
     def settings(self) -> WidgetSettings:
         """Return the parameters as the widgets show them."""
-        d = default_settings()
-        values = {}
-        for name, widget in self._setting_widgets().items():
-            value = widget.value
-            values[name] = type(getattr(d, name))(value) if value is not None else getattr(d, name)
-        return WidgetSettings(**values)
+        tissue = {
+            name: field_value(self.tissue_fields[name], info)
+            for name, _default, info in option_fields(TissueOptions)
+        }
+        nuclei: dict[str, object] = {
+            name: field_value(self.nuclei_fields[name], info)
+            for name, _default, info in option_fields(NucleiOptions)
+        }
+        nuclei["segmenter"] = self.segmenter.value or "auto"
+        nuclei["segmenter_options"] = {
+            "min_area_um2": float(self.min_area_um2.value),
+            "max_area_um2": float(self.max_area_um2.value),
+        }
+        return WidgetSettings(
+            task=str(self.task.value),
+            scope=str(self.scope.value),
+            mode=str(self.mode.value),
+            workers=int(self.workers.value),
+            tissue=TissueOptions.from_mapping(tissue),
+            nuclei=NucleiOptions.from_mapping(nuclei),
+        )
 
     def apply_settings(self, settings: WidgetSettings) -> None:
         """Show `settings` in the widgets (values a widget cannot take are left as they are)."""
+        values: list[tuple[Any, Any, OptionInfo | None]] = [
+            (self.task, settings.task, None),
+            (self.scope, settings.scope, None),
+            (self.mode, settings.mode, None),
+            (self.workers, settings.workers, None),
+        ]
+        for cls, options, fields in (
+            (TissueOptions, settings.tissue, self.tissue_fields),
+            (NucleiOptions, settings.nuclei, self.nuclei_fields),
+        ):
+            for name, _default, info in option_fields(cls):
+                values.append((fields[name], getattr(options, name), info))
+        area = settings.nuclei.segmenter_options
+        for name, widget in (
+            ("min_area_um2", self.min_area_um2),
+            ("max_area_um2", self.max_area_um2),
+        ):
+            if name in area:
+                values.append((widget, area[name], None))
         self._loading = True
         try:
-            for name, widget in self._setting_widgets().items():
-                value = getattr(settings, name)
-                choices = getattr(widget, "choices", None)
+            for shown, value, about in values:
+                choices = getattr(shown, "choices", None)
                 if choices is not None and value not in choices:
                     continue
                 try:
-                    widget.value = value
+                    if about is not None:
+                        set_field_value(shown, about, value)
+                    else:
+                        shown.value = value
                 except (ValueError, TypeError):
                     continue
         finally:
@@ -508,19 +385,7 @@ class SlideAnalysisWidget(Container):
 
     def load_settings(self) -> None:
         """Show the parameters remembered from the last session (defaults where none)."""
-        store = settings_store()
-        store.beginGroup(_SETTINGS_GROUP)
-        d = default_settings()
-        values = {}
-        for f in dataclasses.fields(WidgetSettings):
-            default = getattr(d, f.name)
-            raw = store.value(f.name, None)
-            try:
-                values[f.name] = default if raw is None else type(default)(raw)
-            except (TypeError, ValueError):
-                values[f.name] = default
-        store.endGroup()
-        self.apply_settings(WidgetSettings(**values))
+        self.apply_settings(read_settings(settings_store()))
 
     def save_settings(self) -> None:
         """Remember the parameters shown now.
@@ -531,14 +396,7 @@ class SlideAnalysisWidget(Container):
             ``cannot write PATH: CAUSE`` when the settings file cannot be written (a full
             disk, no permission); Qt writes it atomically, so the earlier file is kept.
         """
-        store = settings_store()
-        store.beginGroup(_SETTINGS_GROUP)
-        for name, value in dataclasses.asdict(self.settings()).items():
-            store.setValue(name, value)
-        store.endGroup()
-        store.sync()
-        if store.status() != QSettings.Status.NoError:
-            raise settings_error(store.fileName())
+        write_settings(settings_store(), self.settings())
 
     def reset_settings(self) -> None:
         """Show the documented defaults (clamped to the slide's pixels) and remember them."""
@@ -568,14 +426,14 @@ class SlideAnalysisWidget(Container):
     # -- choices and slide info -------------------------------------------------------------
 
     def _image_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
-        return [(ly.name, ly) for ly in jobs.slide_layers(self._viewer)]
+        return [(ly.name, ly) for ly in self.controller.slide_layers()]
 
     def _on_layers_changed(self, event: Any = None) -> None:
         before = self.image.value
         self.image.reset_choices()
         if self.image.value is None:
             try:
-                self.image.value = jobs.active_slide_layer(self._viewer)
+                self.image.value = self.controller.active_slide()
             except ValueError:
                 pass
         if self.image.value is None and before is not None:
@@ -595,13 +453,12 @@ class SlideAnalysisWidget(Container):
         """Say which model and resolution "auto" stand for on this slide."""
         layer = self.image.value
         if layer is None:
-            self.models.value = _models_text(None, name or "auto")
+            self.models.value = models_text(None, name or "auto")
             return
-        src = jobs.SlideSource.from_layer(layer)
-        self.models.value = _models_text(jobs.source_input(src), name or "auto")
+        self.models.value = models_text(self.controller.slide_kind(layer), name or "auto")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SlidescopeWarning)  # uncalibrated: said on run
-            mpp = jobs.nuclei_mpp(src, {"segmenter": name or "auto"})
+            mpp = self.controller.auto_mpp(layer, name or "auto")
         self.nuclei_mpp.tooltip = f"auto: {mpp:.4g} µm/px for {name or 'auto'} on this slide"
 
     def _channel_choices(self, _widget: Any = None) -> list[str]:
@@ -609,24 +466,16 @@ class SlideAnalysisWidget(Container):
         layer = getattr(self, "image", None) and self.image.value
         if layer is None:
             return ["auto"]
-        src = jobs.SlideSource.from_layer(layer)
-        names = list(src.info.get("channel_names") or []) if src.info.get("axes") == "CYX" else []
-        if not names and jobs.source_input(src) == "fluorescence":  # RGB-encoded
-            names = ["red", "green", "blue"]
-        return ["auto", *names]
+        return ["auto", *self.controller.channel_names(layer)]
 
     def _on_image(self, layer: Any) -> None:
-        self._thumb_token += 1
-        self._associated = {}
-        self.thumbnails.visible = False
-        for img in (self.label_image, self.macro_image):
-            img.visible = False
+        self.thumbnails.clear()
         self._update_run_button()
         if layer is None:
             self.info.value = "Open a slide (a 2D RGB image layer)"
             return
-        src = jobs.SlideSource.from_layer(layer)
-        self.info.value = _describe(src)
+        src = self.controller.source(layer)
+        self.info.value = describe(src)
         self.channel.reset_choices()
         self.channel.value = "auto"
         self._on_segmenter(self.segmenter.value)
@@ -636,26 +485,15 @@ class SlideAnalysisWidget(Container):
         self.export_note.value = note
         self.export_note.visible = bool(note)
         if src.path and {"label", "macro"} & set(src.info.get("associated", [])):
-            from napari.qt.threading import create_worker
+            self.thumbnails.load(src.path)
 
-            token = self._thumb_token
-            worker = create_worker(_load_associated, src.path, _start_thread=False)
-            worker.returned.connect(lambda images: self._show_thumbnails(images, token))
-            worker.start()
+    @property
+    def _associated(self) -> dict[str, Any]:
+        """The slide's label and macro images shown as previews (full size), by key."""
+        return self.thumbnails.images
 
-    def _show_thumbnails(self, images: dict[str, np.ndarray], token: int = -1) -> None:
-        if token not in (-1, self._thumb_token):
-            return  # the slide changed while they were read
-        self._associated = dict(images)
-        for key, widget, px in (
-            ("label", self.label_image, _LABEL_PX),
-            ("macro", self.macro_image, _MACRO_PX),
-        ):
-            if key in images:
-                preview = _preview(images[key], px)
-                widget.value = preview
-                widget.native.setFixedHeight(min(preview.shape[0], _PREVIEW_MAX_H))
-                widget.visible = self.thumbnails.visible = True
+    def _show_thumbnails(self, images: dict[str, Any], token: int = -1) -> None:
+        self.thumbnails.show_images(images, token)
 
     def open_associated(self, key: str) -> Any:
         """Open the slide's ``"label"`` or ``"macro"`` image as its own image layer."""
@@ -672,29 +510,17 @@ class SlideAnalysisWidget(Container):
     # -- running -------------------------------------------------------------------------------
 
     def run_options(self) -> dict[str, Any]:
-        """Return the run's keyword arguments, from the widgets (physical units)."""
-        tissue = {
-            "target_mpp": float(self.tissue_mpp.value),
-            "min_tissue_um2": float(self.min_tissue_um2.value),
-            "max_hole_um2": float(self.max_hole_um2.value),
-            "mode": self.tissue_mode.value,
-        }
-        segmenter = self.segmenter.value or "auto"
-        seg_opts = {}
-        if segmenter == "builtin":
-            seg_opts = {
-                "min_area_um2": float(self.min_area_um2.value),
-                "max_area_um2": float(self.max_area_um2.value),
-            }
-        nuclei = {
-            "target_mpp": float(self.nuclei_mpp.value) or None,  # 0: "auto"
-            "tile_size_um": float(self.tile_size_um.value),
-            "segmenter": segmenter,
-            "segmenter_options": seg_opts,
-            "channel": None if self.channel.value == "auto" else self.channel.value,
-            "workers": int(self.workers.value) or None,
-        }
-        return {"tissue_options": tissue, "nuclei_options": nuclei}
+        """Return the run's options, from the widgets.
+
+        ``tissue_options``: a :class:`~napari_slidescope.options.TissueOptions`;
+        ``nuclei_options``: a :class:`~napari_slidescope._napari.jobs.NucleiRun` (the
+        options with the chosen nuclear channel, and the worker threads).
+        """
+        settings = self.settings()
+        run = settings.nuclei_run()
+        channel = None if self.channel.value == "auto" else self.channel.value
+        run = dataclasses.replace(run, options=run.options.replace(channel=channel))
+        return {"tissue_options": settings.tissue, "nuclei_options": run}
 
     def why_not_runnable(self) -> str | None:
         """Why Run is disabled now (None when it can run)."""
@@ -702,7 +528,7 @@ class SlideAnalysisWidget(Container):
         if layer is None:
             return "Open a slide first (File ▸ Open, or File ▸ Open Sample ▸ Slidescope)"
         if self.controller.busy:
-            return f"A run is in progress: Cancel it first ({_key_text(CANCEL_KEY)})"
+            return f"A run is in progress: Cancel it first ({key_text(CANCEL_KEY)})"
         if self.scope.value == "visible":
             from napari_slidescope._napari.viewport import visible_region
 
@@ -718,7 +544,7 @@ class SlideAnalysisWidget(Container):
         reason = self.why_not_runnable()
         self.run_button.enabled = reason is None
         self.run_button.tooltip = reason or (
-            f"Run the chosen task ({_key_text(RUN_KEY)} runs it on the current view)"
+            f"Run the chosen task ({key_text(RUN_KEY)} runs it on the current view)"
         )
 
     def run(self, scope: str | None = None) -> Any:
@@ -737,7 +563,7 @@ class SlideAnalysisWidget(Container):
             return self.controller.run(
                 layer,
                 self.task.value,
-                scope=cast(jobs.Scope, scope or self.scope.value),
+                scope=cast(session.Scope, scope or self.scope.value),
                 mode=self.mode.value,
                 **self.run_options(),
             )
@@ -773,7 +599,7 @@ class SlideAnalysisWidget(Container):
         if prog.total:
             self.progress.max = prog.total
             self.progress.value = prog.done
-            eta = f" · about {_duration(prog.eta_s)} left" if prog.eta_s is not None else ""
+            eta = f" · about {duration(prog.eta_s)} left" if prog.eta_s is not None else ""
             bar.setFormat(f"{prog.done:,} / {prog.total:,} tiles")
             self.status.value = f"{prog.words}: {prog.done:,} of {prog.total:,} tiles{eta}"
         else:
@@ -795,9 +621,9 @@ class SlideAnalysisWidget(Container):
         if out is None:
             self.status.value = "Ready"
             return
-        self.status.value = _outcome_words(out)
+        self.status.value = outcome_words(out)
         if out.task == "tissue":
-            self.summary.value = _tissue_words(out.tissue)
+            self.summary.value = tissue_words(out.tissue)
         elif summary is not None:
             self.summary.value = str(summary)
         for label in (self.status, self.summary):  # a wrapped label may need more lines
@@ -822,11 +648,12 @@ class SlideAnalysisWidget(Container):
     def _on_export_csv(self) -> None:
         self.export("csv")
 
-    def export(self, kind: str, path: str | os.PathLike[str] | None = None) -> Path | None:
+    def export(self, kind: ExportKind, path: str | os.PathLike[str] | None = None) -> Path | None:
         """Write ``"tissue"`` (GeoJSON), ``"nuclei"`` (GeoJSON) or ``"csv"`` (nuclei table).
 
-        Uses the analysis functions' writers; default file names follow the slide in
-        the export folder. Returns the path written, or None (with a notification).
+        Uses the analysis functions' writers (:func:`~napari_slidescope._napari.export.
+        export_result`); default file names follow the slide in the export folder.
+        Returns the path written, or None (with a notification).
         """
         from napari.utils.notifications import show_info, show_warning
 
@@ -834,78 +661,25 @@ class SlideAnalysisWidget(Container):
         if layer is None:
             show_warning("Slide analysis: nothing to export")
             return None
-        stem = Path(layer.name).stem
-        suffix = {"tissue": "_tissue.geojson", "nuclei": "_nuclei.geojson", "csv": "_nuclei.csv"}
-        target = Path(path) if path else Path(str(self.export_dir.value)) / f"{stem}{suffix[kind]}"
-        result: Any = None
-        if kind == "tissue":
-            name = f"{layer.name} tissue"
-            tl = self._viewer.layers[name] if name in self._viewer.layers else None
-            result = tissue_export(tl) if tl is not None else None
-        else:
-            name = f"{layer.name} nuclei"
-            nl = self._viewer.layers[name] if name in self._viewer.layers else None
-            canvas = canvas_of(nl) if nl is not None else None
-            result = canvas.to_result() if canvas is not None else None
-        if result is None:
-            show_warning(f"Slide analysis: no {kind if kind != 'csv' else 'nuclei'} to export")
-            return None
+        folder = str(self.export_dir.value)
+        target = Path(path) if path else default_export_path(layer, kind, folder)
         try:
-            if kind == "csv":
-                result.to_csv(target)
-            else:
-                result.to_geojson(target)
+            written = export_result(self._viewer, layer, kind, target)
         except OSError as exc:  # a full disk: nothing written, an earlier file kept
             show_warning(f"Slide analysis: export failed: {exc}")
             return None
-        show_info(f"Slide analysis: wrote {target}")
-        return target
+        if written is None:
+            show_warning(f"Slide analysis: no {kind if kind != 'csv' else 'nuclei'} to export")
+            return None
+        show_info(f"Slide analysis: wrote {written}")
+        return written
 
 
-def default_export_folder(slide_path: str | None) -> tuple[Path, str]:
-    """Return the folder exports go to by default, and a note when it is not the slide's.
-
-    The slide's own folder when a file can be written there (see
-    :func:`napari_slidescope._io.is_writable_folder`); else the first writable one of
-    the current folder, the home folder and the temporary folder, with a note saying
-    so (``""`` when the slide's folder is used).
-    """
-    from napari_slidescope._io import is_writable_folder
-
-    own = Path(slide_path).parent if slide_path else Path.cwd()
-    if is_writable_folder(own):
-        return own, ""
-    for other in (Path.cwd(), Path.home(), Path(tempfile.gettempdir())):
-        if is_writable_folder(other):
-            return other, f"{own} is read-only: exports go to {other}"
-    return own, f"{own} is read-only: choose a folder to export to"
-
-
-def _models_text(kind: str | None, name: str) -> str:
-    """Say on the "Models" line which model runs, what is missing, what is installed.
-
-    `kind` is the slide's ``"brightfield"`` or ``"fluorescence"`` (None: no slide yet).
-    """
-    from napari_slidescope.segmenters import registry
-
-    installed = ", ".join(registry.available_segmenters())
-    if kind is None:
-        return f"installed: {installed}"
-    if name != "auto":
-        return f"{name} on this {kind} slide; installed: {installed}"
-    chosen = registry.resolve_auto(cast(Any, kind), warn=False)
-    learned, _builtin = registry.auto_choices(cast(Any, kind))
-    if chosen == learned:
-        return f"auto runs {chosen} on this {kind} slide; installed: {installed}"
-    return (
-        f"auto runs {chosen} on this {kind} slide: {learned} is not installed (see the "
-        f"README, Segmenters); installed: {installed}"
-    )
-
-
-def _spin(label: str, value: float, limits: tuple[float, float], step: float) -> FloatSpinBox:
-    """Return a spin box for one physical parameter (`label` names its unit)."""
-    return FloatSpinBox(label=label, value=value, min=limits[0], max=limits[1], step=step)
+def _spin(label: str, value: float, step: float) -> FloatSpinBox:
+    """Return a spin box for an area (µm²) of the built-in segmenter."""
+    spin = FloatSpinBox(label=label, value=value, min=0.0, max=1e6, step=step)
+    spin.native.setSuffix(" µm²")
+    return spin
 
 
 def _run_shortcut(viewer: Any) -> None:
@@ -920,69 +694,3 @@ def _cancel_shortcut(viewer: Any) -> None:
 
 _run_shortcut.__doc__ = "Slide analysis: run the chosen task on the current view"
 _cancel_shortcut.__doc__ = "Slide analysis: cancel the run in flight"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(round(seconds))
-    if s >= 3600:
-        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-    return f"{s // 60}:{s % 60:02d}"
-
-
-def _outcome_words(out: session.Outcome) -> str:
-    """Say how a run ended: ``"Cancelled: 37 of 120 tiles"``."""
-    tiles = f"{out.tiles_done:,} of {out.tiles_total:,} tiles" if out.tiles_total else ""
-    if out.state == "done":
-        return f"Done: {tiles}" if tiles else "Done"
-    if out.state == "cancelled":
-        return f"Cancelled: {tiles}" if tiles else "Cancelled before any tile finished"
-    error = (out.error or "").split(" failed: ", 1)[-1][:200]
-    return f"Failed after {tiles}: {error}" if tiles else f"Failed: {error}"
-
-
-def _tissue_words(result: Any) -> str:
-    if result is None:
-        return "–"
-    parts = []
-    if result.area_um2 is not None:
-        parts.append(f"Tissue {result.area_um2 / 1e6:,.2f} mm²")
-    else:
-        parts.append(f"Tissue {result.area_px:,.0f} px² (uncalibrated)")
-    parts.append(f"{100 * result.fraction:.0f}% of the area analysed")
-    return " · ".join(parts)
-
-
-def _describe(src: jobs.SlideSource) -> str:
-    info = src.info
-    h, w = src.shape0
-    parts = [str(info.get("format", "?")), f"{h:,} × {w:,} px"]
-    mpp = info.get("mpp")
-    if mpp:
-        how = info.get("calibration_source")
-        parts.append(f"{float(mpp[1]):.4g} µm/px" + (f" ({how})" if how else ""))
-    else:
-        parts.append("uncalibrated")
-    if info.get("magnification"):
-        parts.append(f"{float(info['magnification']):g}×")
-    return " · ".join(parts)
-
-
-def _preview(img: np.ndarray, px: int) -> np.ndarray:
-    """Shrink an RGB image (nearest pixel) so that its longer side is at most `px`."""
-    step = max(1, int(np.ceil(max(img.shape[:2]) / px)))
-    return np.ascontiguousarray(img[::step, ::step, :3])
-
-
-def _load_associated(path: str) -> dict[str, np.ndarray]:
-    """Read the slide's label and macro images (worker thread)."""
-    from napari_slidescope._napari.reader import source_for
-    from napari_slidescope.slide import open_slide
-
-    out = {}
-    with open_slide(source_for(path)) as slide:
-        for key in ("label", "macro"):
-            if key in slide.associated:
-                out[key] = np.ascontiguousarray(np.asarray(slide.associated[key])[..., :3])
-    return out

@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Any
 
+from napari_slidescope._io import one_line
+
 #: Exit status for a path that is missing or cannot be opened as a slide.
 EXIT_BAD_PATH = 2
 #: Widest napari's own left docks (layer controls, layer list) and the overview are
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             viewer.open(args.path, plugin="napari-slidescope")
     except Exception as exc:  # noqa: BLE001 - any failure to open is one line and status 2
         _close(viewer)
-        return _fail(_one_line(exc))
+        return _fail(one_line(exc, limit=400))
     dock_analysis_widget(viewer)
     dock_plugin_widget(viewer, "Slide overview")
     arrange_window(viewer)
@@ -85,15 +87,10 @@ def check_path(path: str) -> str | None:
         with open_slide(path, on_error="blank"):
             pass
     except Exception as exc:  # noqa: BLE001 - SlideError, or anything else, is reported
-        return _one_line(exc)
+        return one_line(exc, limit=400)
     finally:
         logging.getLogger("tifffile").removeHandler(quiet)
     return None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 400 else text[:399] + "…"
 
 
 def _fail(message: str) -> int:
@@ -135,7 +132,7 @@ def arrange_window(viewer: Any, screen: Any = None) -> None:
     window's screen). The docks take two narrow columns: on the left napari's layer
     list with the "Slide overview" under it, :data:`LEFT_DOCKS_WIDTH` wide; on the
     right "Slide analysis" (at most
-    :data:`~napari_slidescope._napari.widget.MAX_WIDTH` wide, scrolling when the screen
+    :data:`~napari_slidescope._qt.layout.MAX_WIDTH` wide, scrolling when the screen
     is too short for it), with napari's layer controls as a tab behind it (one click
     away; they would otherwise take a third column). Docks the user moves later stay
     where they are put.
@@ -143,7 +140,7 @@ def arrange_window(viewer: Any, screen: Any = None) -> None:
     from qtpy.QtCore import Qt
     from qtpy.QtWidgets import QApplication
 
-    from napari_slidescope._napari.widget import MAX_WIDTH
+    from napari_slidescope._qt.layout import MAX_WIDTH
 
     window = viewer.window
     qwin = window._qt_window

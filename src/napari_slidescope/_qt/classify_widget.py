@@ -1,6 +1,6 @@
 """The "Cell classification" dock: IHC scoring or phenotype rules, saved and loaded as JSON.
 
-A thin Qt layer over :func:`~napari_slidescope._napari.classes.classify`: the IHC
+A thin Qt layer over :func:`~napari_slidescope._qt.classes.classify`: the IHC
 thresholds and compartment, or a rules file, become
 :class:`~napari_slidescope.pipeline.classify.PhenotypeRules`; **Apply** classifies the
 active slide's nuclei layer (class colours and the "Cell classes" legend); **Save rules...**
@@ -84,7 +84,7 @@ class ClassifyWidget(QWidget):
         self.apply_button.clicked.connect(self._on_apply)
         self.annotation_button.clicked.connect(self._on_annotation)
         self.result: Any = None  # the last classified result of this viewer
-        from napari_slidescope._napari.classes import events as class_events
+        from napari_slidescope._napari.class_layers import events as class_events
 
         class_events.changed.connect(self._on_classes_changed)
 
@@ -153,7 +153,7 @@ class ClassifyWidget(QWidget):
 
     def apply(self) -> Any:
         """Classify the active slide's nuclei with the current rules; return the result."""
-        from napari_slidescope._napari.classes import classify
+        from napari_slidescope._qt.classes import classify
 
         try:
             result = classify(self.viewer, rules=self.current_rules())

@@ -33,8 +33,9 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
-from napari_slidescope._napari import jobs, session
+from napari_slidescope._napari import jobs
 from napari_slidescope._napari.layers import canvas_of
+from napari_slidescope._qt import session
 
 __all__ = ["NucleiTableModel", "NucleiTableWidget", "column_title"]
 
@@ -284,7 +285,7 @@ class NucleiTableWidget(QWidget):
         self._viewer.layers.events.removed.connect(self._on_layers_changed)
         self._viewer.layers.selection.events.active.connect(self._on_layers_changed)
         self._viewer.mouse_drag_callbacks.append(self._on_viewer_click)
-        from napari_slidescope._napari.classes import events as class_events
+        from napari_slidescope._napari.class_layers import events as class_events
 
         class_events.changed.connect(self._on_classes_changed)
         self.refresh()
@@ -462,7 +463,7 @@ class NucleiTableWidget(QWidget):
         between its neighbours. Returns the classified result (None when the layer is
         not classified by rules).
         """
-        from napari_slidescope._napari.classes import classify
+        from napari_slidescope._qt.classes import classify
         from napari_slidescope.pipeline.classify import DAB, PhenotypeRules
 
         info = self._classification()

@@ -123,7 +123,8 @@ def add_tissue(
     --------
     >>> add_tissue(viewer, scope="slide")  # doctest: +SKIP
     """
-    from napari_slidescope._napari import jobs, session
+    from napari_slidescope._napari import jobs
+    from napari_slidescope._qt import session
 
     ctl = session.controller_for(viewer)
     image = layer if layer is not None else jobs.active_slide_layer(viewer)
@@ -176,7 +177,8 @@ def add_nuclei(
     >>> add_nuclei(viewer)  # doctest: +SKIP
     >>> add_nuclei(viewer, scope="slide", target_mpp=0.5)  # doctest: +SKIP
     """
-    from napari_slidescope._napari import jobs, session
+    from napari_slidescope._napari import jobs
+    from napari_slidescope._qt import session
 
     ctl = session.controller_for(viewer)
     image = layer if layer is not None else jobs.active_slide_layer(viewer)
@@ -203,7 +205,8 @@ def summary(viewer: Any, layer: Any = None) -> Any:
     Summary or None
         None when no nuclei were segmented on this slide yet.
     """
-    from napari_slidescope._napari import jobs, session
+    from napari_slidescope._napari import jobs
+    from napari_slidescope._qt import session
 
     image = layer if layer is not None else jobs.active_slide_layer(viewer)
     return session.controller_for(viewer).summary(image)
@@ -211,6 +214,6 @@ def summary(viewer: Any, layer: Any = None) -> Any:
 
 def cancel(viewer: Any) -> None:
     """Stop the run in flight after its current tile (finished tiles stay)."""
-    from napari_slidescope._napari import session
+    from napari_slidescope._qt import session
 
     session.controller_for(viewer).cancel()

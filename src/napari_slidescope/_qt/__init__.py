@@ -1,0 +1,6 @@
+"""The Qt view: dock widgets, the background-run controller and the launcher.
+
+The only package that imports qtpy, magicgui or superqt (an import-linter contract in
+pyproject.toml); the napari glue it wires (reader, layers, jobs) lives in
+:mod:`napari_slidescope._napari` and imports napari alone.
+"""

@@ -129,7 +129,8 @@ def _load_ndpi_writer():
     spec = importlib.util.spec_from_file_location(
         "slidescope_ndpi_writer", Path(__file__).with_name("ndpi_writer.py")
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -156,7 +157,8 @@ def slide_writers():
     spec = importlib.util.spec_from_file_location(
         "slidescope_slide_writers", Path(__file__).with_name("slide_writers.py")
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

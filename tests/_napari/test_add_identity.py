@@ -47,7 +47,8 @@ def test_add_mode_never_mixes_models_or_resolutions(
     first = run((0, 0, 512, 512))  # "auto": the learned model, as installed
     assert first.identity["segmenter"] == "instanseg"
     assert first.identity["weights_sha256"] == MODEL["weights_sha256"]
-    assert first.identity["mpp"] == 0.5 and first.identity["stain_mode"] == "brightfield"
+    assert first.identity["mpp"] == 0.5
+    assert first.identity["stain_mode"] == "brightfield"
     # the same identity: added, the earlier area kept
     canvas = run((0, 512, 512, 1024))
     assert canvas.regions == [(0, 0, 512, 512), (0, 512, 512, 1024)]
@@ -59,4 +60,5 @@ def test_add_mode_never_mixes_models_or_resolutions(
     assert (canvas.table()["centroid_row"] >= 512 - 8).all()  # only the new run's nuclei
     # another working resolution: replaced too
     canvas = run((512, 512, 1024, 1024), target_mpp=1.0)
-    assert canvas.regions == [(512, 512, 1024, 1024)] and canvas.identity["mpp"] == 1.0
+    assert canvas.regions == [(512, 512, 1024, 1024)]
+    assert canvas.identity["mpp"] == 1.0

@@ -42,7 +42,8 @@ def test_classify_colours_nuclei_by_class_with_a_legend(
         dict(zip(ids.tolist(), cls.tolist(), strict=True))[int(i)] for i in layer.features["index"]
     ]
     text = " ".join(w.text() for w in dock.findChildren(type(dock.layout().itemAt(0).widget())))
-    assert "Negative" in text and "H-score" in text
+    assert "Negative" in text
+    assert "H-score" in text
     with pytest.raises(ValueError, match="no DAB"):
         classify(viewer, dab=True)  # an H&E slide has no DAB
 
@@ -60,7 +61,8 @@ def test_cells_layer_and_classified_geojson_read_back(make_napari_viewer, tmp_pa
     viewer = make_napari_viewer()
     [image] = viewer.open(str(path), plugin="napari-slidescope")
     cells = add_cells(viewer, res, image)
-    assert cells.contour == 1 and cells.name == f"{image.name} cells"
+    assert cells.contour == 1
+    assert cells.name == f"{image.name} cells"
     assert np.array_equal(np.asarray(cells.data), res.cells)
     # the classified export opens as detections in their class colours
     out = res.to_geojson(tmp_path / "cells.geojson")
@@ -88,7 +90,8 @@ def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     dock = ClassifyWidget(viewer)
     res = dock.apply()
-    assert set(res.table["class"]) <= {"Negative", "1+", "2+", "3+"} and res.count > 20
+    assert set(res.table["class"]) <= {"Negative", "1+", "2+", "3+"}
+    assert res.count > 20
     layer = viewer.layers[f"{image.name} nuclei"]
     assert "class" in layer.features
     # thresholds out of order are refused, named in the status line

@@ -19,7 +19,8 @@ def server(tmp_path_factory):
     spec = importlib.util.spec_from_file_location(
         "slidescope_remote_server", Path(__file__).parent.parent / "remote_server.py"
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     folder = tmp_path_factory.mktemp("web")
@@ -33,7 +34,8 @@ def test_viewer_opens_a_url_and_the_widget_analyses_it(make_napari_viewer, serve
     url = srv.url("web.svs") + "?token=s3cr3t"
     viewer = make_napari_viewer(show=True)
     [layer] = viewer.open(url, plugin="napari-slidescope")
-    assert layer.name == "web.svs" and layer.multiscale
+    assert layer.name == "web.svs"
+    assert layer.multiscale
     assert layer.metadata["path"] == srv.url("web.svs")  # no token
     assert tuple(layer.scale) == pytest.approx((0.5, 0.5))
     from napari_slidescope.slide import open_slide

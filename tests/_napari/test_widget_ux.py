@@ -58,25 +58,31 @@ def test_progress_shows_stage_tiles_and_time_left(
     widget.controller.progress.connect(lambda p: seen.append((p.stage, p.done, p.total)))
     gate = threading.Event()
     _slow_run(widget, image, threshold_segmenter, gate=gate)
-    assert widget.progress.visible and widget.cancel_button.enabled
-    assert not widget.run_button.enabled and "in progress" in widget.run_button.tooltip
+    assert widget.progress.visible
+    assert widget.cancel_button.enabled
+    assert not widget.run_button.enabled
+    assert "in progress" in widget.run_button.tooltip
     qtbot.waitUntil(lambda: widget.progress.value >= 3, timeout=20_000)
     bar = widget.progress.native
     done, total = bar.value(), bar.maximum()
     assert 3 <= done < total
-    assert f"of {total} tiles" in widget.status.value and "left" in widget.status.value
+    assert f"of {total} tiles" in widget.status.value
+    assert "left" in widget.status.value
     assert widget.status.value.startswith("Segmenting nuclei")
     stages = [s for s, _, _ in seen]
-    assert stages[:3] == ["starting", "tissue", "preparing"] and "segmenting" in stages
+    assert stages[:3] == ["starting", "tissue", "preparing"]
+    assert "segmenting" in stages
     counts = [d for s, d, _ in seen if s == "segmenting" and d]
-    assert counts == sorted(counts) and counts[0] == 1
+    assert counts == sorted(counts)
+    assert counts[0] == 1
     # napari's activity entry follows the same run
     assert widget.controller._run.pbar.total == total
     widget.cancel_button.clicked.emit()
     gate.set()
     assert not widget.progress.visible
     out = widget.controller.outcome
-    assert out.state == "cancelled" and 3 <= out.tiles_done < out.tiles_total == total
+    assert out.state == "cancelled"
+    assert 3 <= out.tiles_done < out.tiles_total == total
     assert widget.status.value == f"Cancelled: {out.tiles_done} of {total} tiles"
     qtbot.waitUntil(lambda: not widget.controller.busy)
 
@@ -94,8 +100,10 @@ def test_partial_summary_equals_a_run_over_the_finished_tiles(
     qtbot.waitUntil(lambda: not worker.is_running, timeout=5_000)
     out = ctl.outcome
     partial = ctl.summary(image)
-    assert partial.partial and partial.tiles_done == out.tiles_done < partial.tiles_total
-    assert widget.summary.value == str(partial) and widget.summary.value.startswith("Partial (")
+    assert partial.partial
+    assert partial.tiles_done == out.tiles_done < partial.tiles_total
+    assert widget.summary.value == str(partial)
+    assert widget.summary.value.startswith("Partial (")
     layer = viewer.layers[f"{image.name} nuclei"]
     cores = list(canvas_of(layer).regions)
     assert len(cores) == out.tiles_done  # the density's area: finished tiles only
@@ -106,7 +114,8 @@ def test_partial_summary_equals_a_run_over_the_finished_tiles(
     _slow_run(widget, image, threshold_segmenter, delay=0.0)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     full = ctl.summary(image)
-    assert not full.partial and full.count > count_partial
+    assert not full.partial
+    assert full.count > count_partial
     table = canvas_of(layer).table()
     rows, cols = table["centroid_row"], table["centroid_col"]
     inside = np.zeros(rows.shape, bool)
@@ -139,10 +148,12 @@ def test_run_is_disabled_without_a_slide(make_napari_viewer, small_slide, qtbot)
     assert widget.run_button.tooltip.startswith("Open a slide")
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     qtbot.wait(10)
-    assert widget.image.value is image and widget.run_button.enabled
+    assert widget.image.value is image
+    assert widget.run_button.enabled
     assert "Ctrl+Shift+R" in widget.run_button.tooltip
     viewer.layers.remove(image)
-    assert widget.image.value is None and not widget.run_button.enabled
+    assert widget.image.value is None
+    assert not widget.run_button.enabled
     assert not widget.thumbnails.visible
 
 
@@ -164,13 +175,17 @@ def test_dock_width_stays_bounded_with_a_long_slide_name(make_napari_viewer, qtb
 def test_parameters_show_for_the_chosen_task_only(dock_slide, small_slide, qtbot):
     viewer, [image], widget = dock_slide(small_slide)
     widget.task.value = "tissue"
-    assert widget.tissue_params.visible and not widget.nuclei_params.visible
+    assert widget.tissue_params.visible
+    assert not widget.nuclei_params.visible
     assert not widget.advanced.visible
     widget.show_advanced.value = True
-    assert widget.tissue_advanced.visible and not widget.nuclei_advanced.visible
+    assert widget.tissue_advanced.visible
+    assert not widget.nuclei_advanced.visible
     widget.task.value = "nuclei"
-    assert widget.nuclei_params.visible and widget.nuclei_advanced.visible
-    assert not widget.tissue_params.visible and not widget.tissue_advanced.visible
+    assert widget.nuclei_params.visible
+    assert widget.nuclei_advanced.visible
+    assert not widget.tissue_params.visible
+    assert not widget.tissue_advanced.visible
 
 
 def test_settings_survive_closing_and_reopening_the_widget(make_napari_viewer, qtbot):
@@ -200,7 +215,8 @@ def test_defaults_come_from_the_documented_constants():
 
     d = default_settings()
     # nuclei: "auto" segmenter and resolution (segmenters.working_mpp decides on the slide)
-    assert d.segmenter == "auto" and d.nuclei_mpp == 0.0
+    assert d.segmenter == "auto"
+    assert d.nuclei_mpp == 0.0
     assert (d.min_area_um2, d.max_area_um2) == (
         NucleiParams().min_area_um2,
         NucleiParams().max_area_um2,
@@ -257,4 +273,5 @@ def test_label_and_macro_previews_open_as_layers(dock_slide, small_slide, qtbot)
         assert layer.name == f"{image.name} {key}"
         assert layer.data.shape == images[key].shape
     viewer.layers.remove(image)
-    assert not widget.thumbnails.visible and not widget._associated
+    assert not widget.thumbnails.visible
+    assert not widget._associated

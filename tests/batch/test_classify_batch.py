@@ -110,7 +110,9 @@ def test_bad_rules_files_stop_before_any_work(hdab_slide, tmp_path, content, mes
     res = cli("batch", hdab_slide, "-o", tmp_path / "out", "--classify", rules)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0] and "rules.json" in lines[0]
+    assert len(lines) == 1
+    assert message in lines[0]
+    assert "rules.json" in lines[0]
     assert not (tmp_path / "out").exists()
 
 
@@ -136,7 +138,8 @@ def test_batch_cells_write_both_outlines(client, hdab_slide, tmp_path):
     assert all(c.buffer(1e-6).contains(n) for c, n in zip(cells, nuclei, strict=True))
     assert np.mean([c.area > n.area for c, n in zip(cells, nuclei, strict=True)]) > 0.95
     objects = read_objects(out / hdab_slide.name / "nuclei.geojson.gz")
-    assert {o.object_type for o in objects} == {"cell"} and all(o.nucleus for o in objects)
+    assert {o.object_type for o in objects} == {"cell"}
+    assert all(o.nucleus for o in objects)
 
 
 def test_batch_writes_cells_h5ad_on_request(client, hdab_slide, tmp_path):
@@ -150,7 +153,8 @@ def test_batch_writes_cells_h5ad_on_request(client, hdab_slide, tmp_path):
     assert rows[0]["status"] == "done", rows[0]["error"]
     adata = anndata.read_h5ad(out / hdab_slide.name / "cells.h5ad")
     table = pq.read_table(out / hdab_slide.name / "nuclei.parquet").to_pandas()
-    assert adata.n_obs == len(table) and "DAB" not in adata.var_names  # stains, by name
+    assert adata.n_obs == len(table)  # stains, by name
+    assert "DAB" not in adata.var_names
     assert list(adata.var_names) == ["hematoxylin_od", "dab_od"]
     assert list(adata.obs["class"].astype(str)) == table["class"].tolist()
     assert np.allclose(adata.obsm["spatial"][:, 0], table["centroid_x_um"])
@@ -165,7 +169,8 @@ def test_rules_naming_an_unknown_marker_fail_the_slide_before_any_tile(
         hdab_slide, out, client=client, segmenter="builtin", tile_size_um=TILE_UM, classify=rules
     )
     assert rows[0]["status"] == "failed"
-    assert "unknown marker 'CD8'" in rows[0]["error"] and "DAB" in rows[0]["error"]
+    assert "unknown marker 'CD8'" in rows[0]["error"]
+    assert "DAB" in rows[0]["error"]
     assert not list((out / hdab_slide.name).glob("parts/*.parquet"))
     # a compartment the slide will have is accepted before the run
     ok = PhenotypeRules.of(dab={"thresholds": [0.2, 0.4, 0.6], "compartment": "cell"})

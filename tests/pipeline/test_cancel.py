@@ -114,5 +114,6 @@ def test_cancel_stops_tile_work_and_keeps_finished_tiles():
                 cancel.set()
                 t0 = time.perf_counter()
     assert time.perf_counter() - t0 < BOUND_S  # the next tile's 2 s predict is not awaited
-    assert len(steps) == 1 and steps[0].total == 16
+    assert len(steps) == 1
+    assert steps[0].total == 16
     assert steps[0].result.labels.max() == 1  # the finished tile is whole

@@ -120,7 +120,8 @@ def test_rules_json_round_trip_and_digest(tmp_path):
     data = json.loads(path.read_text())
     assert data["kind"] == RULES_KIND
     back = load_rules(path)
-    assert back == rules and back.digest() == rules.digest()
+    assert back == rules
+    assert back.digest() == rules.digest()
     other = PhenotypeRules.of(markers={"CD3": 13.0}, phenotypes={"T cell": "CD3+"})
     assert other.digest() != rules.digest()
     res = _result(CD3_cell_mean=np.array([1.0, 20.0]), PanCK_cytoplasm_mean=np.array([900.0, 5.0]))

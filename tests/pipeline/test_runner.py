@@ -189,7 +189,8 @@ def test_stage_errors_surface_with_the_tile_named(stage):
         for _ in iter_tiles(slide, plan, seg, workers=2, **kw):
             pass
     notes = " ".join(getattr(info.value, "__notes__", []))
-    assert f"tile {bad.index} " in notes and str(bad.box0) in notes
+    assert f"tile {bad.index} " in notes
+    assert str(bad.box0) in notes
     assert threading.active_count() == baseline
 
 

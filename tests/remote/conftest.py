@@ -25,7 +25,8 @@ def _load(name: str):
     spec = importlib.util.spec_from_file_location(
         f"slidescope_{name}", Path(__file__).parent.parent / f"{name}.py"
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

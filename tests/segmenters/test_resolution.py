@@ -103,7 +103,8 @@ def test_api_and_batch_entry_use_the_rule(seg, slide_mpp, expected, monkeypatch)
     else:
         res = segment_nuclei(slide, segmenter=seg(), tissue=False)
     assert res.mpp == expected
-    assert calls and calls[-1][1] == (None if slide_mpp is None else (slide_mpp, slide_mpp))
+    assert calls
+    assert calls[-1][1] == (None if slide_mpp is None else (slide_mpp, slide_mpp))
     # the batch engine's entry point: prepare_nuclei, the same set-up
     if slide_mpp is None:
         with pytest.warns(UncalibratedWarning):

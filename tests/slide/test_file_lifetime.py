@@ -73,7 +73,9 @@ def test_closing_releases_the_slides_tile_cache(slide_copy):
 
 def test_probe(sample_slide, tmp_path):
     info = probe(sample_slide[0])
-    assert info.format == "svs" and info.levels == 3 and info.tiled
+    assert info.format == "svs"
+    assert info.levels == 3
+    assert info.tiled
     assert info.nbytes == 2048 * 3072 * 3
     with pytest.raises(SlideError, match="not a TIFF"):
         (tmp_path / "x.svs").write_bytes(b"hello world")

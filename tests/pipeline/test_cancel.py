@@ -12,6 +12,7 @@ import threading
 import dask.array as da
 import numpy as np
 import pytest
+from tests.fakes import GatedSegmenter
 
 from napari_slidescope import SlidescopeWarning
 from napari_slidescope.pipeline.cancel import Cancelled
@@ -45,36 +46,31 @@ class CountingSlide(ArraySlide):
         return out
 
 
-class BlockingSegmenter:
-    """The first ``predict`` returns at once; every later one waits for `release`."""
+class SquareSegmenter:
+    """One 10 x 10 px nucleus per tile, whatever the pixels; records its preparation."""
 
+    name = "square"
     target_mpp = 0.5
     min_overlap_um = 0.0
 
     def __init__(self):
         self.prepared = False
-        self.lock = threading.Lock()
-        self.predicts = 0
-        self.release = threading.Event()
-        self.late_returns = 0  # blocked predicts that returned
 
     def prepare(self, sample, *, mpp):
         self.prepared = True
 
     def predict(self, tiles, *, mpp):
-        with self.lock:
-            self.predicts += 1
-            blocks = self.predicts > 1
-        if blocks:
-            self.release.wait(timeout=60)  # a hang guard: the test releases it
-            with self.lock:
-                self.late_returns += 1
         return np.zeros(tiles.shape[:3], np.float32)
 
     def postprocess(self, raw, *, mpp):
         labels = np.zeros(raw.shape, np.int32)
         labels[10:20, 10:20] = 1
         return labels
+
+
+def _blocking():
+    """Tiles pass until the test calls ``hold()``; later ones wait until it opens the gate."""
+    return GatedSegmenter(SquareSegmenter(), free=10**9, timeout=60)
 
 
 def test_uncancelled_tissue_detection_reads_every_chunk():
@@ -99,30 +95,30 @@ def test_cancel_stops_segmenter_preparation():
     # 2048 px chunk; the event is set while the first is read
     cancel = threading.Event()
     slide = CountingSlide((8192, 8192), (2048, 2048), cancel=cancel, cancel_at=1)
-    seg = BlockingSegmenter()
+    seg = _blocking()
     with pytest.raises(Cancelled):
         segment_nuclei(slide, tissue=False, segmenter=seg, cancel=cancel)
     assert slide.reads == 1  # no second crop is read
-    assert not seg.prepared
-    assert seg.predicts == 0
+    assert not seg.inner.prepared
+    assert seg.seen == 0
 
 
 def test_uncancelled_preparation_reads_its_sample_and_prepares():
     slide = CountingSlide((8192, 8192), (2048, 2048))
-    seg = BlockingSegmenter()
-    seg.release.set()
+    seg = _blocking()
+    seg.gate.set()
     gen = iter_segment_nuclei(slide, tissue=False, segmenter=seg, tile_size_um=1024.0)
     with pytest.warns(SlidescopeWarning, match="fell back"):
         first = next(gen)
     gen.close()
-    assert seg.prepared
+    assert seg.inner.prepared
     assert first.total == 16
     assert slide.reads >= 2  # the sample reads more than the one crop a cancel allows
 
 
 def test_cancel_stops_tile_work_and_keeps_finished_tiles():
     slide = CountingSlide((4096, 4096), (4096, 4096))
-    seg = BlockingSegmenter()  # 16 tiles; after the first, predict waits for release
+    seg = _blocking()  # 16 tiles
     cancel = threading.Event()
     steps = []
     gen = iter_segment_nuclei(
@@ -134,11 +130,13 @@ def test_cancel_stops_tile_work_and_keeps_finished_tiles():
             for step in gen:
                 steps.append(step)
                 if len(steps) == 1:
+                    seg.hold()  # every predict from now on blocks until the gate opens
+                    assert seg.held.wait(timeout=30)  # a tile is in flight (a hang guard)
                     cancel.set()
-        # the run stopped while the next tile's predict was still blocked: not awaited
-        assert seg.late_returns == 0
+        # the run stopped while any tile predicted after the cancel was still blocked
+        assert seg.late == 0
     finally:
-        seg.release.set()
+        seg.gate.set()
     assert len(steps) == 1
     assert steps[0].total == 16
     assert steps[0].result.labels.max() == 1  # the finished tile is whole

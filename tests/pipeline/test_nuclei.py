@@ -8,7 +8,7 @@ import warnings
 import dask.array as da
 import numpy as np
 import pytest
-from scipy import ndimage as ndi
+from tests.fakes import ThresholdSegmenter
 
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.measure import COLUMNS
@@ -36,17 +36,9 @@ def discs(shape=(480, 560), radii=(16, 10), spacing=60, seed=0):
     return img, np.array(truth, float)
 
 
-class ThresholdSegmenter:
-    name = "threshold"
-    target_mpp = 0.5
-    min_overlap_um = 12.0
-    stains = RUIFROK_HE
-
-    def predict(self, tiles, *, mpp):
-        return (255.0 - tiles.mean(axis=-1, keepdims=True)).astype(np.float32) / 255.0
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(raw[..., 0] > 0.4)[0].astype(np.int32)
+def _segmenter():
+    """The shared stand-in, with the overlap and the stains these tests measure with."""
+    return ThresholdSegmenter(min_overlap_um=12.0, stains=RUIFROK_HE, opening=False)
 
 
 class RecordingSlide(ArraySlide):
@@ -69,7 +61,7 @@ class RecordingSlide(ArraySlide):
 def disc_result():
     img, truth = discs()
     res = segment_nuclei(
-        img, mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False, workers=2
+        img, mpp=MPP, segmenter=_segmenter(), tile_size_um=30, tissue=False, workers=2
     )
     return img, truth, res
 
@@ -114,7 +106,7 @@ def test_csv_and_geojson_round_trip(tmp_path):
     res = segment_nuclei(
         ArraySlide(img, mpp=MPP),
         region=region,
-        segmenter=ThresholdSegmenter(),
+        segmenter=_segmenter(),
         tile_size_um=30,
         tissue=False,
         workers=2,
@@ -157,7 +149,7 @@ def test_large_regions_keep_outlines_instead_of_a_label_image(tmp_path, monkeypa
     from napari_slidescope.pipeline import nuclei as nuclei_mod
 
     img, _ = discs()
-    kw = dict(segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False, workers=2)
+    kw = dict(segmenter=_segmenter(), tile_size_um=30, tissue=False, workers=2)
     dense = segment_nuclei(ArraySlide(img, mpp=MPP), **kw)
     monkeypatch.setattr(nuclei_mod, "DENSE_LABELS_BYTES", 1000)  # smaller than this region
     with pytest.warns(SlidescopeWarning, match=r"would take .* GiB.*labels=True"):
@@ -196,15 +188,15 @@ def test_large_regions_keep_outlines_instead_of_a_label_image(tmp_path, monkeypa
 )
 def test_bad_arrays_rejected(bad, match):
     with pytest.raises(ValueError, match=match):
-        segment_nuclei(bad, mpp=MPP, segmenter=ThresholdSegmenter())
+        segment_nuclei(bad, mpp=MPP, segmenter=_segmenter())
 
 
 def test_array_needs_mpp_and_region_must_not_be_empty():
     img, _ = discs((64, 64))
     with pytest.raises(ValueError, match="mpp"):
-        segment_nuclei(img, segmenter=ThresholdSegmenter())
+        segment_nuclei(img, segmenter=_segmenter())
     with pytest.raises(ValueError, match="empty"):
-        segment_nuclei(img, mpp=MPP, region=(10, 10, 10, 40), segmenter=ThresholdSegmenter())
+        segment_nuclei(img, mpp=MPP, region=(10, 10, 10, 40), segmenter=_segmenter())
     with pytest.raises(TypeError, match="segmenter"):
         segment_nuclei(img, mpp=MPP, segmenter=object())
 
@@ -215,7 +207,7 @@ def test_all_background_gives_no_nuclei():
     res = segment_nuclei(
         img,
         mpp=MPP,
-        segmenter=ThresholdSegmenter(),
+        segmenter=_segmenter(),
         tissue=False,
         tile_size_um=20,
         progress=lambda d, t: calls.append((d, t)),
@@ -239,9 +231,7 @@ def test_tiles_without_tissue_are_never_read():
     img, _ = discs()
     slide = RecordingSlide(img)
     tissue = tissue_half(img)
-    res = segment_nuclei(
-        slide, segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=tissue, workers=2
-    )
+    res = segment_nuclei(slide, segmenter=_segmenter(), tile_size_um=30, tissue=tissue, workers=2)
     limit = tissue.mask.shape[1] * 0.4 * 16 + 24 * 2 + 16  # tissue edge + overlap + margins
     level0 = [box for box, level in slide.reads if level == 0]
     assert level0
@@ -264,7 +254,7 @@ def test_auto_tissue_runs_detection_for_large_regions(monkeypatch, size_um, expe
     fake = types.ModuleType("napari_slidescope.pipeline.tissue")
     fake.detect_tissue = detect_tissue
     monkeypatch.setitem(sys.modules, "napari_slidescope.pipeline.tissue", fake)
-    segment_nuclei(slide, segmenter=ThresholdSegmenter(), tile_size_um=size_um, workers=1)
+    segment_nuclei(slide, segmenter=_segmenter(), tile_size_um=size_um, workers=1)
     assert bool(called) == expect_detect
 
 
@@ -272,7 +262,7 @@ def test_streaming_steps_and_early_close():
     img, _ = discs()
     baseline = threading.active_count()
     gen = iter_segment_nuclei(
-        img, mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=20, tissue=False, workers=2
+        img, mpp=MPP, segmenter=_segmenter(), tile_size_um=20, tissue=False, workers=2
     )
     steps = [next(gen), next(gen)]
     assert [s.done for s in steps] == [1, 2]
@@ -282,7 +272,7 @@ def test_streaming_steps_and_early_close():
     assert threading.active_count() == baseline
     full = list(
         iter_segment_nuclei(
-            img, mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=20, tissue=False, workers=2
+            img, mpp=MPP, segmenter=_segmenter(), tile_size_um=20, tissue=False, workers=2
         )
     )
     assert [s.done for s in full] == list(range(1, len(full) + 1))
@@ -308,9 +298,7 @@ def test_upsampling_warns():
 
     img, _ = discs((120, 140))
     with pytest.warns(SlidescopeWarning, match="upsampled"):  # asked for explicitly
-        res = segment_nuclei(
-            img, mpp=1.0, target_mpp=0.5, segmenter=ThresholdSegmenter(), tissue=False
-        )
+        res = segment_nuclei(img, mpp=1.0, target_mpp=0.5, segmenter=_segmenter(), tissue=False)
     assert res.labels.shape == img.shape[:2]  # back in the array's px
     assert res.mpp == 1.0
 
@@ -319,15 +307,11 @@ def test_default_working_resolution_is_never_finer_than_the_slide():
     img, _ = discs((120, 140))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no upsampling warning
-        coarse = segment_nuclei(
-            ArraySlide(img, mpp=1.0), segmenter=ThresholdSegmenter(), tissue=False
-        )
-        fine = segment_nuclei(
-            ArraySlide(img, mpp=0.25), segmenter=ThresholdSegmenter(), tissue=False
-        )
+        coarse = segment_nuclei(ArraySlide(img, mpp=1.0), segmenter=_segmenter(), tissue=False)
+        fine = segment_nuclei(ArraySlide(img, mpp=0.25), segmenter=_segmenter(), tissue=False)
     assert coarse.mpp == 1.0  # the slide's own pixels
     assert coarse.downsample == (1.0, 1.0)
-    assert fine.mpp == ThresholdSegmenter.target_mpp  # the segmenter's 0.5 µm/px
+    assert fine.mpp == 0.5  # the segmenter's 0.5 µm/px
 
 
 def test_slide_pipeline_finds_what_the_array_method_finds(shared_file):
@@ -358,7 +342,7 @@ def test_prepare_nuclei_tiles_one_by_one_equal_segment_nuclei():
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
 
     img, _ = discs()
-    kwargs = dict(mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False)
+    kwargs = dict(mpp=MPP, segmenter=_segmenter(), tile_size_um=30, tissue=False)
     whole = segment_nuclei(img, workers=2, **kwargs)
     run = prepare_nuclei(img, **kwargs)
     assert len(run.tiles) == len(run.plan.tiles) > 4
@@ -398,7 +382,7 @@ def test_every_set_up_option_reaches_the_run():
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
 
     img, _ = discs()
-    seg = ThresholdSegmenter()
+    seg = _segmenter()
     options = dict(
         mpp=MPP, segmenter=seg, tile_size_um=30, target_mpp=0.75, tissue=False,
         region=(0, 0, 150, 170),

@@ -3,6 +3,7 @@ import pickle
 import numpy as np
 import pytest
 from scipy import ndimage as ndi
+from tests.fakes import ThresholdSegmenter
 
 from napari_slidescope.pipeline.runner import iter_tiles
 from napari_slidescope.pipeline.tiling import make_plan, owned_labels, paste_owned, read_tile
@@ -24,20 +25,6 @@ def disc_image(shape=(600, 700), radius=10, spacing=36, seed=0):
             centres.append((y, x))
             img[y - r : y + r + 1, x - r : x + r + 1][disc] = (80, 50, 140)
     return img, np.array(centres)
-
-
-class ThresholdSegmenter:
-    """Deterministic, local segmenter: dark pixels -> connected components."""
-
-    name = "threshold"
-    target_mpp = 0.5
-    min_overlap_um = 12.0
-
-    def predict(self, tiles, *, mpp):
-        return (255.0 - tiles.mean(axis=-1, keepdims=True)).astype(np.float32) / 255.0
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(raw[..., 0] > 0.4)[0].astype(np.int32)
 
 
 def match(a, b):
@@ -242,7 +229,11 @@ def builtin_segmenter():
     [("threshold", (600, 700), 40), ("builtin", (1000, 1150), 80)],
 )
 def test_tiled_matches_untiled_nucleus_for_nucleus(kind, shape, tile_um):
-    seg = ThresholdSegmenter() if kind == "threshold" else builtin_segmenter()
+    seg = (
+        ThresholdSegmenter(min_overlap_um=12.0, opening=False)
+        if kind == "threshold"
+        else builtin_segmenter()
+    )
     img, centres = disc_image(shape)
     slide = ArraySlide(img, mpp=0.25)
     region = (0, 0, *img.shape[:2])

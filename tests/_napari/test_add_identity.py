@@ -1,28 +1,10 @@
 """ "Add (skip duplicates)" adds only runs that compute the same thing; others replace."""
 
-import numpy as np
 import pytest
-from scipy import ndimage as ndi
+from tests.fakes import FAKE_MODEL as MODEL
+from tests.fakes import FakeLearned
 
 pytestmark = pytest.mark.gui
-
-MODEL = {"model": "fake_nuclei", "model_version": "1", "weights_sha256": "ab" * 32}
-
-
-class FakeLearned:
-    name = "instanseg"
-    input = "brightfield"
-    target_mpp = 0.5
-    min_overlap_um = 8.0
-
-    def predict(self, tiles, *, mpp):
-        return (tiles[..., 1] < 130)[..., None].astype(np.float32)
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(ndi.binary_opening(raw[..., 0] > 0.5))[0].astype(np.int32)
-
-    def identity(self):
-        return dict(MODEL)
 
 
 def test_add_mode_never_mixes_models_or_resolutions(

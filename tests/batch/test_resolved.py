@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from scipy import ndimage as ndi
+from tests.fakes import FAKE_MODEL as FAKE
+from tests.fakes import FakeLearned
 
 from napari_slidescope import analyze_slides
 from napari_slidescope.batch import tasks
@@ -19,25 +19,6 @@ from napari_slidescope.segmenters import SegmenterInfoWarning, register_segmente
 from napari_slidescope.slide import SlideError
 
 TILE_UM = 256.0
-FAKE = {"model": "fake_nuclei", "model_version": "9.9", "weights_sha256": "ab" * 32}
-
-
-class FakeLearned:
-    """A stand-in for a learned model: dark pixels, labelled."""
-
-    name = "instanseg"
-    input = "brightfield"
-    target_mpp = 0.5
-    min_overlap_um = 8.0
-
-    def predict(self, tiles, *, mpp):
-        return (tiles[..., 1] < 130)[..., None].astype(np.float32)
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(ndi.binary_opening(raw[..., 0] > 0.5))[0].astype(np.int32)
-
-    def identity(self):
-        return dict(FAKE)
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +141,31 @@ def test_errors_that_recur_are_not_retried(local_client, slides, tmp_path, monke
     [row] = analyze_slides(slides / "b.svs", tmp_path / "b", **kw)
     assert row["status"] == "failed"
     assert len(calls) == 4
+
+
+@pytest.mark.parametrize(
+    "nuclei_mpp, expected",
+    [
+        (None, 0.5),  # the rule: the 0.5 µm/px model on a 0.5 µm/px slide
+        (1.0, 1.0),  # asked: coarser than both
+    ],
+)
+def test_batch_segments_at_the_asked_resolution_else_the_rule(
+    local_client, slides, tmp_path, monkeypatch, nuclei_mpp, expected
+):
+    monkeypatch.setitem(registry._REGISTRY, "instanseg", registry._REGISTRY["instanseg"])
+    register_segmenter("instanseg", FakeLearned, identity=lambda: dict(FAKE))
+    out = tmp_path / "out"
+    rows = analyze_slides(
+        slides / "b.svs",
+        out,
+        client=local_client,
+        tile_size_um=TILE_UM,
+        tasks=["nuclei"],
+        segmenter="instanseg",
+        nuclei_mpp=nuclei_mpp,
+    )
+    assert rows[0]["status"] == "done", rows[0]["error"]
+    assert manifest(out, "b.svs")["resolved"]["mpp"] == expected
+    meta = json.loads(pq.read_schema(out / "b.svs" / "nuclei.parquet").metadata[b"slidescope"])
+    assert meta["resolved"]["mpp"] == expected

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from tests.fakes import GatedSegmenter
 
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.viewport import box_to_world, camera_of, visible_region
@@ -23,7 +24,6 @@ def _wait_ready(qtbot, widget, timeout=20_000):
 
 def test_widget_describes_the_slide_and_uses_function_defaults(dock_slide, sample_slide, qtbot):
     from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
-    from napari_slidescope.pipeline.tissue import DEFAULT_TARGET_MPP
 
     viewer, [image], widget = dock_slide(sample_slide[0])
     assert widget.image.value is image
@@ -36,7 +36,7 @@ def test_widget_describes_the_slide_and_uses_function_defaults(dock_slide, sampl
     assert widget.run_options()["nuclei_options"]["target_mpp"] is None
     assert NucleiParams().target_mpp < 0.5
     assert "0.5 µm/px" in widget.nuclei_mpp.tooltip
-    assert widget.tissue_mpp.value == DEFAULT_TARGET_MPP
+    assert widget.tissue_mpp.value == 8.0  # detect_tissue's documented 8 µm/px (1.25x)
     assert not widget.advanced.visible
     widget.show_advanced.value = True
     assert widget.advanced.visible
@@ -177,19 +177,21 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
 ):
     viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.controller
-    slow = {"segmenter": threshold_segmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
+    seg = GatedSegmenter(threshold_segmenter(), free=2)  # the third tile waits at the gate
+    slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
     worker = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
     run = ctl._run
-    qtbot.waitUntil(lambda: run.pbar.n >= 2, timeout=20_000)
-    t0 = time.perf_counter()
+    qtbot.waitUntil(lambda: run.pbar.n >= 2 and seg.held.is_set(), timeout=20_000)
+    total = run.pbar.total
+    assert total > 2  # the whole slide in 64 µm tiles: many more than are let through
     widget.cancel_button.clicked.emit()
     assert not ctl.busy
     assert not widget.cancel_button.enabled
     assert widget.status.value.startswith("Cancelled: "), widget.status.value
-    qtbot.waitUntil(lambda: not worker.is_running, timeout=5_000)
-    stopped = time.perf_counter() - t0
-    assert stopped < 1.5  # the tile in flight (0.25 s of model time) finishes, no more
-    assert run.pbar.n < run.pbar.total or run.pbar.total == 0
+    seg.gate.set()  # the tile in flight finishes, no more start
+    qtbot.waitUntil(lambda: not worker.is_running, timeout=30_000)  # a hang guard only
+    assert run.pbar.n < total
+    assert seg.seen < total  # the tiles after the cancel were never predicted
     layer = viewer.layers[f"{image.name} nuclei"]
     assert layer.multiscale  # finished tiles stay on screen
     assert np.asarray(layer.data[0]).any()
@@ -205,11 +207,13 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
 def test_a_new_run_cancels_the_one_in_flight(dock_slide, small_slide, qtbot, threshold_segmenter):
     viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.controller
-    slow = {"segmenter": threshold_segmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
+    seg = GatedSegmenter(threshold_segmenter(), free=1)  # held in flight after one tile
+    slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
     first = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
-    qtbot.waitUntil(lambda: ctl._run.pbar.n >= 1, timeout=20_000)
+    qtbot.waitUntil(lambda: ctl._run.pbar.n >= 1 and seg.held.is_set(), timeout=20_000)
     ctl.run(image, "tissue", scope="slide")
-    qtbot.waitUntil(lambda: not first.is_running, timeout=5_000)
+    seg.gate.set()
+    qtbot.waitUntil(lambda: not first.is_running, timeout=30_000)  # a hang guard only
     _wait_ready(qtbot, widget)
     assert f"{image.name} tissue" in viewer.layers
 

@@ -1,48 +1,50 @@
 """The widget as a user meets it: progress, partial results, layout, settings, shortcuts."""
 
+import dataclasses
 import threading
 
 import numpy as np
 import pytest
+from tests.fakes import GatedSegmenter
 
 from napari_slidescope._napari import session
 from napari_slidescope._napari.layers import canvas_of
-from napari_slidescope._napari.widget import (
-    MAX_WIDTH,
-    SlideAnalysisWidget,
-    default_settings,
-)
+from napari_slidescope._napari.widget import SlideAnalysisWidget, default_settings
 
 pytestmark = pytest.mark.gui
 
+#: The widget's defaults, written out from the documentation (README, docstrings): nuclei
+#: "auto" (segmenter and resolution), 512 µm tiles, nuclei of 10-400 µm² (NucleiParams),
+#: all cores but one; tissue at 8 µm/px (1.25x), pieces from 2,500 µm² (a 50 µm square),
+#: holes up to 1,000 µm² filled, the stain mode guessed.
+DEFAULTS = {
+    "task": "nuclei",
+    "scope": "visible",
+    "mode": "add",
+    "segmenter": "auto",
+    "nuclei_mpp": 0.0,
+    "tile_size_um": 512.0,
+    "min_area_um2": 10.0,
+    "max_area_um2": 400.0,
+    "workers": 0,
+    "tissue_mpp": 8.0,
+    "min_tissue_um2": 2_500.0,
+    "max_hole_um2": 1_000.0,
+    "tissue_mode": "auto",
+}
+#: Widest the dock's contents may grow (px), whatever the slide's name or a message.
+MAX_WIDTH_PX = 420
 
-class _Gated:
-    """Wraps a segmenter: after `free` tiles, each batch waits for `gate` (10 s at most).
 
-    So a test sees a run in flight however loaded the machine is.
-    """
-
-    def __init__(self, inner, free, gate):
-        self.inner, self.free, self.gate, self.seen = inner, free, gate, 0
-        self.held = threading.Event()  # set once a tile waits at the gate
-        self.name, self.target_mpp = inner.name, inner.target_mpp
-        self.min_overlap_um = inner.min_overlap_um
-
-    def predict(self, tiles, *, mpp):
-        if self.seen >= self.free:
-            self.held.set()
-            self.gate.wait(10)
-        self.seen += len(tiles)
-        return self.inner.predict(tiles, mpp=mpp)
-
-    def postprocess(self, raw, *, mpp):
-        return self.inner.postprocess(raw, mpp=mpp)
+def _assert_defaults(settings):
+    got = dataclasses.asdict(settings)
+    assert got == DEFAULTS
 
 
 def _slow_run(widget, image, threshold_segmenter, delay=0.15, gate=None, free=6):
     seg = threshold_segmenter(delay=delay)
     opts = {
-        "segmenter": seg if gate is None else _Gated(seg, free, gate),
+        "segmenter": seg if gate is None else GatedSegmenter(seg, free, gate),
         "tile_size_um": 64.0,
         "target_mpp": 0.5,
         "workers": 1,
@@ -136,9 +138,11 @@ def test_replace_run_clears_the_previous_summary(
     widget.controller.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_options=seg)
     qtbot.waitUntil(lambda: not widget.controller.busy, timeout=20_000)
     assert "nuclei" in widget.summary.value
-    _slow_run(widget, image, threshold_segmenter)
+    gate = threading.Event()  # the run stays in flight until the test lets it go
+    _slow_run(widget, image, threshold_segmenter, gate=gate, free=0)
     assert widget.summary.value == "–"
     widget.cancel()
+    gate.set()
 
 
 def test_run_is_disabled_without_a_slide(make_napari_viewer, small_slide, qtbot):
@@ -167,8 +171,8 @@ def test_dock_width_stays_bounded_with_a_long_slide_name(make_napari_viewer, qtb
     widget.summary.value = "word " * 200
     qtbot.wait(200)
     assert widget.image.value.name == name
-    assert widget.native.width() <= MAX_WIDTH
-    assert dock.width() <= MAX_WIDTH + 60  # the dock's frame and scroll bar
+    assert widget.native.width() <= MAX_WIDTH_PX
+    assert dock.width() <= MAX_WIDTH_PX + 60  # the dock's frame and scroll bar
     assert viewer.window._qt_viewer.canvas.native.width() >= 500  # was ~250 px
 
 
@@ -204,27 +208,14 @@ def test_settings_survive_closing_and_reopening_the_widget(make_napari_viewer, q
     assert (got.task, got.scope, got.mode) == ("tissue", "slide", "replace")
     assert (got.tile_size_um, got.tissue_mpp, got.max_area_um2) == (256.0, 4.0, 250.0)
     second.restore_defaults.clicked.emit()
-    assert second.settings() == default_settings()
+    _assert_defaults(second.settings())
     third = SlideAnalysisWidget(viewer)
-    assert third.settings() == default_settings()
+    _assert_defaults(third.settings())
 
 
-def test_defaults_come_from_the_documented_constants():
-    from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
-    from napari_slidescope.pipeline import nuclei, tissue
-
-    d = default_settings()
+def test_defaults_are_the_documented_values():
     # nuclei: "auto" segmenter and resolution (segmenters.working_mpp decides on the slide)
-    assert d.segmenter == "auto"
-    assert d.nuclei_mpp == 0.0
-    assert (d.min_area_um2, d.max_area_um2) == (
-        NucleiParams().min_area_um2,
-        NucleiParams().max_area_um2,
-    )
-    assert d.tile_size_um == nuclei.DEFAULT_TILE_SIZE_UM
-    assert d.tissue_mpp == tissue.DEFAULT_TARGET_MPP
-    assert d.min_tissue_um2 == tissue.DEFAULT_MIN_TISSUE_UM2
-    assert d.max_hole_um2 == tissue.DEFAULT_MAX_HOLE_UM2
+    _assert_defaults(default_settings())
 
 
 def test_shortcuts_start_and_cancel_a_run(
@@ -236,7 +227,7 @@ def test_shortcuts_start_and_cancel_a_run(
     widget.task.value = "nuclei"
     widget.scope.value = "slide"  # the shortcut runs on the current view whatever is chosen
     gate = threading.Event()  # the run stays in flight until the test lets it go
-    seg = _Gated(threshold_segmenter(), 0, gate)
+    seg = GatedSegmenter(threshold_segmenter(), 0, gate)
     nuclei = {"segmenter": seg, "target_mpp": 0.5, "workers": 1}
     monkeypatch.setattr(type(widget), "run_options", lambda self: {"nuclei_options": nuclei})
     canvas = viewer.window._qt_viewer.canvas.native

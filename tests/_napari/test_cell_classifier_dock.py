@@ -47,6 +47,7 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     layer = dock.layer
     assert layer is not None
     assert layer.name.endswith("nuclei")
+    plain = layer.colormap  # the segmentation's own colours, before any class colours them
     # classes: add, rename, remove
     assert list(dock.classes) == ["Tumor", "Lymphocyte", "Stroma"]
     dock.rename_class("Stroma", "Spindle")
@@ -141,8 +142,9 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     bad.write_text("not a classifier")
     other._report(other.load_classifier, bad)
     assert "bad.npz: not a napari-slidescope classifier" in other.status.text()
+    assert layer.colormap != plain  # (the loaded classifier coloured the nuclei)
     dock.show_plain_colors()
-    assert not isinstance(layer.colormap, DirectLabelColormap) or layer.colormap is not None
+    assert layer.colormap == plain
 
 
 def canvas_of_layer(layer):

@@ -143,11 +143,12 @@ class GatedSegmenter:
 
 _RULES_KIND = "slidescope-phenotype-rules"
 
-#: ``(file content, words of the refusal)`` of phenotype-rules files that must be refused;
-#: the refusal also names the file.
+#: ``(file content, words of the refusal)`` of phenotype-rules files that must be refused,
+#: by ``load_rules`` and by ``slidescope batch --classify`` alike; the refusal also names
+#: the file. (A JSON file without the rules' "kind" is refused in words of its own by each:
+#: the command also accepts a classifier file.)
 BAD_RULES_FILES = [
     ("{not json", "not JSON"),
     (json.dumps({"kind": _RULES_KIND}), "no marker"),
-    (json.dumps({"markers": {"CD3": 1}}), "not slidescope phenotype rules"),
     (json.dumps({"kind": _RULES_KIND, "dab": [0.6, 0.4, 0.2]}), "must increase"),
 ]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -14,15 +11,10 @@ pytestmark = pytest.mark.gui
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """tests/remote_server.py serving a small synthetic slide on 127.0.0.1."""
+    from tests import remote_server as module
+
     from napari_slidescope.sample_data import write_sample_slide
 
-    spec = importlib.util.spec_from_file_location(
-        "slidescope_remote_server", Path(__file__).parent.parent / "remote_server.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     folder = tmp_path_factory.mktemp("web")
     write_sample_slide(folder / "web.svs", shape=(1024, 1536), mpp=0.5, seed=2, tile=128)
     with module.serve(folder) as srv:

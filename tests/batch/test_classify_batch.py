@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from tests.batch_setup import cli, summary
+from tests.fakes import BAD_RULES_FILES
 
 from napari_slidescope import PhenotypeRules, analyze_slides, classify_cells, segment_nuclei
 from napari_slidescope.analysis.qupath import read_objects
@@ -22,20 +21,6 @@ TILE_UM = 100.0
 def hdab_slide(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ihc")
     return make_hdab(seed=11, shape=(512, 512)).write(folder / "ki67.ome.tif")
-
-
-def cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "napari_slidescope.batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def _summary(out):
-    with open(out / "summary.csv", newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def test_batch_classes_equal_in_process_and_a_changed_rules_file_is_redone(
@@ -55,7 +40,7 @@ def test_batch_classes_equal_in_process_and_a_changed_rules_file_is_redone(
     assert np.array_equal(table["id"], want.table["id"])
     assert table["class"].tolist() == want.table["class"].tolist()
     assert np.array_equal(table["dab_score"], want.table["dab_score"])
-    row = _summary(out)[0]
+    row = summary(out)[hdab_slide.name]
     assert float(row["h_score"]) == pytest.approx(np.mean(want.table["dab_score"]) * 100, rel=1e-4)
     assert "Negative:" in row["classes"]
     objects = read_objects(out / hdab_slide.name / "nuclei.geojson.gz")
@@ -90,20 +75,10 @@ def test_batch_classes_equal_in_process_and_a_changed_rules_file_is_redone(
     assert manifest["parameters"]["classify"]["rules"]["dab"]["thresholds"] == [0.1, 0.2, 0.3]
     moved = pq.read_table(out / hdab_slide.name / "nuclei.parquet").to_pandas()
     assert (moved["dab_score"].to_numpy() >= table["dab_score"].to_numpy()).all()
-    assert float(_summary(out)[0]["h_score"]) > float(row["h_score"])
+    assert float(summary(out)[hdab_slide.name]["h_score"]) > float(row["h_score"])
 
 
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        ("{oops", "not JSON"),
-        (json.dumps({"kind": "slidescope-phenotype-rules"}), "no marker"),
-        (
-            json.dumps({"kind": "slidescope-phenotype-rules", "dab": [0.6, 0.4, 0.2]}),
-            "must increase",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("content", "message"), BAD_RULES_FILES)
 def test_bad_rules_files_stop_before_any_work(hdab_slide, tmp_path, content, message):
     rules = tmp_path / "rules.json"
     rules.write_text(content)

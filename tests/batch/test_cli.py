@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pyarrow.parquet as pq
 import pytest
+from tests.batch_setup import cli, sigkill_then_resume, summary
 
 from napari_slidescope import analyze_slides
 
 TILE_UM = 128.0
-
-
-def cli(*args, **kwargs):
-    return subprocess.run(
-        [sys.executable, "-m", "napari_slidescope.batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        **kwargs,
-    )
-
-
-def summary(out):
-    with open(out / "summary.csv", newline="") as fh:
-        return {r["slide"]: r for r in csv.DictReader(fh)}
 
 
 @pytest.mark.parametrize(
@@ -104,52 +85,7 @@ def test_damaged_slide_fails_alone_exit_1(client, slides, tmp_path):
 
 
 def test_sigkill_mid_run_then_resume_gives_the_same_tables(client, slides, tmp_path):
-    ref = tmp_path / "ref"
-    analyze_slides(slides / "a.svs", ref, tile_size_um=TILE_UM, client=client, segmenter="builtin")
-    out = tmp_path / "out"
-    args = ["batch", slides / "a.svs", "-o", out, "--tile-size-um", TILE_UM, "--no-progress"]
-    args += ["--segmenter", "builtin"]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "napari_slidescope.batch",
-            *map(str, args),
-            "--scheduler",
-            client.scheduler.address,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    parts = out / "a.svs" / "parts"
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            if parts.is_dir() and len(list(parts.glob("tile-*.parquet"))) >= 2:
-                break
-            assert proc.poll() is None, "the command ended before it could be killed"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    manifest = json.loads((out / "a.svs" / "manifest.json").read_text())
-    assert manifest["status"] == "running"
-    kept = len(list(parts.glob("tile-*.parquet")))
-    first = []
-    rows = analyze_slides(
-        slides / "a.svs",
-        out,
-        tile_size_um=TILE_UM,
-        client=client,
-        segmenter="builtin",
-        resume=True,
-        progress=lambda s: first.append(s.tiles_done) if not first else None,
-    )
-    assert rows[0]["status"] == "done"
-    assert 2 <= kept == first[0] < len(manifest["tiles"])  # finished tiles were kept
-    got = pq.read_table(out / "a.svs" / "nuclei.parquet").sort_by("id")
-    want = pq.read_table(ref / "a.svs" / "nuclei.parquet").sort_by("id")
+    got, want = sigkill_then_resume(slides / "a.svs", "a.svs", client, tmp_path, TILE_UM)
     assert got.equals(want)
     assert got.schema.metadata[b"slidescope"] == want.schema.metadata[b"slidescope"]
 

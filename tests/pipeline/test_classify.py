@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from tests.fakes import BAD_RULES_FILES
 
 from napari_slidescope import CellClassifier, PhenotypeRules, classify_cells, load_rules
 from napari_slidescope.analysis.phenotypes import auto_threshold, dab_scores, ihc_summary
@@ -128,16 +129,15 @@ def test_rules_json_round_trip_and_digest(tmp_path):
     assert classify_cells(res, rules=path).table["class"].tolist() == ["Tumour", "T cell"]
 
 
-def test_bad_rules_files(tmp_path):
-    (tmp_path / "a.json").write_text("{not json")
-    with pytest.raises(ValueError, match="a.json: not JSON"):
-        load_rules(tmp_path / "a.json")
-    (tmp_path / "b.json").write_text(json.dumps({"kind": RULES_KIND}))
-    with pytest.raises(ValueError, match="b.json: no marker"):
-        load_rules(tmp_path / "b.json")
-    (tmp_path / "c.json").write_text(json.dumps({"markers": {"CD3": 1}}))
-    with pytest.raises(ValueError, match="not slidescope phenotype rules"):
-        load_rules(tmp_path / "c.json")
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [*BAD_RULES_FILES, (json.dumps({"markers": {"CD3": 1}}), "not slidescope phenotype rules")],
+)
+def test_bad_rules_files(tmp_path, content, message):
+    path = tmp_path / "rules.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"rules\\.json: .*{re.escape(message)}"):
+        load_rules(path)
 
 
 class _Fixed:

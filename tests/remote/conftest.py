@@ -6,7 +6,6 @@ and a small synthetic slide.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -21,21 +20,12 @@ BUCKET = "slides"
 SECRET = "very-secret-key-123"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(
-        f"slidescope_{name}", Path(__file__).parent.parent / f"{name}.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def remote_server():
     """The module ``tests/remote_server.py``."""
-    return _load("remote_server")
+    from tests import remote_server
+
+    return remote_server
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ contributor names).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sys
@@ -20,6 +19,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+# the shared helpers' asserts report their operands as a test module's do
+pytest.register_assert_rewrite("tests.fakes", "tests.batch_setup")
 
 TESTDATA_ENV = "SLIDESCOPE_TESTDATA"
 
@@ -124,21 +126,12 @@ def sample_slide(tmp_path_factory: pytest.TempPathFactory):
     return path, truth
 
 
-def _load_ndpi_writer():
-    """The NDPI-like file writer that lives beside this conftest (tests are not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "slidescope_ndpi_writer", Path(__file__).with_name("ndpi_writer.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def ndpi_writer():
     """The module ``tests/ndpi_writer.py``: ``write_ndpi(path, levels, band_width=...)``."""
-    return _load_ndpi_writer()
+    from tests import ndpi_writer
+
+    return ndpi_writer
 
 
 @pytest.fixture(scope="session")
@@ -153,13 +146,9 @@ def small_ndpi(tmp_path_factory: pytest.TempPathFactory, ndpi_writer):
 @pytest.fixture(scope="session")
 def slide_writers():
     """The module ``tests/slide_writers.py``: OME-Zarr, Leica SCN and Ventana BIF writers."""
-    spec = importlib.util.spec_from_file_location(
-        "slidescope_slide_writers", Path(__file__).with_name("slide_writers.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tests import slide_writers
+
+    return slide_writers
 
 
 #: Shared slides converted to DICOM WSI by :func:`dicom_slides`.

@@ -1,6 +1,6 @@
 """Small slides written in each format's own layout, for the tests (no test lives here).
 
-Loaded by the ``slide_writers`` fixture of ``tests/conftest.py`` (tests are not a package).
+Given to tests by the ``slide_writers`` fixture of ``tests/conftest.py``.
 
 OME-Zarr: NGFF 0.4 in a zarr format 2 store, NGFF 0.5 (``attrs['ome']``) in a zarr
 format 3 store, written with plain zarr.

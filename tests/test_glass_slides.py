@@ -44,19 +44,25 @@ def glass(tmp_path_factory):
 
 def test_layout_places_every_image_and_renumbers_its_truth(glass):
     images, truths, rgb, truth, layout, _ = glass
-    assert rgb.shape[:2] == truth.shape == layout.shape and len(layout.boxes) == 3
+    assert rgb.shape[:2] == truth.shape == layout.shape
+    assert len(layout.boxes) == 3
     ids = []
     for im, tr, (y0, x0, y1, x1) in zip(images, truths, layout.boxes, strict=True):
-        assert y0 % 16 == 0 and x0 % 16 == 0 and y0 >= 200 and x0 >= 200
+        assert y0 % 16 == 0
+        assert x0 % 16 == 0
+        assert y0 >= 200
+        assert x0 >= 200
         np.testing.assert_array_equal(rgb[y0:y1, x0:x1], im)
         area = truth[y0:y1, x0:x1]
         assert (area > 0).sum() == (tr > 0).sum()
         ids.append(set(np.unique(area)) - {0})
-    assert not ids[0] & ids[1] and len(set().union(*ids)) == truth.max()
+    assert not ids[0] & ids[1]
+    assert len(set().union(*ids)) == truth.max()
     glass_px = np.ones(truth.shape, bool)
     for y0, x0, y1, x1 in layout.boxes:
         glass_px[y0:y1, x0:x1] = False
-    assert (truth[glass_px] == 0).all() and rgb[glass_px].min() >= 230
+    assert (truth[glass_px] == 0).all()
+    assert rgb[glass_px].min() >= 230
 
 
 def test_bad_input_is_refused_with_the_argument_named():
@@ -81,11 +87,14 @@ def test_slide_scores_like_its_crops_at_40x_and_20x(glass, factor):
     # lossless tiles: what is compared is the slide path, not the JPEG codec
     path = write_svs(folder / f"glass_{factor}.svs", rgb, mpp=layout.mpp, compression="zlib")
     with open_slide(path) as slide:
-        assert slide.shape0 == layout.shape and slide.mpp[0] == pytest.approx(layout.mpp, 1e-3)
+        assert slide.shape0 == layout.shape
+        assert slide.mpp[0] == pytest.approx(layout.mpp, 1e-3)
     result = segment_nuclei(path, segmenter="builtin", tile_size_um=64, tissue=True)
     slide_scores = score_areas(result, truth, layout)
     for (y0, x0, y1, x1), s in zip(layout.boxes, slide_scores, strict=True):
         crop = segment_nuclei(rgb[y0:y1, x0:x1], mpp=layout.mpp, segmenter="builtin")
         c = instance_scores(truth[y0:y1, x0:x1], crop.labels)
-        assert c["f1"] > 0.9 and s["n_true"] == c["n_true"] > 20
-        assert abs(s["f1"] - c["f1"]) <= 0.02 and abs(s["aji"] - c["aji"]) <= 0.02
+        assert c["f1"] > 0.9
+        assert s["n_true"] == c["n_true"] > 20
+        assert abs(s["f1"] - c["f1"]) <= 0.02
+        assert abs(s["aji"] - c["aji"]) <= 0.02

@@ -219,7 +219,8 @@ def test_child_killed_mid_write_leaves_old_file_or_none(tmp_path, kind, existing
         assert line.strip() == "ready", proc.stderr.read()
         # the half-written data is on disk, in the temporary file only
         temps = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
-        assert len(temps) == 1 and temps[0].stat().st_size > 0
+        assert len(temps) == 1
+        assert temps[0].stat().st_size > 0
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:

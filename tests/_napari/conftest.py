@@ -1,34 +1,12 @@
 """Fixtures of the napari tests: a fast stand-in segmenter and a small synthetic slide."""
 
-import time
-
-import numpy as np
 import pytest
-from scipy import ndimage as ndi
-
-
-class ThresholdSegmenter:
-    """A fast stand-in for the real segmenter: dark-green pixels, opened and labelled."""
-
-    name = "threshold"
-    target_mpp = 0.5
-    min_overlap_um = 8.0
-
-    def __init__(self, delay: float = 0.0):
-        self.delay = delay
-
-    def predict(self, tiles, *, mpp):
-        if self.delay:
-            time.sleep(self.delay)
-        return (tiles[..., 1] < 130)[..., None].astype(np.float32)
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(ndi.binary_opening(raw[..., 0] > 0.5))[0].astype(np.int32)
+from tests.fakes import ThresholdSegmenter
 
 
 @pytest.fixture
 def threshold_segmenter():
-    """The stand-in segmenter class (call it, optionally with ``delay=`` seconds)."""
+    """The shared stand-in segmenter class, ``tests.fakes.ThresholdSegmenter``."""
     return ThresholdSegmenter
 
 

@@ -1,28 +1,10 @@
 """ "Add (skip duplicates)" adds only runs that compute the same thing; others replace."""
 
-import numpy as np
 import pytest
-from scipy import ndimage as ndi
+from tests.fakes import FAKE_MODEL as MODEL
+from tests.fakes import FakeLearned
 
 pytestmark = pytest.mark.gui
-
-MODEL = {"model": "fake_nuclei", "model_version": "1", "weights_sha256": "ab" * 32}
-
-
-class FakeLearned:
-    name = "instanseg"
-    input = "brightfield"
-    target_mpp = 0.5
-    min_overlap_um = 8.0
-
-    def predict(self, tiles, *, mpp):
-        return (tiles[..., 1] < 130)[..., None].astype(np.float32)
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(ndi.binary_opening(raw[..., 0] > 0.5))[0].astype(np.int32)
-
-    def identity(self):
-        return dict(MODEL)
 
 
 def test_add_mode_never_mixes_models_or_resolutions(
@@ -47,7 +29,8 @@ def test_add_mode_never_mixes_models_or_resolutions(
     first = run((0, 0, 512, 512))  # "auto": the learned model, as installed
     assert first.identity["segmenter"] == "instanseg"
     assert first.identity["weights_sha256"] == MODEL["weights_sha256"]
-    assert first.identity["mpp"] == 0.5 and first.identity["stain_mode"] == "brightfield"
+    assert first.identity["mpp"] == 0.5
+    assert first.identity["stain_mode"] == "brightfield"
     # the same identity: added, the earlier area kept
     canvas = run((0, 512, 512, 1024))
     assert canvas.regions == [(0, 0, 512, 512), (0, 512, 512, 1024)]
@@ -59,4 +42,5 @@ def test_add_mode_never_mixes_models_or_resolutions(
     assert (canvas.table()["centroid_row"] >= 512 - 8).all()  # only the new run's nuclei
     # another working resolution: replaced too
     canvas = run((512, 512, 1024, 1024), target_mpp=1.0)
-    assert canvas.regions == [(512, 512, 1024, 1024)] and canvas.identity["mpp"] == 1.0
+    assert canvas.regions == [(512, 512, 1024, 1024)]
+    assert canvas.identity["mpp"] == 1.0

@@ -45,7 +45,9 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
         "napari-slidescope", "Cell classifier", tabify=True
     )
     layer = dock.layer
-    assert layer is not None and layer.name.endswith("nuclei")
+    assert layer is not None
+    assert layer.name.endswith("nuclei")
+    plain = layer.colormap  # the segmentation's own colours, before any class colours them
     # classes: add, rename, remove
     assert list(dock.classes) == ["Tumor", "Lymphocyte", "Stroma"]
     dock.rename_class("Stroma", "Spindle")
@@ -71,17 +73,20 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     points = viewer.layers[f"{layer.name} examples"]
     assert len(points.data) == 15
     # live preview: trained after the clicks, nuclei in view coloured by class
-    assert dock.classifier is not None and set(dock.classifier.class_names) == set(CLASS_NAMES)
+    assert dock.classifier is not None
+    assert set(dock.classifier.class_names) == set(CLASS_NAMES)
     assert isinstance(layer.colormap, DirectLabelColormap)
     in_view = dock._visible_rows(table)
     assert 0 < in_view.size < len(table["id"])  # the preview colours the nuclei in view
     some = int(table["id"][[r for r in in_view if cls[r] == 0][-1]])
     lym = tuple(v / 255 for v in dock.classes["Lymphocyte"])
     np.testing.assert_allclose(layer.colormap.color_dict[some][:3], lym)
-    assert "Lymphocyte" in dock.legend.text() and "Tumor" in dock.legend.text()
+    assert "Lymphocyte" in dock.legend.text()
+    assert "Tumor" in dock.legend.text()
     # too many nuclei in view: the preview waits for a closer view
     monkeypatch.setattr(cell_classifier, "PREVIEW_MAX", 3)
-    assert dock.preview() == {} and "zoom in" in dock.legend.text()
+    assert dock.preview() == {}
+    assert "zoom in" in dock.legend.text()
     monkeypatch.undo()
     # unmark with a second click, re-mark
     first = next(iter(dock.examples))
@@ -93,7 +98,8 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     dock.classify_all()  # (waiting on its finished signal races a worker that ends first)
     qtbot.waitUntil(lambda: "Classified" in dock.status.text(), timeout=60_000)
     counts = dock.last_counts
-    assert "class" in layer.features and LEGEND_NAME in viewer.window._dock_widgets
+    assert "class" in layer.features
+    assert LEGEND_NAME in viewer.window._dock_widgets
     viewer.reset_view()
     qtbot.wait(200)
     viewer.screenshot(str(tmp_path / "cell_classes.png"), canvas_only=False)
@@ -103,7 +109,8 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     # the whole layer: same classes as classify_cells with the same classifier
     res = classify_cells(canvas_of_layer(layer).to_result(), classifier=dock.classifier)
     expect = {c: int((res.table["class"] == c).sum()) for c in dock.classifier.class_names}
-    assert counts == expect and sum(counts.values()) == len(table["id"])
+    assert counts == expect
+    assert sum(counts.values()) == len(table["id"])
     right = (res.table["class"] == np.asarray(CLASS_NAMES)[cls.clip(0)])[cls >= 0]
     assert right.mean() > 0.7  # 5 examples per class; the benchmark measures accuracy
     # a selected shape: the nuclei inside it, counts and densities in the legend
@@ -116,7 +123,8 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     top = np.asarray(res.table["centroid_row"]) < 256
     want = {c: int((res.table["class"][top] == c).sum()) for c in dock.classifier.class_names}
     assert in_shape == want
-    assert "in the shape" in dock.legend.text() and "/mm²" in dock.legend.text()
+    assert "in the shape" in dock.legend.text()
+    assert "/mm²" in dock.legend.text()
     viewer.reset_view()
     qtbot.wait(200)
     viewer.screenshot(str(tmp_path / "cell_classes_shape.png"), canvas_only=False)
@@ -134,8 +142,9 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     bad.write_text("not a classifier")
     other._report(other.load_classifier, bad)
     assert "bad.npz: not a napari-slidescope classifier" in other.status.text()
+    assert layer.colormap != plain  # (the loaded classifier coloured the nuclei)
     dock.show_plain_colors()
-    assert not isinstance(layer.colormap, DirectLabelColormap) or layer.colormap is not None
+    assert layer.colormap == plain
 
 
 def canvas_of_layer(layer):

@@ -42,7 +42,8 @@ def test_classify_colours_nuclei_by_class_with_a_legend(
         dict(zip(ids.tolist(), cls.tolist(), strict=True))[int(i)] for i in layer.features["index"]
     ]
     text = " ".join(w.text() for w in dock.findChildren(type(dock.layout().itemAt(0).widget())))
-    assert "Negative" in text and "H-score" in text
+    assert "Negative" in text
+    assert "H-score" in text
     with pytest.raises(ValueError, match="no DAB"):
         classify(viewer, dab=True)  # an H&E slide has no DAB
 
@@ -60,7 +61,8 @@ def test_cells_layer_and_classified_geojson_read_back(make_napari_viewer, tmp_pa
     viewer = make_napari_viewer()
     [image] = viewer.open(str(path), plugin="napari-slidescope")
     cells = add_cells(viewer, res, image)
-    assert cells.contour == 1 and cells.name == f"{image.name} cells"
+    assert cells.contour == 1
+    assert cells.name == f"{image.name} cells"
     assert np.array_equal(np.asarray(cells.data), res.cells)
     # the classified export opens as detections in their class colours
     out = res.to_geojson(tmp_path / "cells.geojson")
@@ -88,7 +90,8 @@ def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     dock = ClassifyWidget(viewer)
     res = dock.apply()
-    assert set(res.table["class"]) <= {"Negative", "1+", "2+", "3+"} and res.count > 20
+    assert set(res.table["class"]) <= {"Negative", "1+", "2+", "3+"}
+    assert res.count > 20
     layer = viewer.layers[f"{image.name} nuclei"]
     assert "class" in layer.features
     # thresholds out of order are refused, named in the status line
@@ -152,7 +155,8 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
         ("DAB", 1, 0.4, "2+"),
         ("DAB", 2, 0.6, "3+"),
     ]
-    assert len(table._lines) == 3 and table.thresholds("area_um2") == []
+    assert len(table._lines) == 3
+    assert table.thresholds("area_um2") == []
     # drag the 1+ line from 0.2 to a value with cells on both sides of it
     between = np.sort(dab[(dab > 0.2) & (dab < 0.4)])
     k = between.size // 2
@@ -179,7 +183,8 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     # the line stays between its neighbours, and the saved rules hold the dragged value
     _drag(table.canvas, table.axes, t1, 0.9)
     t = dock.current_rules().dab["thresholds"]
-    assert t[0] < t[1] == pytest.approx(0.4) and t[0] == pytest.approx(0.4, abs=1e-5)
+    assert t[0] < t[1] == pytest.approx(0.4)
+    assert t[0] == pytest.approx(0.4, abs=1e-5)
     saved = load_rules(dock.save(tmp_path / "rules.json"))
     assert saved.dab["thresholds"] == tuple(t)
     assert tuple(layer.metadata["slidescope_classification"]["dab_thresholds"]) == tuple(t)
@@ -193,7 +198,8 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     _drag(table.canvas, table.axes, 0.3, target)
     rules = dock.current_rules()
     got = rules.markers["hematoxylin_od"]["threshold"]
-    assert got == pytest.approx(target, abs=0.02) and dock.mode.currentIndex() == 1
+    assert got == pytest.approx(target, abs=0.02)
+    assert dock.mode.currentIndex() == 1
     pos = np.array(layer.metadata["slidescope_classes"]["hematoxylin_od"]) / 255
     for i in ids[hema > got][:20]:
         assert np.allclose(layer.colormap.map(int(i))[:3], pos, atol=1 / 255)
@@ -203,9 +209,9 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
 def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
     make_napari_viewer, tmp_path, qtbot
 ):
+    from napari_slidescope._napari.shapes import aligned, to_layer_coords
     from napari_slidescope._qt.classify_widget import ClassifyWidget
     from napari_slidescope._qt.session import controller_for
-    from napari_slidescope._napari.shapes import aligned, to_layer_coords
     from napari_slidescope.sample_cells import make_hdab
 
     truth = make_hdab(seed=9, shape=(256, 256))
@@ -236,4 +242,5 @@ def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
         n = int((np.asarray(res.table["class"])[inside] == name).sum())
         assert s[f"{name}_count"] == n
         assert s[f"{name}_per_mm2"] == pytest.approx(n / s["area_mm2"])
-    assert "H-score" in dock.status.text() and "/mm²" in dock.status.text()
+    assert "H-score" in dock.status.text()
+    assert "/mm²" in dock.status.text()

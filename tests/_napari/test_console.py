@@ -29,12 +29,15 @@ def test_console_helpers_one_line_each(make_napari_viewer, sample_slide, qtbot):
 
     tissue = add_tissue(viewer, scope="slide")
     assert tissue.name == f"{image.name} tissue"
-    assert len(tissue.data) >= 1 and set(tissue.shape_type) == {"polygon"}  # outlines
+    assert len(tissue.data) >= 1  # outlines
+    assert set(tissue.shape_type) == {"polygon"}
     # aligned with the slide in world coordinates: the slide's scale and translate
     np.testing.assert_allclose(tissue.scale, image.scale)
     np.testing.assert_allclose(tissue.translate, image.translate)
     ring = tissue.data[0]  # inside the slide (2048 x 3072 level-0 px)
-    assert ring.min() >= -0.5 and ring[:, 0].max() <= 2048 and ring[:, 1].max() <= 3072
+    assert ring.min() >= -0.5
+    assert ring[:, 0].max() <= 2048
+    assert ring[:, 1].max() <= 3072
 
     nuclei = add_nuclei(viewer, target_mpp=0.5, segmenter="builtin")
     assert nuclei.name == f"{image.name} nuclei"

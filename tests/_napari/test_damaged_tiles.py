@@ -83,7 +83,8 @@ def test_damaged_tiles_are_outlined_and_notified_once(
     notes = [str(n.message) for n in _records()[before:]]
     ours = [n for n in notes if "damaged-cmu.svs" in n]
     assert len(ours) == 1, notes
-    assert "level 0" in ours[0] and "rows 0:240 cols 240:480" in ours[0]
+    assert "level 0" in ours[0]
+    assert "rows 0:240 cols 240:480" in ours[0]
     assert "outlined in red" in ours[0]
     shot = viewer.screenshot(canvas_only=True, flash=False)
     if SHOTS:

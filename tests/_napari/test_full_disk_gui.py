@@ -23,7 +23,8 @@ def _corpus():
     name = "slidescope_hostile_corpus"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, _CORPUS)
-        assert spec is not None and spec.loader is not None
+        assert spec is not None
+        assert spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
@@ -66,12 +67,15 @@ def test_settings_on_a_full_disk_raise_naming_the_file_and_keep_it(
     # a change in the widget: one notification naming the file, never a traceback
     widget.tile_size_um.value = 384.0
     widget.tile_size_um.value = 512.0
-    assert len(shown) == 1 and str(ini) in shown[0] and "not remembered" in shown[0]
+    assert len(shown) == 1
+    assert str(ini) in shown[0]
+    assert "not remembered" in shown[0]
     # the API: an OSError naming the file and the cause
     with pytest.raises(OSError) as info:
         widget.save_settings()
     assert info.value.errno == errno.ENOSPC
-    assert str(ini) in str(info.value) and "No space left on device" in str(info.value)
+    assert str(ini) in str(info.value)
+    assert "No space left on device" in str(info.value)
     assert ini.read_bytes() == before
     leftovers = [p for p in ini.parent.rglob("*") if p != ini and p.name != "filler"]
     assert all(p.is_dir() for p in leftovers), leftovers

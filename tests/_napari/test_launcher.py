@@ -52,7 +52,8 @@ def test_launcher_names_a_bad_file(no_event_loop, tmp_path, capsys):
     bad.write_bytes(b"not a tiff")
     assert launcher.main([str(bad)]) == 2
     err = capsys.readouterr().err
-    assert "broken.svs" in err and err.count("\n") == 1
+    assert "broken.svs" in err
+    assert err.count("\n") == 1
     assert no_event_loop == []  # refused before any window was made
 
 
@@ -90,5 +91,6 @@ def test_launcher_exits_2_with_one_line_for_a_bad_path(tmp_path, kind):
         )
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and "slide.svs" in lines[0], proc.stderr
+        assert len(lines) == 1, proc.stderr
+        assert "slide.svs" in lines[0], proc.stderr
         assert lines[0].startswith("napari-slidescope: ")

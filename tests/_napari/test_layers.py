@@ -37,7 +37,8 @@ def test_result_layers_come_back_after_both_are_deleted(
         assert all(name in viewer.layers for name in names)
         layer = viewer.layers[names[1]]
         canvas = canvas_of(layer)
-        assert canvas is not None and layer.multiscale  # a whole-slide run: a pyramid
+        assert canvas is not None  # a whole-slide run: a pyramid
+        assert layer.multiscale
         assert layer.data[0] is canvas.data[0]
         ids = set(np.unique(np.asarray(layer.data[0])).tolist()) - {0}
         assert ids == set(canvas.table()["id"].tolist())
@@ -48,7 +49,8 @@ def test_result_layers_come_back_after_both_are_deleted(
         qtbot.wait(50)  # an event loop: Qt deletes the finished run's slot proxies
         gc.collect()
         assert not any(ly.name in names for ly in _layers._CANVASES)  # nothing stale kept
-    assert counts[0] > 0 and counts == [counts[0]] * 3
+    assert counts[0] > 0
+    assert counts == [counts[0]] * 3
 
 
 def test_a_painted_canvas_does_not_keep_its_deleted_layer_alive():
@@ -63,7 +65,8 @@ def test_a_painted_canvas_does_not_keep_its_deleted_layer_alive():
     for y in (0, 16):  # the first patch uploads the texture whole, the next one in part
         patch = _layers.Patch((y, 0, y + 8, 8), labels, {"id": np.array([y + 1])}, 1, 2)
         _layers.paint_patch(layer, canvas, patch)
-    assert canvas.data[3, 3] == 1 and canvas_of(layer) is canvas
+    assert canvas.data[3, 3] == 1
+    assert canvas_of(layer) is canvas
     ref = weakref.ref(layer)
     del layer
     gc.collect()

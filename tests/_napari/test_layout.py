@@ -42,14 +42,16 @@ def test_label_and_macro_previews_appear_in_the_dock(dock_slide, shared_file, qt
     for preview in (widget.label_image, widget.macro_image):
         native = preview.native
         assert native.isVisible()
-        assert native.height() >= 60 and native.width() >= 60, (native.width(), native.height())
+        assert native.height() >= 60, (native.width(), native.height())
+        assert native.width() >= 60, (native.width(), native.height())
         assert _shows_an_image(native)  # the slide's image, not an empty frame
         # inside the row, and the row inside what the dock shows
         assert row.rect().contains(native.geometry())
     assert row.height() >= widget.label_image.native.height()
     scroll = widget.native
     top_left = row.mapTo(scroll, row.rect().topLeft())
-    assert scroll.rect().contains(top_left) and top_left.y() + row.height() <= scroll.height()
+    assert scroll.rect().contains(top_left)
+    assert top_left.y() + row.height() <= scroll.height()
 
 
 @pytest.mark.parametrize("size", [(1280, 800), (1500, 900)])
@@ -131,7 +133,8 @@ def test_launcher_gives_the_image_most_of_the_window(launched, shared_file, qtbo
     assert canvas.width() > max(d.width() for d in docks)
     # the analysis dock is the tab shown, bounded in width; nothing in it is clipped
     scroll = widget.native
-    assert scroll.isVisible() and not scroll.visibleRegion().isEmpty()
+    assert scroll.isVisible()
+    assert not scroll.visibleRegion().isEmpty()
     assert scroll.width() <= MAX_WIDTH
     assert scroll.widget().width() <= scroll.viewport().width()  # no control cut sideways
     assert _clipped(widget) == []
@@ -179,7 +182,8 @@ def test_export_folder_falls_back_when_the_slides_folder_is_read_only(
         viewer, [image], widget = dock_slide(slides / "ro.svs")
         assert str(widget.export_dir.value) == str(work)
         assert widget.export_note.visible
-        assert str(slides) in widget.export_note.value and str(work) in widget.export_note.value
+        assert str(slides) in widget.export_note.value
+        assert str(work) in widget.export_note.value
         assert "read-only" in widget.export_note.value
     finally:
         slides.chmod(0o755)
@@ -188,7 +192,8 @@ def test_export_folder_falls_back_when_the_slides_folder_is_read_only(
 def test_export_folder_is_the_slides_own_when_writable(dock_slide, small_slide, qtbot):
     viewer, [image], widget = dock_slide(small_slide)
     assert str(widget.export_dir.value) == str(small_slide.parent)
-    assert not widget.export_note.visible and widget.export_note.value == ""
+    assert not widget.export_note.visible
+    assert widget.export_note.value == ""
 
 
 def test_default_export_folder_rules(tmp_path, monkeypatch):
@@ -197,7 +202,8 @@ def test_default_export_folder_rules(tmp_path, monkeypatch):
     assert default_export_folder(None) == (tmp_path, "")
     # /proc refuses new files even to root: the current folder is used, and said
     folder, note = default_export_folder("/proc/slide.svs")
-    assert folder == tmp_path and note == f"/proc is read-only: exports go to {tmp_path}"
+    assert folder == tmp_path
+    assert note == f"/proc is read-only: exports go to {tmp_path}"
 
 
 def test_a_preview_is_as_tall_as_its_image_up_to_a_bound(dock_slide, small_slide, qtbot):

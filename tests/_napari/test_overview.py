@@ -91,7 +91,9 @@ def test_overview_moves_camera_and_follows_it_rgb(make_napari_viewer, sample_sli
     assert tuple(camera.center) == before
     # removing the slide clears the overview
     viewer.layers.remove(image)
-    assert widget.layer is None and widget.thumbnail is None and widget.view_box is None
+    assert widget.layer is None
+    assert widget.thumbnail is None
+    assert widget.view_box is None
     widget.repaint()  # paints "No slide open" without error
 
 
@@ -99,7 +101,8 @@ def test_overview_composites_a_multichannel_slide(make_napari_viewer, tmp_path, 
     path = _multichannel_slide(tmp_path / "mc.ome.tif")
     viewer, layers, widget = _overview(make_napari_viewer, path, qtbot)
     assert len(layers) == 3
-    assert widget.layer in layers and widget.thumbnail.shape == (256, 384, 3)
+    assert widget.layer in layers
+    assert widget.thumbnail.shape == (256, 384, 3)
     thumb = widget.thumbnail.astype(int)
     # the top half has channel 0 on, the left half channel 1: the quadrants differ
     quads = [thumb[:128, :192], thumb[:128, 192:], thumb[128:, :192], thumb[128:, 192:]]

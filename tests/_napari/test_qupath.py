@@ -73,7 +73,8 @@ def test_reader_claims_geojson_and_leaves_other_json(tmp_path):
     broken = tmp_path / "broken.geojson"
     broken.write_bytes(b"\x00\x01 not json")
     for p in (good, gz, listed):
-        assert looks_like_geojson(p) and get_reader(str(p)) is not None
+        assert looks_like_geojson(p)
+        assert get_reader(str(p)) is not None
     for p in (other, broken, tmp_path / "missing.geojson"):
         assert get_reader(str(p)) is None
     objs = read_objects(gz)
@@ -84,9 +85,12 @@ def test_reader_claims_geojson_and_leaves_other_json(tmp_path):
         "detection",
         "detection",
     ]
-    assert objs[0].name == "Tumour A" and objs[0].class_name == "Tumor"
-    assert objs[0].color == (200, 0, 0) and objs[0].measurements == {"Area µm^2": 1234.5}
-    assert len(objs[0].polygons[0][1]) == 1 and len(objs[1].polygons) == 2
+    assert objs[0].name == "Tumour A"
+    assert objs[0].class_name == "Tumor"
+    assert objs[0].color == (200, 0, 0)
+    assert objs[0].measurements == {"Area µm^2": 1234.5}
+    assert len(objs[0].polygons[0][1]) == 1
+    assert len(objs[1].polygons) == 2
     np.testing.assert_array_equal(objs[2].polygons[0][0][0], [50, 60])  # (row, col)
 
 
@@ -101,12 +105,14 @@ def test_qupath_objects_open_aligned_with_the_slide(make_napari_viewer, small_sl
     path.write_bytes(gzip.compress(raw) if gz else raw)
     layers = viewer.open(str(path), plugin="napari-slidescope")
     ann, det = layers
-    assert ann.name == "objects annotations" and det.name == "objects detections"
+    assert ann.name == "objects annotations"
+    assert det.name == "objects detections"
     # annotations: polygons whose world vertices sit on the slide's level-0 pixels
     feats = ann.features
     assert list(feats["role"]) == ["annotation", "hole", "annotation", "annotation"]
     assert list(feats["class"]) == ["Tumor", "Tumor", "Stroma", "Stroma"]
-    assert feats["name"][0] == "Tumour A" and feats["Area µm^2"][0] == 1234.5
+    assert feats["name"][0] == "Tumour A"
+    assert feats["Area µm^2"][0] == 1234.5
     world = np.array([ann.data_to_world(v) for v in ann.data[0]])
     corners = np.array([[100, 200], [100, 500], [400, 500], [400, 200]], float)  # (row, col)
     np.testing.assert_allclose(world, t + s * (corners - 0.5), atol=1e-6)
@@ -124,9 +130,11 @@ def test_qupath_objects_open_aligned_with_the_slide(make_napari_viewer, small_sl
         assert det.get_value(outside, world=True)[1] == 0
         level0 = np.asarray(det.data[0][y : y + 10, x : x + 10])
         assert (level0 == k + 1).all()  # exactly the 10 x 10 pixels of the square
-        assert det.data[0][y - 1, x] == 0 and det.data[0][y + 10, x] == 0
+        assert det.data[0][y - 1, x] == 0
+        assert det.data[0][y + 10, x] == 0
     row = det.features[det.features["index"] == 2]
-    assert row["Nucleus: Area"].iloc[0] == 101.0 and row["class"].iloc[0] == "Nucleus"
+    assert row["Nucleus: Area"].iloc[0] == 101.0
+    assert row["class"].iloc[0] == "Nucleus"
 
 
 def test_project_geojson_opens_aligned_and_layers_save_back(
@@ -174,7 +182,8 @@ def test_project_geojson_opens_aligned_and_layers_save_back(
     written = viewer.layers.save(
         str(tmp_path / "menu.geojson"), selected=True, plugin="napari-slidescope"
     )
-    assert written and read_objects(written[0])[0].object_type == "annotation"
+    assert written
+    assert read_objects(written[0])[0].object_type == "annotation"
 
 
 def test_batch_nuclei_parquet_opens_aligned(make_napari_viewer, small_slide, tmp_path):
@@ -202,7 +211,8 @@ def test_batch_nuclei_parquet_opens_aligned(make_napari_viewer, small_slide, tmp
     image.translate = (7.0, 9.0)
     s, t = np.asarray(image.scale), np.asarray(image.translate)
     [det] = viewer.open(str(folder / "nuclei.parquet"), plugin="napari-slidescope")
-    assert det.multiscale and det.name == "small.svs nuclei"
+    assert det.multiscale
+    assert det.name == "small.svs nuclei"
     for k, (y, x) in enumerate([(50, 60), (800, 1200)]):
         assert det.get_value(t + s * np.array([y + 5, x + 5]), world=True)[1] == k + 1
         assert (np.asarray(det.data[0][y : y + 10, x : x + 10]) == k + 1).all()

@@ -105,13 +105,17 @@ def test_layer_data_rgb(sample_slide):
     path, truth = sample_slide
     [(data, kwargs, kind)] = read_slide(str(path))
     assert kind == "image"
-    assert kwargs["multiscale"] is True and kwargs["rgb"] is True
-    assert kwargs["scale"] == (0.5, 0.5) and kwargs["units"] == ("µm", "µm")
+    assert kwargs["multiscale"] is True
+    assert kwargs["rgb"] is True
+    assert kwargs["scale"] == (0.5, 0.5)
+    assert kwargs["units"] == ("µm", "µm")
     assert kwargs["contrast_limits"] == [0, 255]
     assert kwargs["name"] == "sample.svs"
     assert [d.shape[:2] for d in data] == [(2048, 3072), (512, 768), (128, 192)]
     meta = kwargs["metadata"]["slidescope"]
-    assert meta["format"] == "svs" and meta["mpp"] == (0.5, 0.5) and meta["magnification"] == 20
+    assert meta["format"] == "svs"
+    assert meta["mpp"] == (0.5, 0.5)
+    assert meta["magnification"] == 20
     import dask.array as da
 
     assert all(isinstance(d, da.Array) for d in data)
@@ -151,6 +155,5 @@ def test_fluorescence_contrast_limits_come_from_the_smallest_level(shared_file):
     [(_, nd, _)] = read_slide(str(path))
     with open_slide(path) as slide:
         small = np.asarray(slide.levels[-1])
-    assert nd["rgb"] and nd["contrast_limits"] == pytest.approx(
-        list(np.percentile(small, [0.1, 99.9]))
-    )
+    assert nd["rgb"]
+    assert nd["contrast_limits"] == pytest.approx(list(np.percentile(small, [0.1, 99.9])))

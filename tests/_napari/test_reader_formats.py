@@ -23,8 +23,10 @@ def test_ome_zarr_rgb_folder(slide_writers, tmp_path):
     )
     assert get_reader(str(path)) is read_slide
     data, kwargs = _one_image(read_slide(str(path)))
-    assert kwargs["rgb"] is True and kwargs["multiscale"] is True
-    assert kwargs["scale"] == (0.5, 0.5) and kwargs["units"] == ("µm", "µm")
+    assert kwargs["rgb"] is True
+    assert kwargs["multiscale"] is True
+    assert kwargs["scale"] == (0.5, 0.5)
+    assert kwargs["units"] == ("µm", "µm")
     assert [d.shape for d in data] == [np.moveaxis(a, 0, -1).shape for a in levels]
     assert kwargs["metadata"]["slidescope"]["format"] == "ome-zarr"
 
@@ -95,9 +97,11 @@ def test_viewer_opens_ome_zarr_and_dicom_folders(
     path = tmp_path / "slide.ome.zarr"
     slide_writers.write_ngff(path, slide_writers.rgb_planes((256, 384)), mpp=(0.5, 0.5))
     [layer] = viewer.open(str(path), plugin="napari-slidescope")
-    assert layer.rgb and layer.multiscale
+    assert layer.rgb
+    assert layer.multiscale
     assert tuple(layer.scale) == pytest.approx((0.5, 0.5))
     folder = dicom_slides["CMU-1-Small-Region.svs"]
     [layer2] = viewer.open(str(folder), plugin="napari-slidescope")
-    assert layer2.rgb and layer2.data.shape == (2967, 2220, 3)
+    assert layer2.rgb
+    assert layer2.data.shape == (2967, 2220, 3)
     assert tuple(layer2.scale) == pytest.approx((0.499, 0.499))

@@ -16,7 +16,8 @@ def test_viewer_open_shared_svs_and_ndpi(make_napari_viewer, shared_file):
     assert tuple(str(u) for u in layer.units) == ("micrometer", "micrometer")
     ndpi = shared_file("test3-DAPI-2-387.ndpi")
     [layer2] = viewer.open(str(ndpi), plugin="napari-slidescope")
-    assert layer2.multiscale and len(layer2.data) == 4
+    assert layer2.multiscale
+    assert len(layer2.data) == 4
     assert tuple(layer2.scale) == pytest.approx((0.22817, 0.22817), rel=1e-3)
     assert layer2.data[0].shape == (4864, 3968, 3)
 
@@ -131,7 +132,8 @@ def test_removing_the_layer_releases_its_slide(make_napari_viewer, sample_slide)
     assert _cached_tiles(other_slide._owner)  # the other slide is untouched
     assert np.asarray(other.data[0][:600, :600]).any()
     viewer.layers.clear()
-    assert not _cached_tiles(other_slide._owner) and other_slide not in reader._OPEN
+    assert not _cached_tiles(other_slide._owner)
+    assert other_slide not in reader._OPEN
 
 
 def test_a_multichannel_slide_stays_open_while_a_channel_is_shown(make_napari_viewer, shared_file):
@@ -142,7 +144,9 @@ def test_a_multichannel_slide_stays_open_while_a_channel_is_shown(make_napari_vi
     slide = reader._OPEN[-1]
     for layer in layers[:-1]:
         viewer.layers.remove(layer)
-        assert slide in reader._OPEN and not slide._tif.filehandle.closed
+        assert slide in reader._OPEN
+        assert not slide._tif.filehandle.closed
     assert np.asarray(layers[-1].data[:16, :16]).shape == (16, 16)  # still readable
     viewer.layers.remove(layers[-1])
-    assert slide not in reader._OPEN and slide._tif.filehandle.closed
+    assert slide not in reader._OPEN
+    assert slide._tif.filehandle.closed

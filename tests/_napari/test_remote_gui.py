@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -14,14 +11,10 @@ pytestmark = pytest.mark.gui
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """tests/remote_server.py serving a small synthetic slide on 127.0.0.1."""
+    from tests import remote_server as module
+
     from napari_slidescope.sample_data import write_sample_slide
 
-    spec = importlib.util.spec_from_file_location(
-        "slidescope_remote_server", Path(__file__).parent.parent / "remote_server.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     folder = tmp_path_factory.mktemp("web")
     write_sample_slide(folder / "web.svs", shape=(1024, 1536), mpp=0.5, seed=2, tile=128)
     with module.serve(folder) as srv:
@@ -33,7 +26,8 @@ def test_viewer_opens_a_url_and_the_widget_analyses_it(make_napari_viewer, serve
     url = srv.url("web.svs") + "?token=s3cr3t"
     viewer = make_napari_viewer(show=True)
     [layer] = viewer.open(url, plugin="napari-slidescope")
-    assert layer.name == "web.svs" and layer.multiscale
+    assert layer.name == "web.svs"
+    assert layer.multiscale
     assert layer.metadata["path"] == srv.url("web.svs")  # no token
     assert tuple(layer.scale) == pytest.approx((0.5, 0.5))
     from napari_slidescope.slide import open_slide

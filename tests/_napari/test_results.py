@@ -27,7 +27,8 @@ def test_whole_slide_nuclei_are_exact_at_full_zoom(
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     ctl = controller_for(viewer)
     layer = _whole_slide_run(viewer, image, ctl, threshold_segmenter(), qtbot)
-    assert layer.multiscale and len(layer.data) >= 2
+    assert layer.multiscale
+    assert len(layer.data) >= 2
     canvas = _layers.canvas_of(layer)
     assert isinstance(canvas, _layers.PyramidCanvas)
     ref = segment_nuclei(
@@ -36,7 +37,8 @@ def test_whole_slide_nuclei_are_exact_at_full_zoom(
         tissue=ctl.tissue_result(image),
         **SEG,
     )
-    assert ref.count > 20 and ref.downsample == canvas.downsample
+    assert ref.count > 20
+    assert ref.downsample == canvas.downsample
     # zoom onto a level-0 window: the displayed tile is level 0 and equals the reference
     y0, x0 = 400, 600
     camera = camera_of(viewer)
@@ -47,7 +49,8 @@ def test_whole_slide_nuclei_are_exact_at_full_zoom(
     assert layer.data_level == 0
     tile = layer._slice.image.raw
     cy, cx = (int(v) for v in layer._slice.tile_to_data.translate[-2:])
-    assert tile.shape[0] > 32 and tile.shape[1] > 32
+    assert tile.shape[0] > 32
+    assert tile.shape[1] > 32
     oy, ox = ref.origin
     expected = ref.labels[cy - oy : cy - oy + tile.shape[0], cx - ox : cx - ox + tile.shape[1]]
     assert expected.any()
@@ -61,14 +64,16 @@ def test_whole_slide_nuclei_are_exact_at_full_zoom(
     assert set(feats["index"]) == set(ref.table["id"].tolist())
     nid = int(expected[expected > 0][0])
     row = feats[feats["index"] == nid]
-    assert row.shape[0] == 1 and row["area_um2"].iloc[0] > 0
+    assert row.shape[0] == 1
+    assert row["area_um2"].iloc[0] > 0
     pos = np.argwhere(expected == nid)[0] + (cy, cx)
     world = pos * np.asarray(image.scale) + np.asarray(image.translate)
     assert layer.get_value(world, world=True) == (0, nid)  # (level, value)
     # napari loads the labels in whole cells of the image's chunk grid, so a small pan
     # inside them re-slices neither layer (before, the labels were re-read at every move)
     chunk = _layers.image_read_chunk(image, canvas.downsample)
-    assert canvas.pyramid.read_chunk == chunk and layer.data[0].chunks == (chunk, chunk)
+    assert canvas.pyramid.read_chunk == chunk
+    assert layer.data[0].chunks == (chunk, chunk)
     box, image_box = layer.corner_pixels.copy(), image.corner_pixels.copy()
     assert (box[0, -2:] % chunk == 0).all()
     camera = camera_of(viewer)
@@ -98,11 +103,13 @@ def test_memory_does_not_grow_with_the_slide(
         layer = _whole_slide_run(viewer, image, ctl, threshold_segmenter(), qtbot)
         canvas = _layers.canvas_of(layer)
         pyr = canvas.pyramid
-        assert layer.multiscale and pyr.levels[0].shape[0] >= shape[0]
+        assert layer.multiscale
+        assert pyr.levels[0].shape[0] >= shape[0]
         # no array as large as the slide anywhere in the canvas: the labels are on disk
         arrays = [v for v in vars(canvas).values() if isinstance(v, np.ndarray)]
         assert not arrays
-        assert pyr.cache_bytes == bound and 0 < pyr.nbytes_cached <= bound
+        assert pyr.cache_bytes == bound
+        assert 0 < pyr.nbytes_cached <= bound
         written.append(pyr.chunks_written * pyr.chunk**2 * 4)  # bytes of labels on disk
         assert written[-1] > 4 * bound
         # a nucleus far from the last tiles painted is still there (read back from disk)
@@ -134,7 +141,8 @@ def test_nuclei_erased_in_the_layer_leave_the_exports(
     layer.data[layer.data == gone] = 0  # what the eraser / fill-with-0 tools do
     layer.refresh()
     after = _layers.canvas_of(layer).to_result()
-    assert after.count == before.count - 1 and gone not in after.table["id"]
+    assert after.count == before.count - 1
+    assert gone not in after.table["id"]
     after.to_csv(tmp_path / "n.csv")
     after.to_geojson(tmp_path / "n.geojson")
     feats = json.loads((tmp_path / "n.geojson").read_text())["features"]

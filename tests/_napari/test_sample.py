@@ -18,7 +18,8 @@ def test_sample_truth_matches_pixels(sample_slide):
     path, truth = sample_slide
     assert truth.tissue_mask.shape == (2048 // TRUTH_DOWNSAMPLE, 3072 // TRUTH_DOWNSAMPLE)
     with open_slide(path) as slide:
-        assert slide.format == "svs" and slide.mpp == (0.5, 0.5)
+        assert slide.format == "svs"
+        assert slide.mpp == (0.5, 0.5)
         lvl = np.asarray(slide.levels[1]).astype(float)  # 4x downsample
     # glass is bright, tissue is darker: compare per truth cell
     cells = lvl.reshape(128, 4, 192, 4, 3).mean((1, 3, 4))

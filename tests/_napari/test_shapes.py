@@ -14,7 +14,8 @@ def test_smooth_ring_rounds_corners_and_keeps_area():
     square = np.array([[0, 0], [0, 10], [10, 10], [10, 0]], float)
     ring = _shapes.smooth_ring(square, 2)
     assert len(ring) == 16
-    assert ring[:, 0].min() >= 0 and ring[:, 0].max() <= 10  # inside the original
+    assert ring[:, 0].min() >= 0  # inside the original
+    assert ring[:, 0].max() <= 10
     assert 0.8 * 100 < _shapes.ring_area(ring) < 100
 
 
@@ -33,7 +34,8 @@ def test_tissue_is_shapes_aligned_in_world_with_areas_and_edits_exported(
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     layer = viewer.layers[f"{image.name} tissue"]
     result = ctl.tissue_result(image)
-    assert isinstance(layer, Shapes) and len(result.polygons) >= 1
+    assert isinstance(layer, Shapes)
+    assert len(result.polygons) >= 1
     feats = layer.features
     tissue = feats["role"] == "tissue"
     assert tissue.sum() == len(result.polygons)
@@ -78,7 +80,8 @@ def test_a_new_tissue_result_replaces_the_old_one_in_the_same_layer(
     first = _shapes.show_tissue(viewer, image, whole)
     n_layers = len(viewer.layers)
     second = _shapes.show_tissue(viewer, image, part)
-    assert second is first and len(viewer.layers) == n_layers  # updated, not re-added
+    assert second is first  # updated, not re-added
+    assert len(viewer.layers) == n_layers
     feats = second.features
     tissue = feats["role"] == "tissue"
     assert len(second.data) == len(feats) == len(part.polygons) + sum(map(len, part.holes))
@@ -181,6 +184,7 @@ def test_finished_tiles_of_a_polygon_run_count_only_inside_the_polygon():
     triangle = np.array([[0.0, 0.0], [0.0, 200.0], [200.0, 0.0]])
     run = SimpleNamespace(polygon=triangle)
     part = _core_area(run, (0, 100, 100, 200))  # a tile the hypotenuse halves
-    assert np.asarray(part).ndim == 2 and np.asarray(part).max(axis=0)[1] <= 200
+    assert np.asarray(part).ndim == 2
+    assert np.asarray(part).max(axis=0)[1] <= 200
     assert _core_area(run, (150, 150, 200, 200)) == (150, 150, 150, 150)  # outside: empty
     assert _core_area(SimpleNamespace(polygon=None), (0, 0, 10, 10)) == (0, 0, 10, 10)

@@ -23,7 +23,9 @@ def test_console_widget_and_batch_agree_on_a_slide(dock_slide, shared_file, qtbo
     viewer, [image], widget = dock_slide(path)
     nuclei = add_nuclei(viewer, image, scope="slide", segmenter="builtin")
     console = summary(viewer, image)
-    assert console is not None and not console.partial and console.count > 1000
+    assert console is not None
+    assert not console.partial
+    assert console.count > 1000
     qtbot.waitUntil(lambda: str(widget.summary.value) == str(console), timeout=10_000)
 
     with distributed.Client(

@@ -25,14 +25,17 @@ def test_model_sorts_and_filters_with_numpy(qtbot):
     table = _table()
     model = NucleiTableModel()
     model.set_table(table)
-    assert model.rowCount() == 50 and model.columns[:2] == ["id", "area_um2"]
+    assert model.rowCount() == 50
+    assert model.columns[:2] == ["id", "area_um2"]
     assert model.headerData(1, Qt.Orientation.Horizontal) == "Area (µm²)"
     model.sort(1, Qt.SortOrder.DescendingOrder)
     shown = model.values("area_um2")
-    assert np.all(np.diff(shown) <= 0) and shown[0] == table["area_um2"].max()
+    assert np.all(np.diff(shown) <= 0)
+    assert shown[0] == table["area_um2"].max()
     model.set_filter("area_um2", 100, 200)
     inside = (table["area_um2"] >= 100) & (table["area_um2"] <= 200)
-    assert model.rowCount() == inside.sum() and model.total == 50
+    assert model.rowCount() == inside.sum()
+    assert model.total == 50
     assert np.all(np.diff(model.values("area_um2")) <= 0)  # still sorted
     nid = int(table["id"][inside][0])
     assert model.nucleus_id(model.row_of(nid)) == nid
@@ -55,13 +58,15 @@ def test_table_dock_follows_a_run_and_selection_moves_the_camera(
     ctl = widget.controller
     ctl.run(image, "tissue", scope="slide")
     qtbot.waitUntil(lambda: not ctl.busy, timeout=20_000)
-    assert dock.tissue.text().startswith("Tissue: ") and "% of the area" in dock.tissue.text()
+    assert dock.tissue.text().startswith("Tissue: ")
+    assert "% of the area" in dock.tissue.text()
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_options=seg)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=20_000)
     layer = viewer.layers[f"{image.name} nuclei"]
     n = layer.features.shape[0]
-    assert n > 3 and dock.model.total == dock.model.rowCount() == n
+    assert n > 3
+    assert dock.model.total == dock.model.rowCount() == n
     assert dock.heading.text().startswith(f"{n} of {n} nuclei shown")
     assert dock.axes.get_xlabel() == "Area (µm²)"  # the histogram, area by default
     assert sum(p.get_height() for p in dock.axes.patches) == n

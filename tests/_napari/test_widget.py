@@ -10,6 +10,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from tests.fakes import GatedSegmenter
 
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.viewport import box_to_world, camera_of, visible_region
@@ -23,24 +24,24 @@ def _wait_ready(qtbot, widget, timeout=20_000):
 
 def test_widget_describes_the_slide_and_uses_function_defaults(dock_slide, sample_slide, qtbot):
     from napari_slidescope.analysis.brightfield_nuclei import NucleiParams
-    from napari_slidescope.pipeline.tissue import DEFAULT_TARGET_MPP
 
     viewer, [image], widget = dock_slide(sample_slide[0])
     assert widget.image.value is image
-    assert (
-        "svs" in widget.info.value
-        and "0.5 µm/px" in widget.info.value
-        and "20×" in widget.info.value
-    )
+    assert "svs" in widget.info.value
+    assert "0.5 µm/px" in widget.info.value
+    assert "20×" in widget.info.value
     # "auto" (0): the resolution rule decides, with the slide's own pixel size
-    assert widget.nuclei_mpp.value == 0 and widget.nuclei_mpp.native.text() == "auto"
+    assert widget.nuclei_mpp.value == 0
+    assert widget.nuclei_mpp.native.text() == "auto"
     assert widget.run_options()["nuclei_options"].options.target_mpp is None
-    assert NucleiParams().target_mpp < 0.5 and "0.5 µm/px" in widget.nuclei_mpp.tooltip
-    assert widget.tissue_mpp.value == DEFAULT_TARGET_MPP
+    assert NucleiParams().target_mpp < 0.5
+    assert "0.5 µm/px" in widget.nuclei_mpp.tooltip
+    assert widget.tissue_mpp.value == 8.0  # detect_tissue's documented 8 µm/px (1.25x)
     assert not widget.advanced.visible
     widget.show_advanced.value = True
     assert widget.advanced.visible
-    assert widget.status.value == "Ready" and not widget.cancel_button.enabled
+    assert widget.status.value == "Ready"
+    assert not widget.cancel_button.enabled
     assert widget.run_button.enabled
 
 
@@ -58,7 +59,8 @@ def test_choosing_a_segmenter_shows_its_working_resolution(
     assert widget.segmenter.value == "auto"
     assert "coarse-model" in [c for c in widget.segmenter.choices]
     widget.segmenter.value = "coarse-model"
-    assert widget.nuclei_mpp.value == 0 and "auto: 1 µm/px" in widget.nuclei_mpp.tooltip
+    assert widget.nuclei_mpp.value == 0
+    assert "auto: 1 µm/px" in widget.nuclei_mpp.tooltip
     assert widget.run_options()["nuclei_options"].options.target_mpp is None  # the rule decides
     widget.segmenter.value = "builtin"
     assert "auto: 0.5 µm/px" in widget.nuclei_mpp.tooltip  # the slide's 0.5, not 0.25
@@ -73,7 +75,8 @@ def test_widget_runs_on_a_multichannel_slide(make_napari_viewer, shared_file, qt
     assert len(layers) == 3
     _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
     qtbot.wait(10)
-    assert widget.image.value is not None and widget.why_not_runnable() is None
+    assert widget.image.value is not None
+    assert widget.why_not_runnable() is None
     assert list(widget.channel.choices) == ["auto", "DAPI", "FITC", "Cy3"]
     widget.segmenter.value = "builtin-fluorescence"
     widget.channel.value = "DAPI"
@@ -107,13 +110,13 @@ def test_nuclei_on_visible_region_fill_exactly_that_region(dock_slide, sample_sl
         (y0, x0, y1, x1), box_to_world(region, scale=image.scale, translate=image.translate)
     )
     count = int(layer.features.shape[0])
-    assert count >= 1 and len(np.unique(layer.data)) - 1 == count
+    assert count >= 1
+    assert len(np.unique(layer.data)) - 1 == count
     assert "area_um2" in layer.features.columns
-    assert (
-        widget.summary.value.startswith(f"{count} nuclei")
-        and "/mm² of tissue" in widget.summary.value
-    )
-    assert widget.status.value.startswith("Done") and not widget.cancel_button.enabled
+    assert widget.summary.value.startswith(f"{count} nuclei")
+    assert "/mm² of tissue" in widget.summary.value
+    assert widget.status.value.startswith("Done")
+    assert not widget.cancel_button.enabled
 
 
 def test_instanseg_from_the_widget_on_the_visible_region(dock_slide, sample_slide, qtbot):
@@ -135,7 +138,8 @@ def test_instanseg_from_the_widget_on_the_visible_region(dock_slide, sample_slid
     layer = viewer.layers[f"{image.name} nuclei"]
     np.testing.assert_allclose(layer.scale, (0.5, 0.5))  # µm per label pixel, as the image
     count = int(layer.features.shape[0])
-    assert count >= 1 and len(np.unique(layer.data)) - 1 == count
+    assert count >= 1
+    assert len(np.unique(layer.data)) - 1 == count
     assert widget.summary.value.startswith(f"{count} nuclei")
 
 
@@ -173,36 +177,43 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
 ):
     viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.controller
-    slow = {"segmenter": threshold_segmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
+    seg = GatedSegmenter(threshold_segmenter(), free=2)  # the third tile waits at the gate
+    slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
     worker = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
     run = ctl._run
-    qtbot.waitUntil(lambda: run.pbar.n >= 2, timeout=20_000)
-    t0 = time.perf_counter()
+    qtbot.waitUntil(lambda: run.pbar.n >= 2 and seg.held.is_set(), timeout=20_000)
+    total = run.pbar.total
+    assert total > 2  # the whole slide in 64 µm tiles: many more than are let through
     widget.cancel_button.clicked.emit()
-    assert not ctl.busy and not widget.cancel_button.enabled
+    assert not ctl.busy
+    assert not widget.cancel_button.enabled
     assert widget.status.value.startswith("Cancelled: "), widget.status.value
-    qtbot.waitUntil(lambda: not worker.is_running, timeout=5_000)
-    stopped = time.perf_counter() - t0
-    assert stopped < 1.5  # the tile in flight (0.25 s of model time) finishes, no more
-    assert run.pbar.n < run.pbar.total or run.pbar.total == 0
+    seg.gate.set()  # the tile in flight finishes, no more start
+    qtbot.waitUntil(lambda: not worker.is_running, timeout=30_000)  # a hang guard only
+    assert run.pbar.n < total
+    assert seg.seen < total  # the tiles after the cancel were never predicted
     layer = viewer.layers[f"{image.name} nuclei"]
-    assert layer.multiscale and np.asarray(layer.data[0]).any()  # finished tiles stay on screen
+    assert layer.multiscale  # finished tiles stay on screen
+    assert np.asarray(layer.data[0]).any()
     # the widget is ready for another run
     fast = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     ctl.run(image, "nuclei", region=(0, 0, 256, 256), mode="replace", nuclei_options=fast)
     _wait_ready(qtbot, widget)
     layer = viewer.layers[f"{image.name} nuclei"]  # a small region: a dense layer again
-    assert not layer.multiscale and layer.data.shape == (256, 256)
+    assert not layer.multiscale
+    assert layer.data.shape == (256, 256)
 
 
 def test_a_new_run_cancels_the_one_in_flight(dock_slide, small_slide, qtbot, threshold_segmenter):
     viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.controller
-    slow = {"segmenter": threshold_segmenter(delay=0.25), "tile_size_um": 64.0, "workers": 1}
+    seg = GatedSegmenter(threshold_segmenter(), free=1)  # held in flight after one tile
+    slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
     first = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
-    qtbot.waitUntil(lambda: ctl._run.pbar.n >= 1, timeout=20_000)
+    qtbot.waitUntil(lambda: ctl._run.pbar.n >= 1 and seg.held.is_set(), timeout=20_000)
     ctl.run(image, "tissue", scope="slide")
-    qtbot.waitUntil(lambda: not first.is_running, timeout=5_000)
+    seg.gate.set()
+    qtbot.waitUntil(lambda: not first.is_running, timeout=30_000)  # a hang guard only
     _wait_ready(qtbot, widget)
     assert f"{image.name} tissue" in viewer.layers
 
@@ -228,14 +239,16 @@ def test_error_in_worker_notifies_and_leaves_widget_ready(
         qtbot.waitUntil(lambda: any("disk on fire" in str(n.message) for n in seen), timeout=5_000)
     finally:
         notification_manager.notification_ready.disconnect(seen.append)
-    assert widget.status.value.startswith("Failed") and "disk on fire" in widget.status.value
+    assert widget.status.value.startswith("Failed")
+    assert "disk on fire" in widget.status.value
     assert not widget.cancel_button.enabled
     monkeypatch.undo()
     widget.task.value = "tissue"
     assert widget.run() is not None
     _wait_ready(qtbot, widget)
     assert widget.status.value == "Done"
-    assert widget.summary.value.startswith("Tissue ") and "mm²" in widget.summary.value
+    assert widget.summary.value.startswith("Tissue ")
+    assert "mm²" in widget.summary.value
 
 
 def test_export_buttons_write_geojson_and_csv(
@@ -384,7 +397,8 @@ def test_the_widget_says_which_model_runs_and_which_are_installed(
     widget.segmenter.value = "auto"
     text = widget.models.value
     assert text.startswith("auto runs builtin on this brightfield slide")
-    assert "instanseg is not installed" in text and "installed: builtin" in text
+    assert "instanseg is not installed" in text
+    assert "installed: builtin" in text
     assert widget.models.visible
     # and with them installed
     monkeypatch.setattr(

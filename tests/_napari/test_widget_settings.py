@@ -140,7 +140,8 @@ def test_settings_saved_under_the_old_keys_still_load(make_napari_viewer, tmp_pa
     # once saved again, the file holds today's keys only, and reads back the same
     write_settings(settings_store(), got)
     text = open(path, encoding="utf-8").read()
-    assert "tissue_mpp" not in text and "nuclei_mpp" not in text
+    assert "tissue_mpp" not in text
+    assert "nuclei_mpp" not in text
     assert read_settings(settings_store()) == got
 
 

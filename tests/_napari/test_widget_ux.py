@@ -5,43 +5,57 @@ import threading
 
 import numpy as np
 import pytest
+from tests.fakes import GatedSegmenter
 
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._qt import session
-from napari_slidescope._qt.layout import MAX_WIDTH
 from napari_slidescope._qt.settings import default_settings
 from napari_slidescope._qt.widget import SlideAnalysisWidget
 
 pytestmark = pytest.mark.gui
 
+#: The widget's defaults, written out from the documentation (README, docstrings): nuclei
+#: "auto" (segmenter and resolution), 512 µm tiles, nuclei of 10-400 µm² (NucleiParams),
+#: all cores but one; tissue at 8 µm/px (1.25x), pieces from 2,500 µm² (a 50 µm square),
+#: holes up to 1,000 µm² filled, the stain mode guessed.
+DEFAULTS = {
+    "task": "nuclei",
+    "scope": "visible",
+    "mode": "add",
+    "workers": 0,
+    "tissue": {
+        "target_mpp": 8.0,
+        "mode": "auto",
+        "threshold": None,
+        "smooth_um": None,
+        "min_tissue_um2": 2_500.0,
+        "max_hole_um2": 1_000.0,
+        "outer_only": False,
+        "reject_artifacts": True,
+    },
+    "nuclei": {
+        "segmenter": "auto",
+        "target_mpp": None,
+        "tile_size_um": 512.0,
+        "channel": None,
+        "stain": "auto",
+        "cell_expansion_um": None,
+        "segmenter_options": {"min_area_um2": 10.0, "max_area_um2": 400.0},
+    },
+}
+#: Widest the dock's contents may grow (px), whatever the slide's name or a message.
+MAX_WIDTH_PX = 420
 
-class _Gated:
-    """Wraps a segmenter: after `free` tiles, each batch waits for `gate` (10 s at most).
 
-    So a test sees a run in flight however loaded the machine is.
-    """
-
-    def __init__(self, inner, free, gate):
-        self.inner, self.free, self.gate, self.seen = inner, free, gate, 0
-        self.held = threading.Event()  # set once a tile waits at the gate
-        self.name, self.target_mpp = inner.name, inner.target_mpp
-        self.min_overlap_um = inner.min_overlap_um
-
-    def predict(self, tiles, *, mpp):
-        if self.seen >= self.free:
-            self.held.set()
-            self.gate.wait(10)
-        self.seen += len(tiles)
-        return self.inner.predict(tiles, mpp=mpp)
-
-    def postprocess(self, raw, *, mpp):
-        return self.inner.postprocess(raw, mpp=mpp)
+def _assert_defaults(settings):
+    got = dataclasses.asdict(settings)
+    assert got == DEFAULTS
 
 
 def _slow_run(widget, image, threshold_segmenter, delay=0.15, gate=None, free=6):
     seg = threshold_segmenter(delay=delay)
     opts = {
-        "segmenter": seg if gate is None else _Gated(seg, free, gate),
+        "segmenter": seg if gate is None else GatedSegmenter(seg, free, gate),
         "tile_size_um": 64.0,
         "target_mpp": 0.5,
         "workers": 1,
@@ -57,25 +71,31 @@ def test_progress_shows_stage_tiles_and_time_left(
     widget.controller.progress.connect(lambda p: seen.append((p.stage, p.done, p.total)))
     gate = threading.Event()
     _slow_run(widget, image, threshold_segmenter, gate=gate)
-    assert widget.progress.visible and widget.cancel_button.enabled
-    assert not widget.run_button.enabled and "in progress" in widget.run_button.tooltip
+    assert widget.progress.visible
+    assert widget.cancel_button.enabled
+    assert not widget.run_button.enabled
+    assert "in progress" in widget.run_button.tooltip
     qtbot.waitUntil(lambda: widget.progress.value >= 3, timeout=20_000)
     bar = widget.progress.native
     done, total = bar.value(), bar.maximum()
     assert 3 <= done < total
-    assert f"of {total} tiles" in widget.status.value and "left" in widget.status.value
+    assert f"of {total} tiles" in widget.status.value
+    assert "left" in widget.status.value
     assert widget.status.value.startswith("Segmenting nuclei")
     stages = [s for s, _, _ in seen]
-    assert stages[:3] == ["starting", "tissue", "preparing"] and "segmenting" in stages
+    assert stages[:3] == ["starting", "tissue", "preparing"]
+    assert "segmenting" in stages
     counts = [d for s, d, _ in seen if s == "segmenting" and d]
-    assert counts == sorted(counts) and counts[0] == 1
+    assert counts == sorted(counts)
+    assert counts[0] == 1
     # napari's activity entry follows the same run
     assert widget.controller._run.pbar.total == total
     widget.cancel_button.clicked.emit()
     gate.set()
     assert not widget.progress.visible
     out = widget.controller.outcome
-    assert out.state == "cancelled" and 3 <= out.tiles_done < out.tiles_total == total
+    assert out.state == "cancelled"
+    assert 3 <= out.tiles_done < out.tiles_total == total
     assert widget.status.value == f"Cancelled: {out.tiles_done} of {total} tiles"
     qtbot.waitUntil(lambda: not widget.controller.busy)
 
@@ -93,8 +113,10 @@ def test_partial_summary_equals_a_run_over_the_finished_tiles(
     qtbot.waitUntil(lambda: not worker.is_running, timeout=5_000)
     out = ctl.outcome
     partial = ctl.summary(image)
-    assert partial.partial and partial.tiles_done == out.tiles_done < partial.tiles_total
-    assert widget.summary.value == str(partial) and widget.summary.value.startswith("Partial (")
+    assert partial.partial
+    assert partial.tiles_done == out.tiles_done < partial.tiles_total
+    assert widget.summary.value == str(partial)
+    assert widget.summary.value.startswith("Partial (")
     layer = viewer.layers[f"{image.name} nuclei"]
     cores = list(canvas_of(layer).regions)
     assert len(cores) == out.tiles_done  # the density's area: finished tiles only
@@ -105,7 +127,8 @@ def test_partial_summary_equals_a_run_over_the_finished_tiles(
     _slow_run(widget, image, threshold_segmenter, delay=0.0)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     full = ctl.summary(image)
-    assert not full.partial and full.count > count_partial
+    assert not full.partial
+    assert full.count > count_partial
     table = canvas_of(layer).table()
     rows, cols = table["centroid_row"], table["centroid_col"]
     inside = np.zeros(rows.shape, bool)
@@ -126,9 +149,11 @@ def test_replace_run_clears_the_previous_summary(
     widget.controller.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_options=seg)
     qtbot.waitUntil(lambda: not widget.controller.busy, timeout=20_000)
     assert "nuclei" in widget.summary.value
-    _slow_run(widget, image, threshold_segmenter)
+    gate = threading.Event()  # the run stays in flight until the test lets it go
+    _slow_run(widget, image, threshold_segmenter, gate=gate, free=0)
     assert widget.summary.value == "–"
     widget.cancel()
+    gate.set()
 
 
 def test_run_is_disabled_without_a_slide(make_napari_viewer, small_slide, qtbot):
@@ -138,10 +163,12 @@ def test_run_is_disabled_without_a_slide(make_napari_viewer, small_slide, qtbot)
     assert widget.run_button.tooltip.startswith("Open a slide")
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     qtbot.wait(10)
-    assert widget.image.value is image and widget.run_button.enabled
+    assert widget.image.value is image
+    assert widget.run_button.enabled
     assert "Ctrl+Shift+R" in widget.run_button.tooltip
     viewer.layers.remove(image)
-    assert widget.image.value is None and not widget.run_button.enabled
+    assert widget.image.value is None
+    assert not widget.run_button.enabled
     assert not widget.thumbnails.visible
 
 
@@ -155,21 +182,25 @@ def test_dock_width_stays_bounded_with_a_long_slide_name(make_napari_viewer, qtb
     widget.summary.value = "word " * 200
     qtbot.wait(200)
     assert widget.image.value.name == name
-    assert widget.native.width() <= MAX_WIDTH
-    assert dock.width() <= MAX_WIDTH + 60  # the dock's frame and scroll bar
+    assert widget.native.width() <= MAX_WIDTH_PX
+    assert dock.width() <= MAX_WIDTH_PX + 60  # the dock's frame and scroll bar
     assert viewer.window._qt_viewer.canvas.native.width() >= 500  # was ~250 px
 
 
 def test_parameters_show_for_the_chosen_task_only(dock_slide, small_slide, qtbot):
     viewer, [image], widget = dock_slide(small_slide)
     widget.task.value = "tissue"
-    assert widget.tissue_params.visible and not widget.nuclei_params.visible
+    assert widget.tissue_params.visible
+    assert not widget.nuclei_params.visible
     assert not widget.advanced.visible
     widget.show_advanced.value = True
-    assert widget.tissue_advanced.visible and not widget.nuclei_advanced.visible
+    assert widget.tissue_advanced.visible
+    assert not widget.nuclei_advanced.visible
     widget.task.value = "nuclei"
-    assert widget.nuclei_params.visible and widget.nuclei_advanced.visible
-    assert not widget.tissue_params.visible and not widget.tissue_advanced.visible
+    assert widget.nuclei_params.visible
+    assert widget.nuclei_advanced.visible
+    assert not widget.tissue_params.visible
+    assert not widget.tissue_advanced.visible
 
 
 def test_settings_survive_closing_and_reopening_the_widget(make_napari_viewer, qtbot):
@@ -190,9 +221,9 @@ def test_settings_survive_closing_and_reopening_the_widget(make_napari_viewer, q
     assert got.tissue.target_mpp == 4.0
     assert got.nuclei.segmenter_options["max_area_um2"] == 250.0
     second.restore_defaults.clicked.emit()
-    assert second.settings() == default_settings()
+    _assert_defaults(second.settings())
     third = SlideAnalysisWidget(viewer)
-    assert third.settings() == default_settings()
+    _assert_defaults(third.settings())
 
 
 def test_defaults_come_from_the_options_model():
@@ -218,6 +249,11 @@ def test_defaults_come_from_the_options_model():
     )
 
 
+def test_defaults_are_the_documented_values():
+    # nuclei: "auto" segmenter and resolution (segmenters.working_mpp decides on the slide)
+    _assert_defaults(default_settings())
+
+
 def test_shortcuts_start_and_cancel_a_run(
     dock_slide, small_slide, qtbot, threshold_segmenter, monkeypatch
 ):
@@ -227,7 +263,7 @@ def test_shortcuts_start_and_cancel_a_run(
     widget.task.value = "nuclei"
     widget.scope.value = "slide"  # the shortcut runs on the current view whatever is chosen
     gate = threading.Event()  # the run stays in flight until the test lets it go
-    seg = _Gated(threshold_segmenter(), 0, gate)
+    seg = GatedSegmenter(threshold_segmenter(), 0, gate)
     nuclei = {"segmenter": seg, "target_mpp": 0.5, "workers": 1}
     monkeypatch.setattr(type(widget), "run_options", lambda self: {"nuclei_options": nuclei})
     canvas = viewer.window._qt_viewer.canvas.native
@@ -264,4 +300,5 @@ def test_label_and_macro_previews_open_as_layers(dock_slide, small_slide, qtbot)
         assert layer.name == f"{image.name} {key}"
         assert layer.data.shape == images[key].shape
     viewer.layers.remove(image)
-    assert not widget.thumbnails.visible and not widget._associated
+    assert not widget.thumbnails.visible
+    assert not widget._associated

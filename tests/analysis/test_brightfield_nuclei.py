@@ -49,7 +49,8 @@ def grid_image() -> np.ndarray:
 
 def test_counts_and_areas(grid_image):
     labels = segment_nuclei_array(grid_image, mpp=MPP, stains=RUIFROK_HE)
-    assert labels.dtype == np.int32 and labels.shape == (300, 300)
+    assert labels.dtype == np.int32
+    assert labels.shape == (300, 300)
     assert labels.max() == len(GRID)
     assert set(np.unique(labels[tuple(np.array(GRID).T)])) == set(range(1, len(GRID) + 1))
     areas = np.bincount(labels.ravel())[1:] * MPP**2
@@ -62,13 +63,16 @@ def test_touching_discs_are_split():
     centres = [(60, 60), (60, 60 + 2 * r - 2), (150, 150), (150 + 2 * r - 3, 150)]
     labels = segment_nuclei_array(_he((220, 220), centres), mpp=MPP, stains=RUIFROK_HE)
     ids = labels[tuple(np.round(np.array(centres)).astype(int).T)]
-    assert labels.max() == 4 and len(set(ids.tolist())) == 4 and 0 not in ids
+    assert labels.max() == 4
+    assert len(set(ids.tolist())) == 4
+    assert 0 not in ids
 
 
 def test_other_resolution_returns_input_shape(grid_image):
     fine = np.repeat(np.repeat(grid_image, 2, axis=0), 2, axis=1)  # 0.125 µm/px
     labels = segment_nuclei_array(fine, mpp=MPP / 2, stains=RUIFROK_HE)
-    assert labels.shape == fine.shape[:2] and labels.dtype == np.int32
+    assert labels.shape == fine.shape[:2]
+    assert labels.dtype == np.int32
     assert labels.max() == len(GRID)
 
 
@@ -78,16 +82,19 @@ def test_no_nuclei_gives_no_labels():
     glass = np.full((128, 128, 3), 242, np.uint8)
     with pytest.warns(SlidescopeWarning):  # stains cannot be estimated from glass
         labels = segment_nuclei_array(glass, mpp=MPP)
-    assert labels.dtype == np.int32 and labels.max() == 0
+    assert labels.dtype == np.int32
+    assert labels.max() == 0
 
 
 def test_two_stages(grid_image):
     seg = BuiltinSegmenter(stains=RUIFROK_HE)
-    assert seg.name == "builtin" and seg.target_mpp == NucleiParams().target_mpp
+    assert seg.name == "builtin"
+    assert seg.target_mpp == NucleiParams().target_mpp
     assert seg.min_overlap_um >= 2 * NucleiParams().max_diameter_um
     seg.prepare(grid_image)
     raw = seg.predict(np.stack([grid_image, grid_image[::-1]]), mpp=MPP)
-    assert raw.shape == (2, 300, 300, len(RAW_CHANNELS)) and raw.dtype == np.float32
+    assert raw.shape == (2, 300, 300, len(RAW_CHANNELS))
+    assert raw.dtype == np.float32
     a, b = (seg.postprocess(r, mpp=MPP) for r in raw)
     assert a.max() == b.max() == len(GRID)
     np.testing.assert_array_equal(a > 0, (b > 0)[::-1])

@@ -49,9 +49,11 @@ def test_coincident_points_count_both_ways():
     pts = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 4.0]])
     v = np.array([1.0, 2.0, 9.0])
     m, n = neighbourhood_mean(pts, v, 4.0)
-    assert n.tolist() == [3, 3, 3] and np.allclose(m.ravel(), 4.0)
+    assert n.tolist() == [3, 3, 3]
+    assert np.allclose(m.ravel(), 4.0)
     m, n = neighbourhood_mean(pts, v, 4.0, rows=np.array([1]))
-    assert n.tolist() == [3] and np.allclose(m.ravel(), 4.0)
+    assert n.tolist() == [3]
+    assert np.allclose(m.ravel(), 4.0)
 
 
 def test_rows_subset_sees_all_neighbours():
@@ -66,7 +68,8 @@ def test_rows_subset_sees_all_neighbours():
 def test_neighbourhood_mean_doc_and_errors():
     pts = np.array([[0.0, 0.0], [0.0, 3.0], [0.0, 10.0]])
     m, n = neighbourhood_mean(pts, np.array([1.0, 3.0, 8.0]), 5.0)
-    assert m.ravel().tolist() == [2.0, 2.0, 8.0] and n.tolist() == [2, 2, 1]
+    assert m.ravel().tolist() == [2.0, 2.0, 8.0]
+    assert n.tolist() == [2, 2, 1]
     with pytest.raises(ValueError, match="radius_um"):
         neighbourhood_mean(pts, np.ones(3), 0)
     with pytest.raises(ValueError, match="points_um"):

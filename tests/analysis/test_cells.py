@@ -34,7 +34,8 @@ def test_expansion_never_crosses_a_neighbour_nor_exceeds_the_distance():
         assert (dist_own[px] <= dist_other[px] + 1e-9).all()
     # background within d of some nucleus is claimed; beyond d it is not
     dist_any = ndi.distance_transform_edt(nuclei == 0)
-    assert (cells[dist_any <= d - 1] > 0).all() and (cells[dist_any > d] == 0).all()
+    assert (cells[dist_any <= d - 1] > 0).all()
+    assert (cells[dist_any > d] == 0).all()
 
 
 def test_compartments_partition_the_cell():

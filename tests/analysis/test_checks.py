@@ -1,5 +1,6 @@
 """Argument checks shared by the analysis functions."""
 
+import dataclasses
 import math
 
 import pytest
@@ -27,9 +28,35 @@ def test_both_nuclei_methods_check_their_shared_parameters_alike(cls, field, val
         cls(**{field: value})
 
 
+#: The defaults as the two classes document them (their docstrings).
+DOCUMENTED = {
+    NucleiParams: {
+        "target_mpp": 0.25,  # 40x
+        "background_radius_um": 8.0,
+        "sigma_um": 1.0,
+        "min_area_um2": 10.0,  # a 3.6 µm disc
+        "max_area_um2": 400.0,  # a 22 µm disc
+        "threshold": None,  # Otsu
+        "seed_radii_um": (2.8, 4.2),  # lymphocytes, epithelial/tumour nuclei
+    },
+    FluorescenceParams: {"target_mpp": 0.5, "threshold": None},  # a 6 µm nucleus 12 px across
+}
+
+
 @pytest.mark.parametrize("cls", [NucleiParams, FluorescenceParams])
 def test_defaults_pass(cls):
-    cls()
+    params = cls()  # the defaults pass the checks
+    for field, value in DOCUMENTED[cls].items():
+        assert getattr(params, field) == value, field
+    # and so does every default given explicitly, to the same parameters
+    assert cls(**dataclasses.asdict(params)) == params
+    # the checks do run on these defaults: one of them made invalid is refused
+    with pytest.raises(ValueError, match=f"^{cls.__name__}.sigma_um must be a positive number"):
+        dataclasses.replace(params, sigma_um=0.0)
+
+
+def test_nuclei_default_area_range_is_a_22_um_disc_at_most():
+    assert NucleiParams().max_diameter_um == pytest.approx(22.568, abs=1e-3)  # 2 sqrt(400/pi)
 
 
 def test_each_method_keeps_its_own_checks():

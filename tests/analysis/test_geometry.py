@@ -37,9 +37,11 @@ def test_square_coordinates_are_level0_pixel_edges():
     m = np.zeros((8, 8), bool)
     m[2:4, 3:6] = True
     ext, holes = mask_to_polygons(m, downsample=4, origin=(100, 200))
-    assert len(ext) == 1 and holes == [[]]
+    assert len(ext) == 1
+    assert holes == [[]]
     ring = ext[0]
-    assert ring.shape[1] == 2 and not np.array_equal(ring[0], ring[-1])
+    assert ring.shape[1] == 2
+    assert not np.array_equal(ring[0], ring[-1])
     # rows: pixels 2..3 -> level-0 [108, 116); cols: 3..5 -> [212, 224)
     # (corners are cut diagonally by half a mask pixel, as find_contours does)
     assert (ring[:, 0].min(), ring[:, 0].max()) == (108, 116)
@@ -60,7 +62,8 @@ def test_mask_polygon_round_trip_with_origin_and_holes(seed):
     ]
     assert sizes[0] == max(sizes)  # largest first
     allv = np.vstack(ext)
-    assert allv[:, 0].min() >= ORIGIN[0] and allv[:, 1].min() >= ORIGIN[1]
+    assert allv[:, 0].min() >= ORIGIN[0]
+    assert allv[:, 1].min() >= ORIGIN[1]
     back = polygons_to_mask(ext, holes, shape=m.shape, downsample=DS, origin=ORIGIN)
     np.testing.assert_array_equal(back, m)
 
@@ -93,7 +96,8 @@ def test_labels_to_polygons_one_outline_per_label():
             labels[((yy - cy) ** 2 + (xx - cx) ** 2) < r * r] = k
     labels[labels == 5] = 0  # a missing id
     polys, ids = labels_to_polygons(labels, downsample=2.0, origin=(50, 70))
-    assert len(polys) == len(ids) == k - 1 and 5 not in ids
+    assert len(polys) == len(ids) == k - 1
+    assert 5 not in ids
     assert np.all(np.diff(ids) > 0)
     for poly, lab in list(zip(polys, ids, strict=True))[::37]:
         back = polygons_to_mask([poly], shape=labels.shape, downsample=2.0, origin=(50, 70))
@@ -105,11 +109,13 @@ def test_labels_split_label_gets_largest_piece_and_bad_input():
     labels[2:10, 2:10] = 3
     labels[15:17, 15:17] = 3
     polys, ids = labels_to_polygons(labels)
-    assert ids.tolist() == [3] and polys[0][:, 0].max() == 10
+    assert ids.tolist() == [3]
+    assert polys[0][:, 0].max() == 10
     with pytest.raises(ValueError, match="integer"):
         labels_to_polygons(np.zeros((4, 4), float))
     polys, ids = labels_to_polygons(np.zeros((4, 4), np.int32))
-    assert polys == [] and ids.size == 0
+    assert polys == []
+    assert ids.size == 0
 
 
 def test_geojson_schema_and_round_trip(tmp_path):
@@ -120,7 +126,8 @@ def test_geojson_schema_and_round_trip(tmp_path):
     doc = json.loads(path.read_text())
     assert doc["type"] == "FeatureCollection"
     feat = doc["features"][0]
-    assert feat["type"] == "Feature" and feat["geometry"]["type"] == "Polygon"
+    assert feat["type"] == "Feature"
+    assert feat["geometry"]["type"] == "Polygon"
     props = feat["properties"]
     assert props["objectType"] == "annotation"
     assert props["classification"] == {"name": "Tissue", "color": [0, 200, 0]}
@@ -137,7 +144,8 @@ def test_geojson_schema_and_round_trip(tmp_path):
         r = np.asarray(r)
         return np.sum(r[:-1, 0] * r[1:, 1] - r[1:, 0] * r[:-1, 1])
 
-    assert area(rings[0]) > 0 and all(area(h) < 0 for h in rings[1:])
+    assert area(rings[0]) > 0
+    assert all(area(h) < 0 for h in rings[1:])
     ext2, holes2 = read_geojson_rings(path)
     assert len(ext2) == len(ext)
     back = polygons_to_mask(ext2, holes2, shape=m.shape, downsample=DS, origin=ORIGIN)
@@ -152,7 +160,8 @@ def test_geojson_detections_and_measurements(tmp_path):
         path, polys, name="Nucleus", object_type="detection", measurements=[{"area_um2": 4.0}]
     )
     props = json.loads(path.read_text())["features"][0]["properties"]
-    assert props["objectType"] == "detection" and props["measurements"] == {"area_um2": 4.0}
+    assert props["objectType"] == "detection"
+    assert props["measurements"] == {"area_um2": 4.0}
 
 
 def test_read_qupath_style_feature_list_and_multipolygon(tmp_path):
@@ -190,9 +199,11 @@ def test_tiles_with_tissue_matches_brute_force():
         ]
     )
     np.testing.assert_array_equal(got, want)
-    assert want.any() and not want.all()
+    assert want.any()
+    assert not want.all()
     frac = tissue_fraction(m, boxes, downsample=DS, origin=ORIGIN)
-    assert np.all((frac >= 0) & (frac <= 1)) and np.array_equal(frac > 0, want)
+    assert np.all((frac >= 0) & (frac <= 1))
+    assert np.array_equal(frac > 0, want)
     strict = tiles_with_tissue(m, boxes, downsample=DS, origin=ORIGIN, min_fraction=0.5)
     np.testing.assert_array_equal(strict, want & (frac >= 0.5))
 
@@ -221,7 +232,9 @@ def test_geojson_rings_read_gzip_like_plain(tmp_path):
     packed = tmp_path / "a.geojson.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     ext, holes = read_geojson_rings(packed)
-    assert len(ext) == 1 and len(holes) == 1 and len(holes[0]) == 1
+    assert len(ext) == 1
+    assert len(holes) == 1
+    assert len(holes[0]) == 1
     # the same vertex set, (row, col), whatever the winding write_geojson chose
     assert sorted(map(tuple, ext[0])) == sorted(map(tuple, square))
     assert sorted(map(tuple, holes[0][0])) == sorted(map(tuple, hole))

@@ -20,7 +20,8 @@ def test_physical_units_and_level0_centroids():
     disc(lab, 30, 40, 12, 1)
     disc(lab, 70, 90, 6, 2)
     t = measure_nuclei(lab, mpp=0.5, origin=(1000, 2000), downsample=2.0)
-    assert list(t) == list(COLUMNS) and t["id"].tolist() == [1, 2]
+    assert list(t) == list(COLUMNS)
+    assert t["id"].tolist() == [1, 2]
     np.testing.assert_allclose(t["area_um2"], np.pi * (np.array([12, 6]) * 0.5) ** 2, rtol=0.1)
     np.testing.assert_allclose(t["perimeter_um"], 2 * np.pi * np.array([12, 6]) * 0.5, rtol=0.15)
     # working pixel (30, 40) covers level-0 [1060, 1062) x [2080, 2082): centre index 1060.5
@@ -28,7 +29,8 @@ def test_physical_units_and_level0_centroids():
     np.testing.assert_allclose(t["centroid_col"], [2080.5, 2180.5])
     np.testing.assert_allclose(t["centroid_y_um"], (t["centroid_row"] + 0.5) * 0.25)
     np.testing.assert_allclose(t["centroid_x_um"], (t["centroid_col"] + 0.5) * 0.25)
-    assert (t["eccentricity"] < 0.3).all() and (t["solidity"] > 0.9).all()
+    assert (t["eccentricity"] < 0.3).all()
+    assert (t["solidity"] > 0.9).all()
     assert np.isnan(t["hematoxylin_od_mean"]).all()
 
 
@@ -47,7 +49,8 @@ def test_mean_optical_density_per_nucleus():
 
 def test_empty_and_errors(tmp_path):
     t = measure_nuclei(np.zeros((8, 8), np.int32), mpp=0.5)
-    assert list(t) == list(COLUMNS) and all(v.size == 0 for v in t.values())
+    assert list(t) == list(COLUMNS)
+    assert all(v.size == 0 for v in t.values())
     with pytest.raises(ValueError, match="labels"):
         measure_nuclei(np.zeros((8, 8), float), mpp=0.5)
     with pytest.raises(ValueError, match="mpp"):
@@ -58,7 +61,8 @@ def test_empty_and_errors(tmp_path):
     assert both["id"].tolist() == [1]
     path = write_csv(both, tmp_path / "t.csv")
     lines = path.read_text().splitlines()
-    assert lines[0].split(",") == list(COLUMNS) and len(lines) == 2
+    assert lines[0].split(",") == list(COLUMNS)
+    assert len(lines) == 2
 
 
 def _blobs(seed, shape=(90, 110)):
@@ -110,7 +114,8 @@ def test_negative_labels_are_background():
     lab[1:4, 1:4] = 2
     lab[6:9, 6:9] = -1
     t = measure_nuclei(lab, mpp=1.0)
-    assert t["id"].tolist() == [2] and t["area_um2"].tolist() == [9.0]
+    assert t["id"].tolist() == [2]
+    assert t["area_um2"].tolist() == [9.0]
 
 
 def test_negative_optical_densities_are_clipped_at_zero():

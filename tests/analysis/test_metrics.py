@@ -83,7 +83,8 @@ def test_merge():
     pred = _img((7, 0, 0, 4, 8))  # one 32 px object: IoU 0.5 with each
     s = instance_scores(true, pred)
     assert (s["tp"], s["fp"], s["fn"]) == (0, 1, 2)
-    assert s["f1"] == 0.0 and s["pq"] == 0.0
+    assert s["f1"] == 0.0
+    assert s["pq"] == 0.0
     assert s["aji"] == pytest.approx((16 + 16) / (32 + 32))  # pred reused for both
     # below 0.5 the matching is one-to-one (Hungarian): one pair only
     m = match_instances(true, pred, iou_threshold=0.3)

@@ -60,7 +60,8 @@ def test_clipped_to_the_destination_and_none_when_disjoint():
         dst_downsample=(1, 1),
         dst_shape=(3, 3),
     )
-    assert box == (0, 0, 2, 2) and patch.shape == (2, 2)
+    assert box == (0, 0, 2, 2)
+    assert patch.shape == (2, 2)
     assert (
         resample_nearest(
             src,

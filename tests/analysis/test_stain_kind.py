@@ -15,7 +15,8 @@ from napari_slidescope.analysis.stains import (
 
 
 def test_reference_vectors():
-    assert stain_kind(RUIFROK_HE) == "H&E" and stain_kind(RUIFROK_HDAB) == "H-DAB"
+    assert stain_kind(RUIFROK_HE) == "H&E"
+    assert stain_kind(RUIFROK_HDAB) == "H-DAB"
 
 
 def test_real_ihc_and_real_h_and_e(testdata):
@@ -34,6 +35,7 @@ def test_for_stain_keeps_or_replaces_vectors():
     assert for_stain(RUIFROK_HE, "auto").second == "eosin"
     assert for_stain(RUIFROK_HE, "H-DAB") is RUIFROK_HDAB
     dab = for_stain(RUIFROK_HDAB, "auto")
-    assert dab.second == "dab" and np.allclose(dab.eosin, RUIFROK_HDAB.eosin)
+    assert dab.second == "dab"
+    assert np.allclose(dab.eosin, RUIFROK_HDAB.eosin)
     with pytest.raises(ValueError, match="stain"):
         for_stain(RUIFROK_HE, "Masson")

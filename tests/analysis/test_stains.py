@@ -46,7 +46,8 @@ def test_recovers_known_vectors():
     assert s.estimated
     assert _angle(s.hematoxylin, H_TRUE) < 3.0
     assert _angle(s.eosin, E_TRUE) < 3.0
-    assert abs(s.residual @ s.hematoxylin) < 1e-6 and abs(s.residual @ s.eosin) < 1e-6
+    assert abs(s.residual @ s.hematoxylin) < 1e-6
+    assert abs(s.residual @ s.eosin) < 1e-6
     assert np.linalg.norm(s.residual) == pytest.approx(1.0)
 
 
@@ -56,7 +57,8 @@ def test_separate_recovers_concentrations():
         H_TRUE, E_TRUE, np.cross(H_TRUE, E_TRUE) / np.linalg.norm(np.cross(H_TRUE, E_TRUE))
     )
     hed = stains.separate(rgb)
-    assert hed.dtype == np.float32 and hed.shape == (150, 200, 3)
+    assert hed.dtype == np.float32
+    assert hed.shape == (150, 200, 3)
     assert np.abs(hed[..., 0] - c_h).mean() < 0.01
     assert np.abs(hed[..., 1] - c_e).mean() < 0.01
 
@@ -78,7 +80,8 @@ def test_hematoxylin_is_the_bluer_vector_whatever_the_order():
 def test_fallback_on_glass_only():
     with pytest.warns(SlidescopeWarning, match="tissue pixels"):
         s = estimate_stains(np.full((64, 64, 3), 245, np.uint8))
-    assert s is RUIFROK_HE and not s.estimated
+    assert s is RUIFROK_HE
+    assert not s.estimated
 
 
 def test_fallback_on_single_stain():

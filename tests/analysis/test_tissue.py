@@ -83,9 +83,11 @@ def test_sizes_are_physical():
     # the smaller piece (~ 2,350 px at 8 µm/px = 150,000 µm²) goes when the minimum exceeds it
     small_piece = ellipse(truth.shape, 125, 160, 25, 30)
     m, _ = tissue_mask(img, mpp=8.0, min_tissue_um2=200_000)
-    assert not (m & small_piece).any() and m.any()
+    assert not (m & small_piece).any()
+    assert m.any()
     m, _ = tissue_mask(fine, mpp=4.0, min_tissue_um2=200_000)
-    assert not (m[::2, ::2] & small_piece).any() and m.any()
+    assert not (m[::2, ::2] & small_piece).any()
+    assert m.any()
 
 
 def test_holes_fill_below_max_and_outer_only():
@@ -134,7 +136,8 @@ def test_dense_hematoxylin_is_tissue_not_debris():
 def test_manual_threshold_overrides():
     img, truth = he_scene(0)
     mask, thr = tissue_mask(img, mpp=8.0, threshold=0.99)
-    assert thr == 0.99 and not mask.any()
+    assert thr == 0.99
+    assert not mask.any()
     mask, _ = tissue_mask(img, mpp=8.0, threshold=0.01)
     assert mask.mean() > 0.95
 
@@ -142,7 +145,8 @@ def test_manual_threshold_overrides():
 def test_feature_is_low_on_glass_high_on_tissue():
     img, truth = he_scene(0)
     f = brightfield_feature(img)
-    assert f.dtype == np.float32 and f.shape == truth.shape
+    assert f.dtype == np.float32
+    assert f.shape == truth.shape
     assert np.median(f[~truth]) < 0.05 < 0.25 < np.median(f[truth])
 
 
@@ -186,7 +190,8 @@ def test_small_pieces_and_holes_helpers():
     m[5:7, 5:7] = False  # 4-px hole
     m[15, 15] = True  # 1-px piece
     out = remove_small_pieces(m, 2)
-    assert not out[15, 15] and out[2, 2]
+    assert not out[15, 15]
+    assert out[2, 2]
     filled = fill_small_holes(out, 5)
     assert filled[5:7, 5:7].all()
     assert not fill_small_holes(out, 4)[5:7, 5:7].any()  # not strictly smaller: stays

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from tests.batch_setup import cli, summary
+from tests.fakes import BAD_RULES_FILES
 
 from napari_slidescope import PhenotypeRules, analyze_slides, classify_cells, segment_nuclei
 from napari_slidescope.analysis.qupath import read_objects
@@ -22,20 +21,6 @@ TILE_UM = 100.0
 def hdab_slide(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ihc")
     return make_hdab(seed=11, shape=(512, 512)).write(folder / "ki67.ome.tif")
-
-
-def cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "napari_slidescope.batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def _summary(out):
-    with open(out / "summary.csv", newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def test_batch_classes_equal_in_process_and_a_changed_rules_file_is_redone(
@@ -55,7 +40,7 @@ def test_batch_classes_equal_in_process_and_a_changed_rules_file_is_redone(
     assert np.array_equal(table["id"], want.table["id"])
     assert table["class"].tolist() == want.table["class"].tolist()
     assert np.array_equal(table["dab_score"], want.table["dab_score"])
-    row = _summary(out)[0]
+    row = summary(out)[hdab_slide.name]
     assert float(row["h_score"]) == pytest.approx(np.mean(want.table["dab_score"]) * 100, rel=1e-4)
     assert "Negative:" in row["classes"]
     objects = read_objects(out / hdab_slide.name / "nuclei.geojson.gz")
@@ -90,27 +75,19 @@ def test_batch_classes_equal_in_process_and_a_changed_rules_file_is_redone(
     assert manifest["parameters"]["classify"]["rules"]["dab"]["thresholds"] == [0.1, 0.2, 0.3]
     moved = pq.read_table(out / hdab_slide.name / "nuclei.parquet").to_pandas()
     assert (moved["dab_score"].to_numpy() >= table["dab_score"].to_numpy()).all()
-    assert float(_summary(out)[0]["h_score"]) > float(row["h_score"])
+    assert float(summary(out)[hdab_slide.name]["h_score"]) > float(row["h_score"])
 
 
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        ("{oops", "not JSON"),
-        (json.dumps({"kind": "slidescope-phenotype-rules"}), "no marker"),
-        (
-            json.dumps({"kind": "slidescope-phenotype-rules", "dab": [0.6, 0.4, 0.2]}),
-            "must increase",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("content", "message"), BAD_RULES_FILES)
 def test_bad_rules_files_stop_before_any_work(hdab_slide, tmp_path, content, message):
     rules = tmp_path / "rules.json"
     rules.write_text(content)
     res = cli("batch", hdab_slide, "-o", tmp_path / "out", "--classify", rules)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0] and "rules.json" in lines[0]
+    assert len(lines) == 1
+    assert message in lines[0]
+    assert "rules.json" in lines[0]
     assert not (tmp_path / "out").exists()
 
 
@@ -136,7 +113,8 @@ def test_batch_cells_write_both_outlines(client, hdab_slide, tmp_path):
     assert all(c.buffer(1e-6).contains(n) for c, n in zip(cells, nuclei, strict=True))
     assert np.mean([c.area > n.area for c, n in zip(cells, nuclei, strict=True)]) > 0.95
     objects = read_objects(out / hdab_slide.name / "nuclei.geojson.gz")
-    assert {o.object_type for o in objects} == {"cell"} and all(o.nucleus for o in objects)
+    assert {o.object_type for o in objects} == {"cell"}
+    assert all(o.nucleus for o in objects)
 
 
 def test_batch_writes_cells_h5ad_on_request(client, hdab_slide, tmp_path):
@@ -150,7 +128,8 @@ def test_batch_writes_cells_h5ad_on_request(client, hdab_slide, tmp_path):
     assert rows[0]["status"] == "done", rows[0]["error"]
     adata = anndata.read_h5ad(out / hdab_slide.name / "cells.h5ad")
     table = pq.read_table(out / hdab_slide.name / "nuclei.parquet").to_pandas()
-    assert adata.n_obs == len(table) and "DAB" not in adata.var_names  # stains, by name
+    assert adata.n_obs == len(table)  # stains, by name
+    assert "DAB" not in adata.var_names
     assert list(adata.var_names) == ["hematoxylin_od", "dab_od"]
     assert list(adata.obs["class"].astype(str)) == table["class"].tolist()
     assert np.allclose(adata.obsm["spatial"][:, 0], table["centroid_x_um"])
@@ -165,7 +144,8 @@ def test_rules_naming_an_unknown_marker_fail_the_slide_before_any_tile(
         hdab_slide, out, client=client, segmenter="builtin", tile_size_um=TILE_UM, classify=rules
     )
     assert rows[0]["status"] == "failed"
-    assert "unknown marker 'CD8'" in rows[0]["error"] and "DAB" in rows[0]["error"]
+    assert "unknown marker 'CD8'" in rows[0]["error"]
+    assert "DAB" in rows[0]["error"]
     assert not list((out / hdab_slide.name).glob("parts/*.parquet"))
     # a compartment the slide will have is accepted before the run
     ok = PhenotypeRules.of(dab={"thresholds": [0.2, 0.4, 0.6], "compartment": "cell"})
@@ -214,7 +194,7 @@ def test_changed_rules_on_resume_redo_only_the_classification(client, hdab_slide
     assert analyze_slides(hdab_slide, fresh, **kw)[0]["status"] == "done"
     for name in ("nuclei.parquet", "nuclei.geojson.gz"):
         assert (folder / name).read_bytes() == (fresh / hdab_slide.name / name).read_bytes(), name
-    want = _summary(fresh)[0]
-    got = _summary(out)[0]
+    want = summary(fresh)[hdab_slide.name]
+    got = summary(out)[hdab_slide.name]
     for column in ("nuclei", "classes", "h_score", "positive_percent", "tissue_area_mm2"):
         assert got[column] == want[column], column

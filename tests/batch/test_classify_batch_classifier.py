@@ -95,5 +95,7 @@ def test_corrupt_classifier_file_stops_before_any_work(cells, tmp_path):
     )
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "cells.npz" in lines[0] and "classifier" in lines[0], lines
+    assert len(lines) == 1, lines
+    assert "cells.npz" in lines[0], lines
+    assert "classifier" in lines[0], lines
     assert not (tmp_path / "out").exists()

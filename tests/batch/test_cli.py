@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pyarrow.parquet as pq
 import pytest
+from tests.batch_setup import cli, sigkill_then_resume, summary
 
 from napari_slidescope import analyze_slides
 
 TILE_UM = 128.0
-
-
-def cli(*args, **kwargs):
-    return subprocess.run(
-        [sys.executable, "-m", "napari_slidescope.batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        **kwargs,
-    )
-
-
-def summary(out):
-    with open(out / "summary.csv", newline="") as fh:
-        return {r["slide"]: r for r in csv.DictReader(fh)}
 
 
 @pytest.mark.parametrize(
@@ -63,8 +44,10 @@ def test_help_documents_every_option_with_default():
     text = " ".join(res.stdout.split())
     for option in ("--tasks", "--segmenter", "--workers", "--scheduler", "--resume"):
         assert option in text
-    assert "--nuclei-mpp UM nuclei working resolution" in text and "[µm/px]" in text
-    assert "--tile-size-um UM" in text and "[µm] (default: 512)" in text
+    assert "--nuclei-mpp UM nuclei working resolution" in text
+    assert "[µm/px]" in text
+    assert "--tile-size-um UM" in text
+    assert "[µm] (default: 512)" in text
     assert "installed, else built-in); registered: builtin," in text
     assert "(default: auto; the manifest records which ran)" in text
     # every registered segmenter, from the registry (the -fluorescence ones too)
@@ -73,8 +56,10 @@ def test_help_documents_every_option_with_default():
     listed = text.split("--segmenter NAME", 1)[1].split("(default: auto;", 1)[0]
     for name in registered_segmenters():
         assert f" {name}," in listed or f" {name} " in listed, name
-    assert "builtin-fluorescence" in listed and "instanseg-fluorescence" in listed
-    assert "--dashboard" in text and "--verbose" in text
+    assert "builtin-fluorescence" in listed
+    assert "instanseg-fluorescence" in listed
+    assert "--dashboard" in text
+    assert "--verbose" in text
 
 
 def test_damaged_slide_fails_alone_exit_1(client, slides, tmp_path):
@@ -88,62 +73,19 @@ def test_damaged_slide_fails_alone_exit_1(client, slides, tmp_path):
     )
     assert res.returncode == 1, res.stderr
     rows = summary(out)
-    assert rows["good.svs"]["status"] == "done" and float(rows["good.svs"]["tissue_area_mm2"]) > 0
+    assert rows["good.svs"]["status"] == "done"
+    assert float(rows["good.svs"]["tissue_area_mm2"]) > 0
     assert rows["bad.svs"]["status"] == "failed"
     assert "bad.svs" in rows["bad.svs"]["error"]
     assert "FAILED bad.svs" in res.stderr + res.stdout
     manifest = json.loads((out / "bad.svs" / "manifest.json").read_text())
-    assert manifest["status"] == "failed" and manifest["error"] == rows["bad.svs"]["error"]
+    assert manifest["status"] == "failed"
+    assert manifest["error"] == rows["bad.svs"]["error"]
     assert (out / "good.svs" / "tissue.geojson").is_file()
 
 
 def test_sigkill_mid_run_then_resume_gives_the_same_tables(client, slides, tmp_path):
-    ref = tmp_path / "ref"
-    analyze_slides(slides / "a.svs", ref, tile_size_um=TILE_UM, client=client, segmenter="builtin")
-    out = tmp_path / "out"
-    args = ["batch", slides / "a.svs", "-o", out, "--tile-size-um", TILE_UM, "--no-progress"]
-    args += ["--segmenter", "builtin"]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "napari_slidescope.batch",
-            *map(str, args),
-            "--scheduler",
-            client.scheduler.address,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    parts = out / "a.svs" / "parts"
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            if parts.is_dir() and len(list(parts.glob("tile-*.parquet"))) >= 2:
-                break
-            assert proc.poll() is None, "the command ended before it could be killed"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    manifest = json.loads((out / "a.svs" / "manifest.json").read_text())
-    assert manifest["status"] == "running"
-    kept = len(list(parts.glob("tile-*.parquet")))
-    first = []
-    rows = analyze_slides(
-        slides / "a.svs",
-        out,
-        tile_size_um=TILE_UM,
-        client=client,
-        segmenter="builtin",
-        resume=True,
-        progress=lambda s: first.append(s.tiles_done) if not first else None,
-    )
-    assert rows[0]["status"] == "done"
-    assert 2 <= kept == first[0] < len(manifest["tiles"])  # finished tiles were kept
-    got = pq.read_table(out / "a.svs" / "nuclei.parquet").sort_by("id")
-    want = pq.read_table(ref / "a.svs" / "nuclei.parquet").sort_by("id")
+    got, want = sigkill_then_resume(slides / "a.svs", "a.svs", client, tmp_path, TILE_UM)
     assert got.equals(want)
     assert got.schema.metadata[b"slidescope"] == want.schema.metadata[b"slidescope"]
 
@@ -210,12 +152,15 @@ def test_slide_failing_part_way_then_resumed_after_repair(client, slides, tmp_pa
     )  # fmt: skip
     assert res.returncode == 1, res.stderr
     rows = summary(out)
-    assert rows["good.svs"]["status"] == "done" and int(rows["good.svs"]["nuclei"]) > 0
+    assert rows["good.svs"]["status"] == "done"
+    assert int(rows["good.svs"]["nuclei"]) > 0
     bad = rows["c.svs"]
     assert bad["status"] == "failed"
-    assert str(path) in bad["error"] and "cannot decode pixels" in bad["error"], bad["error"]
+    assert str(path) in bad["error"], bad["error"]
+    assert "cannot decode pixels" in bad["error"], bad["error"]
     manifest = json.loads((out / "c.svs" / "manifest.json").read_text())
-    assert manifest["status"] == "failed" and manifest["error"] == bad["error"]
+    assert manifest["status"] == "failed"
+    assert manifest["error"] == bad["error"]
     done = [i for i, t in manifest["tiles"].items() if t["status"] == "done"]
     assert 0 < len(done) < len(manifest["tiles"])  # it failed part-way
     assert len(list((out / "c.svs" / "parts").glob("tile-*.parquet"))) == len(done)
@@ -237,7 +182,8 @@ def test_slide_failing_part_way_then_resumed_after_repair(client, slides, tmp_pa
     analyze_slides(path, ref, tile_size_um=2 * TILE_UM, client=client, segmenter="builtin")
     got = pq.read_table(out / "c.svs" / "nuclei.parquet").sort_by("id")
     want = pq.read_table(ref / "c.svs" / "nuclei.parquet").sort_by("id")
-    assert got.num_rows > 0 and got.equals(want)
+    assert got.num_rows > 0
+    assert got.equals(want)
 
 
 @pytest.fixture
@@ -273,18 +219,25 @@ def test_terminal_one_line_per_slide_once_per_note_no_port_warning(
         f"FAILED notes.svs: SlideError: {folder / 'notes.svs'}: "
         + failed[0].split(f"{folder / 'notes.svs'}: ", 1)[1]
     ], text
-    assert "Traceback" not in text and "Compute Failed" not in text
-    assert "already in use" not in text and "dashboard" not in text.lower()
+    assert "Traceback" not in text
+    assert "Compute Failed" not in text
+    assert "already in use" not in text
+    assert "dashboard" not in text.lower()
     assert text.count("SegmenterInfoWarning") == 1, text  # once per run, not per worker
     rows = summary(out)
-    assert rows["good.svs"]["status"] == "done" and rows["notes.svs"]["status"] == "failed"
+    assert rows["good.svs"]["status"] == "done"
+    assert rows["notes.svs"]["status"] == "failed"
     assert rows["good.svs"]["path"] == str(folder / "good.svs")  # absolute
     assert "Traceback" in json.loads((out / "notes.svs" / "manifest.json").read_text())["traceback"]
 
     res = cli(*args, "--no-progress", "--resume", "--verbose", "--dashboard", env=env)
     text = res.stdout + res.stderr
-    assert "kept   good.svs (finished earlier)" in text and "done   good.svs" not in text
-    assert "Traceback" in text and "FAILED notes.svs" in text  # --verbose: the traceback
+    assert "kept   good.svs (finished earlier)" in text
+    assert "done   good.svs" not in text
+    assert "Traceback" in text  # --verbose: the traceback
+    assert "FAILED notes.svs" in text
     dashboards = [line for line in text.splitlines() if line.startswith("dashboard: ")]
-    assert len(dashboards) == 1 and dashboards[0].startswith("dashboard: http://127.0.0.1:")
-    assert ":8787/" not in dashboards[0] and "already in use" not in text
+    assert len(dashboards) == 1
+    assert dashboards[0].startswith("dashboard: http://127.0.0.1:")
+    assert ":8787/" not in dashboards[0]
+    assert "already in use" not in text

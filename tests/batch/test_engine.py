@@ -103,7 +103,8 @@ def test_geoparquet_reads_back_with_documented_columns(batch_out, slides):
     assert geo["columns"]["geometry"]["encoding"] == "WKB"
     assert geo["columns"]["geometry"]["geometry_types"] == ["Polygon"]
     info = json.loads(meta[b"slidescope"])
-    assert info["slide"] == "a.svs" and info["mpp"] == [0.5, 0.5]
+    assert info["slide"] == "a.svs"
+    assert info["mpp"] == [0.5, 0.5]
     assert (
         info["parameters"]["nuclei"]
         == NucleiOptions(segmenter="builtin", tile_size_um=TILE_UM).as_dict()
@@ -118,7 +119,10 @@ def test_geoparquet_reads_back_with_documented_columns(batch_out, slides):
     y0, x0 = table.column("bbox_row0").to_numpy(), table.column("bbox_col0").to_numpy()
     y1, x1 = table.column("bbox_row1").to_numpy(), table.column("bbox_col1").to_numpy()
     assert np.all((y0 <= r) & (r <= y1) & (x0 <= c) & (c <= x1))
-    assert y0.min() >= 0 and x0.min() >= 0 and y1.max() <= 1024 and x1.max() <= 1536
+    assert y0.min() >= 0
+    assert x0.min() >= 0
+    assert y1.max() <= 1024
+    assert x1.max() <= 1536
     ids = table.column("id").to_numpy()
     assert np.array_equal(ids, np.arange(1, len(ids) + 1))
 
@@ -132,15 +136,18 @@ def test_geojson_is_qupath_detections(batch_out):
     assert len(feats) == rows[0]["nuclei"]
     assert len({f["id"] for f in feats}) == len(feats)
     for f in feats:
-        assert f["type"] == "Feature" and f["geometry"]["type"] == "Polygon"
+        assert f["type"] == "Feature"
+        assert f["geometry"]["type"] == "Polygon"
         ring = f["geometry"]["coordinates"][0]
-        assert len(ring) >= 4 and ring[0] == ring[-1]
+        assert len(ring) >= 4
+        assert ring[0] == ring[-1]
         props = f["properties"]
         assert props["objectType"] == "detection"
         assert props["classification"]["name"] == "Nucleus"
         assert {"area_um2", "centroid_x_um", "id"} <= set(props["measurements"])
     tissue = json.loads((out / "a.svs" / "tissue.geojson").read_text())
-    assert tissue["type"] == "FeatureCollection" and tissue["features"]
+    assert tissue["type"] == "FeatureCollection"
+    assert tissue["features"]
     assert {f["properties"]["objectType"] for f in tissue["features"]} == {"annotation"}
 
 
@@ -148,7 +155,8 @@ def test_manifest_records_slide_parameters_and_tiles(batch_out, slides):
     out, _ = batch_out
     m = json.loads((out / "a.svs" / "manifest.json").read_text())
     st = os.stat(slides / "a.svs")
-    assert m["status"] == "done" and m["error"] is None
+    assert m["status"] == "done"
+    assert m["error"] is None
     assert m["slide_stamp"]["size"] == st.st_size
     assert m["slide_stamp"]["mtime_ns"] == st.st_mtime_ns
     assert len(m["slide_stamp"]["head_sha256"]) == 64
@@ -200,7 +208,8 @@ def test_resume_keeps_finished_slides(client, slides, tmp_path):
         progress=lambda s: seen.append(s.finished),
         **tissue_only,
     )
-    assert rows[0]["status"] == "done" and seen[0]["slide"] == "b.svs"
+    assert rows[0]["status"] == "done"
+    assert seen[0]["slide"] == "b.svs"
     assert (tmp_path / "b.svs" / "tissue.geojson").stat().st_mtime_ns == first
     # other parameters: redone even when resuming, never mixed with the old results
     analyze_slides(slides / "b.svs", tmp_path, resume=True, tile_size_um=256, **tissue_only)
@@ -208,7 +217,8 @@ def test_resume_keeps_finished_slides(client, slides, tmp_path):
     rows = analyze_slides(
         slides / "b.svs", tmp_path, client=client, segmenter="builtin", tile_size_um=TILE_UM
     )
-    assert rows[0]["status"] == "done" and rows[0]["nuclei"] > 0
+    assert rows[0]["status"] == "done"
+    assert rows[0]["nuclei"] > 0
     assert (tmp_path / "b.svs" / "nuclei.parquet").is_file()
 
 
@@ -226,7 +236,8 @@ def test_changed_slide_is_redone(client, slides, tmp_path):
     )[0]
     m = json.loads((out / "c.svs" / "manifest.json").read_text())
     assert m["slide_stamp"]["size"] == path.stat().st_size
-    assert again["status"] == "done" and again["tissue_area_mm2"] != first["tissue_area_mm2"]
+    assert again["status"] == "done"
+    assert again["tissue_area_mm2"] != first["tissue_area_mm2"]
 
 
 def test_several_tiles_per_task_same_nuclei(client, slides, reference, tmp_path):
@@ -260,7 +271,8 @@ def test_workers_keep_a_small_tile_cache_and_the_client_its_own(batch_out, clien
     opened = [c for c in client.run(_worker_cache).values() if c[0]]
     assert opened
     for _, maxbytes, nbytes in opened:
-        assert maxbytes == tasks.WORKER_CACHE_BYTES and 0 <= nbytes <= maxbytes
+        assert maxbytes == tasks.WORKER_CACHE_BYTES
+        assert 0 <= nbytes <= maxbytes
     # in the user's own process (threads of Client(processes=False), a viewer's console)
     # the tasks leave the process's cache as it is
     monkeypatch.setattr(tasks, "_cache_bounded", False)

@@ -3,21 +3,11 @@
 import csv
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
+from tests.batch_setup import cli
 
 from napari_slidescope.batch.params import find_slides, local_size_mtime, stamp_slide
-
-
-def _cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "napari_slidescope.batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def _write_zarr(slide_writers, path):
@@ -51,7 +41,7 @@ def test_batch_runs_tissue_on_ome_zarr_and_dicom(
     shutil.copytree(dicom_slides["CMU-1-Small-Region.svs"], cohort / "cmu_dicom")
     os.symlink(shared_file("CMU-1-Small-Region.svs"), cohort / "cmu.svs")
     out = tmp_path / "out"
-    res = _cli("batch", cohort, "-o", out, "--tasks", "tissue", "--workers", "1")
+    res = cli("batch", cohort, "-o", out, "--tasks", "tissue", "--workers", "1", timeout=600)
     assert res.returncode == 0, res.stderr
     with open(out / "summary.csv", newline="") as fh:
         rows = {r["slide"]: r for r in csv.DictReader(fh)}

@@ -78,8 +78,10 @@ def test_model_on_gpu_worker_post_on_cpu_worker_same_nuclei(
         kind = t["key"].split("-")[1]
         where.setdefault(kind, set()).add(t["worker"])
         count[kind] = count.get(kind, 0) + 1
-    assert len(gpu) == 1 and where["model"] == gpu
-    assert where["post"] and not where["post"] & gpu
+    assert len(gpu) == 1
+    assert where["model"] == gpu
+    assert where["post"]
+    assert not where["post"] & gpu
     assert "nuclei" not in where  # no fused tasks
     plan = json.loads((tmp_path / "b.svs" / "manifest.json").read_text())["plan"]
     assert count["model"] == count["post"] == plan["tiles_with_tissue"] > 1

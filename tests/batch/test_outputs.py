@@ -60,8 +60,10 @@ def test_summary_rows_round_trip_through_csv_and_json(tmp_path):
     write_summary(path, rows)
     with open(path, newline="") as fh:
         raw = list(csv.DictReader(fh))
-    assert raw[0]["nuclei"] == "300" and raw[0]["tissue_area_mm2"] == "1.25"
-    assert raw[1]["nuclei"] == "" and raw[1]["error"] == "ValueError: not a slide"
+    assert raw[0]["nuclei"] == "300"
+    assert raw[0]["tissue_area_mm2"] == "1.25"
+    assert raw[1]["nuclei"] == ""
+    assert raw[1]["error"] == "ValueError: not a slide"
     assert read_summary(path) == rows
     for row in rows:
         assert SummaryRow.from_json(json.loads(json.dumps(row.to_json()))) == row
@@ -85,9 +87,11 @@ def test_manifest_round_trips_and_reads_what_it_does_not_know(tmp_path):
     write_manifest(tmp_path, m)
     raw = json.loads((tmp_path / "manifest.json").read_text())
     assert raw["tiles"] == {"3": {"status": "done", "seconds": 0.25}, "11": {"status": "pending"}}
-    assert raw["summary"]["nuclei"] == 3 and raw["status"] == "done"
+    assert raw["summary"]["nuclei"] == 3
+    assert raw["status"] == "done"
     assert read_manifest(tmp_path) == m
-    assert m.replace(status="failed").status == "failed" and m.status == "done"
+    assert m.replace(status="failed").status == "failed"
+    assert m.status == "done"
     # an older or newer manifest: unknown keys ignored, missing ones None
     raw["from_the_future"] = 1
     del raw["plan"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from scipy import ndimage as ndi
+from tests.fakes import FAKE_MODEL as FAKE
+from tests.fakes import FakeLearned
 
 from napari_slidescope import analyze_slides
 from napari_slidescope.batch import tasks
@@ -19,25 +19,6 @@ from napari_slidescope.segmenters import SegmenterInfoWarning, register_segmente
 from napari_slidescope.slide import SlideError
 
 TILE_UM = 256.0
-FAKE = {"model": "fake_nuclei", "model_version": "9.9", "weights_sha256": "ab" * 32}
-
-
-class FakeLearned:
-    """A stand-in for a learned model: dark pixels, labelled."""
-
-    name = "instanseg"
-    input = "brightfield"
-    target_mpp = 0.5
-    min_overlap_um = 8.0
-
-    def predict(self, tiles, *, mpp):
-        return (tiles[..., 1] < 130)[..., None].astype(np.float32)
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(ndi.binary_opening(raw[..., 0] > 0.5))[0].astype(np.int32)
-
-    def identity(self):
-        return dict(FAKE)
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +48,10 @@ def test_resume_redoes_slides_once_a_learned_model_is_installed(
     before = manifest(out, "a.svs")
     assert before["parameters"]["nuclei"]["segmenter"] == "auto"
     resolved = before["resolved"]
-    assert resolved["segmenter"] == "builtin" and resolved["weights_sha256"] is None
-    assert resolved["stain_mode"] == "brightfield" and resolved["mpp"] == 0.5
+    assert resolved["segmenter"] == "builtin"
+    assert resolved["weights_sha256"] is None
+    assert resolved["stain_mode"] == "brightfield"
+    assert resolved["mpp"] == 0.5
     meta = json.loads(pq.read_schema(out / "a.svs" / "nuclei.parquet").metadata[b"slidescope"])
     assert meta["resolved"] == resolved
     assert meta["parameters_sha256"] == before["parameters_sha256"]
@@ -84,7 +67,8 @@ def test_resume_redoes_slides_once_a_learned_model_is_installed(
     register_segmenter("instanseg", FakeLearned, identity=lambda: dict(FAKE))
     kept.clear()
     rows = analyze_slides(slides, out, resume=True, progress=lambda s: kept.append(s.kept), **kw)
-    assert True not in kept and [r["status"] for r in rows] == ["done", "done"]
+    assert True not in kept
+    assert [r["status"] for r in rows] == ["done", "done"]
     after = manifest(out, "a.svs")
     assert after["resolved"]["segmenter"] == "instanseg"
     assert {k: after["resolved"][k] for k in FAKE} == FAKE
@@ -116,7 +100,8 @@ def test_builtin_and_a_learned_model_never_share_a_hash(
     analyze_slides(slides / "b.svs", tmp_path / "builtin", segmenter="builtin", **kw)
     analyze_slides(slides / "b.svs", tmp_path / "learned", segmenter="instanseg", **kw)
     one, two = manifest(tmp_path / "builtin", "b.svs"), manifest(tmp_path / "learned", "b.svs")
-    assert one["resolved"]["segmenter"] == "builtin" and two["resolved"]["model"] == "fake_nuclei"
+    assert one["resolved"]["segmenter"] == "builtin"
+    assert two["resolved"]["model"] == "fake_nuclei"
     assert one["parameters_sha256"] != two["parameters_sha256"]
 
 
@@ -138,10 +123,12 @@ def test_errors_that_recur_are_not_retried(local_client, slides, tmp_path, monke
     monkeypatch.setattr(tasks, "_open", unreadable)
     kw = dict(tasks=["tissue"], client=local_client, retries=3)
     [row] = analyze_slides(slides / "b.svs", tmp_path / "a", **kw)
-    assert row["status"] == "failed" and len(calls) == 1  # not retried
+    assert row["status"] == "failed"  # not retried
+    assert len(calls) == 1
     assert row["error"] == f"SlideError: {slides / 'b.svs'}: not a slide (test)"
     m = manifest(tmp_path / "a", "b.svs")
-    assert m["error"] == row["error"] and "Traceback" in m["traceback"]
+    assert m["error"] == row["error"]
+    assert "Traceback" in m["traceback"]
     assert "unreadable" in m["traceback"]
 
     # an error that may pass (a worker's hiccup) is retried
@@ -152,4 +139,33 @@ def test_errors_that_recur_are_not_retried(local_client, slides, tmp_path, monke
     calls.clear()
     monkeypatch.setattr(tasks, "_open", flaky)
     [row] = analyze_slides(slides / "b.svs", tmp_path / "b", **kw)
-    assert row["status"] == "failed" and len(calls) == 4
+    assert row["status"] == "failed"
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize(
+    "nuclei_mpp, expected",
+    [
+        (None, 0.5),  # the rule: the 0.5 µm/px model on a 0.5 µm/px slide
+        (1.0, 1.0),  # asked: coarser than both
+    ],
+)
+def test_batch_segments_at_the_asked_resolution_else_the_rule(
+    local_client, slides, tmp_path, monkeypatch, nuclei_mpp, expected
+):
+    monkeypatch.setitem(registry._REGISTRY, "instanseg", registry._REGISTRY["instanseg"])
+    register_segmenter("instanseg", FakeLearned, identity=lambda: dict(FAKE))
+    out = tmp_path / "out"
+    rows = analyze_slides(
+        slides / "b.svs",
+        out,
+        client=local_client,
+        tile_size_um=TILE_UM,
+        tasks=["nuclei"],
+        segmenter="instanseg",
+        nuclei_mpp=nuclei_mpp,
+    )
+    assert rows[0]["status"] == "done", rows[0]["error"]
+    assert manifest(out, "b.svs")["resolved"]["mpp"] == expected
+    meta = json.loads(pq.read_schema(out / "b.svs" / "nuclei.parquet").metadata[b"slidescope"])
+    assert meta["resolved"]["mpp"] == expected

@@ -59,7 +59,8 @@ def test_separable_classes_are_predicted(trained):
     assert names.shape == prob.shape == (len(truth),)
     assert (names == truth).mean() > 0.97
     assert ((prob > 0) & (prob <= 1)).all()
-    assert colors["Tumor"] == (200, 0, 0) and set(colors) == set(NAMES)
+    assert colors["Tumor"] == (200, 0, 0)
+    assert set(colors) == set(NAMES)
     assert clf.examples == {"Lymphocyte": 10, "Spindle": 10, "Tumor": 10}
 
 
@@ -86,8 +87,10 @@ def test_save_load_identical(trained, tmp_path):
     loaded = load_classifier(path)
     assert isinstance(loaded, ObjectClassifier)
     assert loaded.sha256 == clf.sha256
-    assert loaded.features == clf.features and loaded.class_names == clf.class_names
-    assert loaded.colors == clf.colors and loaded.examples == clf.examples
+    assert loaded.features == clf.features
+    assert loaded.class_names == clf.class_names
+    assert loaded.colors == clf.colors
+    assert loaded.examples == clf.examples
     a, pa, _ = clf.predict_classes(table)
     b, pb, _ = loaded.predict_classes(table)
     np.testing.assert_array_equal(a, b)

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from tests.fakes import BAD_RULES_FILES
 
 from napari_slidescope import CellClassifier, PhenotypeRules, classify_cells, load_rules
 from napari_slidescope.analysis.phenotypes import auto_threshold, dab_scores, ihc_summary
@@ -120,23 +121,23 @@ def test_rules_json_round_trip_and_digest(tmp_path):
     data = json.loads(path.read_text())
     assert data["kind"] == RULES_KIND
     back = load_rules(path)
-    assert back == rules and back.digest() == rules.digest()
+    assert back == rules
+    assert back.digest() == rules.digest()
     other = PhenotypeRules.of(markers={"CD3": 13.0}, phenotypes={"T cell": "CD3+"})
     assert other.digest() != rules.digest()
     res = _result(CD3_cell_mean=np.array([1.0, 20.0]), PanCK_cytoplasm_mean=np.array([900.0, 5.0]))
     assert classify_cells(res, rules=path).table["class"].tolist() == ["Tumour", "T cell"]
 
 
-def test_bad_rules_files(tmp_path):
-    (tmp_path / "a.json").write_text("{not json")
-    with pytest.raises(ValueError, match="a.json: not JSON"):
-        load_rules(tmp_path / "a.json")
-    (tmp_path / "b.json").write_text(json.dumps({"kind": RULES_KIND}))
-    with pytest.raises(ValueError, match="b.json: no marker"):
-        load_rules(tmp_path / "b.json")
-    (tmp_path / "c.json").write_text(json.dumps({"markers": {"CD3": 1}}))
-    with pytest.raises(ValueError, match="not slidescope phenotype rules"):
-        load_rules(tmp_path / "c.json")
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [*BAD_RULES_FILES, (json.dumps({"markers": {"CD3": 1}}), "not slidescope phenotype rules")],
+)
+def test_bad_rules_files(tmp_path, content, message):
+    path = tmp_path / "rules.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"rules\\.json: .*{re.escape(message)}"):
+        load_rules(path)
 
 
 class _Fixed:
@@ -171,15 +172,18 @@ def test_densities_per_annotation_count_the_cells_inside_on_its_area():
     res = classify_cells(res, markers={"CD8": 5.0})
     square = np.array([[0, 0], [0, 500], [500, 500], [500, 0]], float)  # 4 cells
     s = annotation_summary(res, square)
-    assert s["cells"] == 4 and s["area_mm2"] == pytest.approx(500 * 500 * 0.25 / 1e6)
+    assert s["cells"] == 4
+    assert s["area_mm2"] == pytest.approx(500 * 500 * 0.25 / 1e6)
     inside = (rows.ravel() < 500) & (cols.ravel() < 500)
     want = int((cd8[inside] > 5).sum())
-    assert want == 2 and s["CD8_count"] == want
+    assert want == 2
+    assert s["CD8_count"] == want
     assert s["CD8_per_mm2"] == pytest.approx(want / 0.0625)
     # a hole takes its cells and its area away
     hole = np.array([[50, 50], [50, 150], [150, 150], [150, 50]], float)
     h = annotation_summary(res, square, holes=[hole])
-    assert h["cells"] == 3 and h["area_mm2"] == pytest.approx((250000 - 10000) * 0.25 / 1e6)
+    assert h["cells"] == 3
+    assert h["area_mm2"] == pytest.approx((250000 - 10000) * 0.25 / 1e6)
     with pytest.raises(ValueError, match="rings of 3 or more"):
         annotation_summary(res, square[:2])
     with pytest.raises(ValueError, match="no classes"):

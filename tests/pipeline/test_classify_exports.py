@@ -34,7 +34,8 @@ def test_geojson_cells_carry_nucleus_and_classification(classified, tmp_path, na
     by_id = {int(o.measurements["id"]): o for o in objects}
     for k, i in enumerate(classified.table["id"]):
         o = by_id[int(i)]
-        assert o.object_type == "cell" and o.nucleus
+        assert o.object_type == "cell"
+        assert o.nucleus
         assert o.class_name == classified.table["class"][k]
         assert o.color == classified.classes[o.class_name]
         assert "class" not in o.measurements

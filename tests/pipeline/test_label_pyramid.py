@@ -24,7 +24,8 @@ def test_levels_halve_exactly_and_sample_level0(pyramid):
     ref = np.zeros(pyramid.shape, np.int32)
     ref[100:400, 37:737] = lab
     shapes = [lv.shape for lv in pyramid.levels]
-    assert shapes[0][0] >= 1000 and shapes[0][1] >= 1500
+    assert shapes[0][0] >= 1000
+    assert shapes[0][1] >= 1500
     assert max(shapes[-1]) <= 128
     for k, lv in enumerate(pyramid.levels):
         f = 2**k
@@ -36,12 +37,14 @@ def test_slicing_like_napari(pyramid):
     lab = np.arange(1, 401, dtype=np.int32).reshape(20, 20)
     pyramid.paste((120, 250, 140, 270), lab)
     lv = pyramid.levels[0]
-    assert lv[125, 255] == lab[5, 5] and np.ndim(lv[125, 255]) == 0
+    assert lv[125, 255] == lab[5, 5]
+    assert np.ndim(lv[125, 255]) == 0
     np.testing.assert_array_equal(lv[120:140, 250:270], lab)
     np.testing.assert_array_equal(lv[120:140:3, 250:270:2], lab[::3, ::2])
     np.testing.assert_array_equal(lv[130], _dense(pyramid)[130])
     np.testing.assert_array_equal(lv[..., 260], _dense(pyramid)[:, 260])
-    assert lv[-1, -1] == 0 and lv[2000:3000, 0:5].shape == (0, 5)
+    assert lv[-1, -1] == 0
+    assert lv[2000:3000, 0:5].shape == (0, 5)
     with pytest.raises(IndexError):
         lv[5000, 0]
 
@@ -53,10 +56,13 @@ def test_paste_never_overwrites_and_erase_removes(pyramid):
     b[:10] = 0
     pyramid.paste((25, 25, 75, 75), b)
     d = _dense(pyramid)
-    assert d[30, 30] == 3 and d[60, 60] == 9 and d[30, 60] == 0  # b's zero rows stay empty
+    assert d[30, 30] == 3  # b's zero rows stay empty
+    assert d[60, 60] == 9
+    assert d[30, 60] == 0
     pyramid.erase(np.array([3]))
     d = _dense(pyramid)
-    assert not (d == 3).any() and d[60, 60] == 9
+    assert not (d == 3).any()
+    assert d[60, 60] == 9
     assert not (np.asarray(pyramid.levels[2]) == 3).any()
 
 

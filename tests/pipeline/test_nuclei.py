@@ -8,7 +8,7 @@ import warnings
 import dask.array as da
 import numpy as np
 import pytest
-from scipy import ndimage as ndi
+from tests.fakes import ThresholdSegmenter
 
 from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.measure import COLUMNS
@@ -36,17 +36,9 @@ def discs(shape=(480, 560), radii=(16, 10), spacing=60, seed=0):
     return img, np.array(truth, float)
 
 
-class ThresholdSegmenter:
-    name = "threshold"
-    target_mpp = 0.5
-    min_overlap_um = 12.0
-    stains = RUIFROK_HE
-
-    def predict(self, tiles, *, mpp):
-        return (255.0 - tiles.mean(axis=-1, keepdims=True)).astype(np.float32) / 255.0
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(raw[..., 0] > 0.4)[0].astype(np.int32)
+def _segmenter():
+    """The shared stand-in, with the overlap and the stains these tests measure with."""
+    return ThresholdSegmenter(min_overlap_um=12.0, stains=RUIFROK_HE, opening=False)
 
 
 class RecordingSlide(ArraySlide):
@@ -69,7 +61,7 @@ class RecordingSlide(ArraySlide):
 def disc_result():
     img, truth = discs()
     res = segment_nuclei(
-        img, mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False, workers=2
+        img, mpp=MPP, segmenter=_segmenter(), tile_size_um=30, tissue=False, workers=2
     )
     return img, truth, res
 
@@ -80,26 +72,32 @@ def test_table_columns_units_and_known_sizes(disc_result):
     assert list(res.table) == list(COLUMNS)
     assert all(v.shape == (res.count,) for v in res.table.values())
     # array source: labels in the array's own pixels
-    assert res.labels.shape == img.shape[:2] and res.labels.dtype == np.int32
-    assert res.downsample == (1.0, 1.0) and res.mpp == MPP and res.origin == (0, 0)
+    assert res.labels.shape == img.shape[:2]
+    assert res.labels.dtype == np.int32
+    assert res.downsample == (1.0, 1.0)
+    assert res.mpp == MPP
+    assert res.origin == (0, 0)
     assert set(np.unique(res.labels)) == {0, *res.table["id"].tolist()}
     # match each truth disc to the nearest centroid
     cents = np.stack([res.table["centroid_row"], res.table["centroid_col"]], axis=1)
     d = np.linalg.norm(cents[:, None] - truth[None, :, :2], axis=2)
     k = d.argmin(axis=0)
-    assert len(set(k.tolist())) == len(truth) and d.min(axis=0).max() < 1.5
+    assert len(set(k.tolist())) == len(truth)
+    assert d.min(axis=0).max() < 1.5
     area_true = np.pi * (truth[:, 2] * MPP) ** 2
     np.testing.assert_allclose(res.table["area_um2"][k], area_true, rtol=0.1)
     np.testing.assert_allclose(
         res.table["perimeter_um"][k], 2 * np.pi * truth[:, 2] * MPP, rtol=0.15
     )
     np.testing.assert_allclose(res.table["centroid_y_um"], (cents[:, 0] + 0.5) * MPP)
-    assert (res.table["eccentricity"] < 0.5).all() and (res.table["solidity"] > 0.9).all()
+    assert (res.table["eccentricity"] < 0.5).all()
+    assert (res.table["solidity"] > 0.9).all()
     assert (res.table["hematoxylin_od_mean"] > 0.1).all()
     assert np.isfinite(res.table["eosin_od_mean"]).all()
     import pandas as pd
 
-    assert isinstance(res.to_pandas(), pd.DataFrame) and len(res.to_pandas()) == res.count
+    assert isinstance(res.to_pandas(), pd.DataFrame)
+    assert len(res.to_pandas()) == res.count
 
 
 def test_csv_and_geojson_round_trip(tmp_path):
@@ -108,12 +106,14 @@ def test_csv_and_geojson_round_trip(tmp_path):
     res = segment_nuclei(
         ArraySlide(img, mpp=MPP),
         region=region,
-        segmenter=ThresholdSegmenter(),
+        segmenter=_segmenter(),
         tile_size_um=30,
         tissue=False,
         workers=2,
     )
-    assert res.origin == (100, 150) and res.downsample == (2.0, 2.0) and res.mpp == 0.5
+    assert res.origin == (100, 150)
+    assert res.downsample == (2.0, 2.0)
+    assert res.mpp == 0.5
     assert res.labels.shape == (160, 185)
     with open(res.to_csv(tmp_path / "n.csv"), newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -121,20 +121,23 @@ def test_csv_and_geojson_round_trip(tmp_path):
     assert list(rows[0]) == list(COLUMNS)
     np.testing.assert_allclose([float(r["area_um2"]) for r in rows], res.table["area_um2"])
     doc = json.loads((res.to_geojson(tmp_path / "n.geojson")).read_text())
-    assert doc["type"] == "FeatureCollection" and len(doc["features"]) == res.count
+    assert doc["type"] == "FeatureCollection"
+    assert len(doc["features"]) == res.count
     by_id = {int(i): k for k, i in enumerate(res.table["id"])}
     for f in doc["features"]:
         p = f["properties"]
-        assert p["objectType"] == "detection" and p["classification"]["name"] == "Nucleus"
+        assert p["objectType"] == "detection"
+        assert p["classification"]["name"] == "Nucleus"
         k = by_id[int(p["measurements"]["id"])]
         ring = np.array(f["geometry"]["coordinates"][0])
         assert (ring[0] == ring[-1]).all()
         x, y = ring[:, 0].mean(), ring[:, 1].mean()  # (x, y) level-0, origin applied
-        assert (
-            abs(x - res.table["centroid_col"][k]) < 3 and abs(y - res.table["centroid_row"][k]) < 3
-        )
-        assert region[1] <= ring[:, 0].min() and ring[:, 0].max() <= region[3]
-        assert region[0] <= ring[:, 1].min() and ring[:, 1].max() <= region[2]
+        assert abs(x - res.table["centroid_col"][k]) < 3
+        assert abs(y - res.table["centroid_row"][k]) < 3
+        assert region[1] <= ring[:, 0].min()
+        assert ring[:, 0].max() <= region[3]
+        assert region[0] <= ring[:, 1].min()
+        assert ring[:, 1].max() <= region[2]
 
 
 def _features(path):
@@ -146,26 +149,31 @@ def test_large_regions_keep_outlines_instead_of_a_label_image(tmp_path, monkeypa
     from napari_slidescope.pipeline import nuclei_stitch
 
     img, _ = discs()
-    kw = dict(segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False, workers=2)
+    kw = dict(segmenter=_segmenter(), tile_size_um=30, tissue=False, workers=2)
     dense = segment_nuclei(ArraySlide(img, mpp=MPP), **kw)
     monkeypatch.setattr(nuclei_stitch, "DENSE_LABELS_BYTES", 1000)  # smaller than this region
     with pytest.warns(SlidescopeWarning, match=r"would take .* GiB.*labels=True"):
         auto = segment_nuclei(ArraySlide(img, mpp=MPP), **kw)
     none = segment_nuclei(ArraySlide(img, mpp=MPP), labels=False, **kw)
     forced = segment_nuclei(ArraySlide(img, mpp=MPP), labels=True, **kw)
-    assert auto.labels is None and none.labels is None and forced.labels is not None
+    assert auto.labels is None
+    assert none.labels is None
+    assert forced.labels is not None
     np.testing.assert_array_equal(forced.labels, dense.labels)
     for res in (auto, none):
-        assert res.count == dense.count and np.array_equal(res.table["id"], dense.table["id"])
+        assert res.count == dense.count
+        assert np.array_equal(res.table["id"], dense.table["id"])
     # the outlines written from tiles are the ones the label image gives
     want = _features(dense.to_geojson(tmp_path / "dense.geojson"))
     got = _features(auto.to_geojson(tmp_path / "auto.geojson"))
-    assert sorted(got) == sorted(want) and len(got) == dense.count
+    assert sorted(got) == sorted(want)
+    assert len(got) == dense.count
     for i, f in want.items():
         assert got[i]["geometry"] == f["geometry"]
     # arrays always get labels in their own pixels
     arr = segment_nuclei(img, mpp=MPP, **kw)
-    assert arr.labels is not None and arr.labels.shape == img.shape[:2]
+    assert arr.labels is not None
+    assert arr.labels.shape == img.shape[:2]
     with pytest.raises(ValueError, match="labels must be"):
         segment_nuclei(img, mpp=MPP, labels="yes", **kw)
 
@@ -180,15 +188,15 @@ def test_large_regions_keep_outlines_instead_of_a_label_image(tmp_path, monkeypa
 )
 def test_bad_arrays_rejected(bad, match):
     with pytest.raises(ValueError, match=match):
-        segment_nuclei(bad, mpp=MPP, segmenter=ThresholdSegmenter())
+        segment_nuclei(bad, mpp=MPP, segmenter=_segmenter())
 
 
 def test_array_needs_mpp_and_region_must_not_be_empty():
     img, _ = discs((64, 64))
     with pytest.raises(ValueError, match="mpp"):
-        segment_nuclei(img, segmenter=ThresholdSegmenter())
+        segment_nuclei(img, segmenter=_segmenter())
     with pytest.raises(ValueError, match="empty"):
-        segment_nuclei(img, mpp=MPP, region=(10, 10, 10, 40), segmenter=ThresholdSegmenter())
+        segment_nuclei(img, mpp=MPP, region=(10, 10, 10, 40), segmenter=_segmenter())
     with pytest.raises(TypeError, match="segmenter"):
         segment_nuclei(img, mpp=MPP, segmenter=object())
 
@@ -199,14 +207,17 @@ def test_all_background_gives_no_nuclei():
     res = segment_nuclei(
         img,
         mpp=MPP,
-        segmenter=ThresholdSegmenter(),
+        segmenter=_segmenter(),
         tissue=False,
         tile_size_um=20,
         progress=lambda d, t: calls.append((d, t)),
     )
-    assert res.count == 0 and not res.labels.any()
-    assert list(res.table) == list(COLUMNS) and all(v.size == 0 for v in res.table.values())
-    assert calls[0] == (0, calls[-1][1]) and calls[-1][0] == calls[-1][1] > 1
+    assert res.count == 0
+    assert not res.labels.any()
+    assert list(res.table) == list(COLUMNS)
+    assert all(v.size == 0 for v in res.table.values())
+    assert calls[0] == (0, calls[-1][1])
+    assert calls[-1][0] == calls[-1][1] > 1
     # the one-argument form gets the same progress as Progress records
     from napari_slidescope.pipeline.progress import Progress
 
@@ -229,14 +240,14 @@ def test_tiles_without_tissue_are_never_read():
     img, _ = discs()
     slide = RecordingSlide(img)
     tissue = tissue_half(img)
-    res = segment_nuclei(
-        slide, segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=tissue, workers=2
-    )
+    res = segment_nuclei(slide, segmenter=_segmenter(), tile_size_um=30, tissue=tissue, workers=2)
     limit = tissue.mask.shape[1] * 0.4 * 16 + 24 * 2 + 16  # tissue edge + overlap + margins
     level0 = [box for box, level in slide.reads if level == 0]
-    assert level0 and all(box[1] < limit for box in level0)
+    assert level0
+    assert all(box[1] < limit for box in level0)
     assert max(box[3] for box, _ in slide.reads if _ == 0) < img.shape[1] * 0.7
-    assert res.count > 0 and res.table["centroid_col"].max() < limit
+    assert res.count > 0
+    assert res.table["centroid_col"].max() < limit
 
 
 @pytest.mark.parametrize("size_um,expect_detect", [(20, True), (1000, False)])
@@ -252,7 +263,7 @@ def test_auto_tissue_runs_detection_for_large_regions(monkeypatch, size_um, expe
     fake = types.ModuleType("napari_slidescope.pipeline.tissue")
     fake.detect_tissue = detect_tissue
     monkeypatch.setitem(sys.modules, "napari_slidescope.pipeline.tissue", fake)
-    segment_nuclei(slide, segmenter=ThresholdSegmenter(), tile_size_um=size_um, workers=1)
+    segment_nuclei(slide, segmenter=_segmenter(), tile_size_um=size_um, workers=1)
     assert bool(called) == expect_detect
 
 
@@ -260,16 +271,17 @@ def test_streaming_steps_and_early_close():
     img, _ = discs()
     baseline = threading.active_count()
     gen = iter_segment_nuclei(
-        img, mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=20, tissue=False, workers=2
+        img, mpp=MPP, segmenter=_segmenter(), tile_size_um=20, tissue=False, workers=2
     )
     steps = [next(gen), next(gen)]
-    assert [s.done for s in steps] == [1, 2] and steps[0].total == len(steps[0].plan) > 4
+    assert [s.done for s in steps] == [1, 2]
+    assert steps[0].total == len(steps[0].plan) > 4
     assert steps[1].result.offset == steps[0].result.count
     gen.close()
     assert threading.active_count() == baseline
     full = list(
         iter_segment_nuclei(
-            img, mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=20, tissue=False, workers=2
+            img, mpp=MPP, segmenter=_segmenter(), tile_size_um=20, tissue=False, workers=2
         )
     )
     assert [s.done for s in full] == list(range(1, len(full) + 1))
@@ -285,7 +297,8 @@ def test_builtin_segmenter_on_discs():
         res = segment_nuclei(
             img, mpp=MPP, segmenter="builtin", tissue=False, tile_size_um=1000, workers=1
         )
-    assert res.segmenter == "builtin" and res.labels.shape == img.shape[:2]
+    assert res.segmenter == "builtin"
+    assert res.labels.shape == img.shape[:2]
     assert abs(res.count - len(truth)) <= 0.1 * len(truth)
 
 
@@ -294,24 +307,20 @@ def test_upsampling_warns():
 
     img, _ = discs((120, 140))
     with pytest.warns(SlidescopeWarning, match="upsampled"):  # asked for explicitly
-        res = segment_nuclei(
-            img, mpp=1.0, target_mpp=0.5, segmenter=ThresholdSegmenter(), tissue=False
-        )
-    assert res.labels.shape == img.shape[:2] and res.mpp == 1.0  # back in the array's px
+        res = segment_nuclei(img, mpp=1.0, target_mpp=0.5, segmenter=_segmenter(), tissue=False)
+    assert res.labels.shape == img.shape[:2]  # back in the array's px
+    assert res.mpp == 1.0
 
 
 def test_default_working_resolution_is_never_finer_than_the_slide():
     img, _ = discs((120, 140))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no upsampling warning
-        coarse = segment_nuclei(
-            ArraySlide(img, mpp=1.0), segmenter=ThresholdSegmenter(), tissue=False
-        )
-        fine = segment_nuclei(
-            ArraySlide(img, mpp=0.25), segmenter=ThresholdSegmenter(), tissue=False
-        )
-    assert coarse.mpp == 1.0 and coarse.downsample == (1.0, 1.0)  # the slide's own pixels
-    assert fine.mpp == ThresholdSegmenter.target_mpp  # the segmenter's 0.5 µm/px
+        coarse = segment_nuclei(ArraySlide(img, mpp=1.0), segmenter=_segmenter(), tissue=False)
+        fine = segment_nuclei(ArraySlide(img, mpp=0.25), segmenter=_segmenter(), tissue=False)
+    assert coarse.mpp == 1.0  # the slide's own pixels
+    assert coarse.downsample == (1.0, 1.0)
+    assert fine.mpp == 0.5  # the segmenter's 0.5 µm/px
 
 
 def test_slide_pipeline_finds_what_the_array_method_finds(shared_file):
@@ -333,7 +342,8 @@ def test_slide_pipeline_finds_what_the_array_method_finds(shared_file):
         )
     whole = segment_nuclei_array(rgb, mpp=mpp)
     assert tiled.labels.shape == whole.shape
-    assert abs(tiled.count - int(whole.max())) <= 0.05 * whole.max() and tiled.count > 150
+    assert abs(tiled.count - int(whole.max())) <= 0.05 * whole.max()
+    assert tiled.count > 150
     assert instance_scores(whole, tiled.labels)["f1"] > 0.9
 
 
@@ -341,7 +351,7 @@ def test_prepare_nuclei_tiles_one_by_one_equal_segment_nuclei():
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
 
     img, _ = discs()
-    kwargs = dict(mpp=MPP, segmenter=ThresholdSegmenter(), tile_size_um=30, tissue=False)
+    kwargs = dict(mpp=MPP, segmenter=_segmenter(), tile_size_um=30, tissue=False)
     whole = segment_nuclei(img, workers=2, **kwargs)
     run = prepare_nuclei(img, **kwargs)
     assert len(run.tiles) == len(run.plan.tiles) > 4
@@ -351,7 +361,8 @@ def test_prepare_nuclei_tiles_one_by_one_equal_segment_nuclei():
     offset, ids, areas = 0, [], []
     for t in run.tiles:
         r = results[t.index]
-        assert r.offset == 0 and list(r.table["id"]) == list(range(1, r.count + 1))
+        assert r.offset == 0
+        assert list(r.table["id"]) == list(range(1, r.count + 1))
         ids.extend(r.table["id"] + offset)
         areas.extend(r.table["area_um2"])
         offset += r.count
@@ -396,15 +407,17 @@ def test_every_set_up_option_reaches_the_run():
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
 
     img, _ = discs()
-    seg = ThresholdSegmenter()
+    seg = _segmenter()
     options = dict(
         mpp=MPP, segmenter=seg, tile_size_um=30, target_mpp=0.75, tissue=False,
         region=(0, 0, 150, 170),
     )  # fmt: skip
     steps = list(iter_segment_nuclei(img, workers=1, **options))
     plan = steps[0].plan
-    assert plan.region == (0, 0, 150, 170) and plan.mpp == 0.75
+    assert plan.region == (0, 0, 150, 170)
+    assert plan.mpp == 0.75
     assert plan.tile_size == 40  # 30 µm at 0.75 µm/px
     run = prepare_nuclei(img, **options)
-    assert run.plan == plan and run.segmenter.name == "threshold"
+    assert run.plan == plan
+    assert run.segmenter.name == "threshold"
     run.close()

@@ -10,7 +10,8 @@ def test_split_region_boxes_polygons_and_shapely():
     assert split_region((1, 2, 3, 4)) == ((1, 2, 3, 4), None)
     assert split_region(None) == (None, None)
     box, ring = split_region([(10.5, 20), (10.5, 80), (60, 50)])
-    assert box == (10, 20, 60, 80) and ring.shape == (3, 2)
+    assert box == (10, 20, 60, 80)
+    assert ring.shape == (3, 2)
     import shapely.geometry as shapely
 
     box, ring = split_region(shapely.Polygon([(20, 10), (80, 10), (50, 60)]))  # (x, y)

@@ -25,12 +25,14 @@ def test_anndata_shapes_markers_and_spatial_in_um(tmp_path):
     # µm, not pixels: the slide's pixels are 0.5 µm
     assert adata.obsm["spatial"].max() <= 256 * truth.mpp
     assert list(adata.obs["class"].astype(str)) == res.table["class"].tolist()
-    assert adata.obs["CD3_positive"].dtype == bool and (adata.obs["slide"] == "mx.ome.tif").all()
+    assert adata.obs["CD3_positive"].dtype == bool
+    assert (adata.obs["slide"] == "mx.ome.tif").all()
     nuc = res.to_anndata(compartment="nucleus")
     assert np.allclose(nuc.X[:, 0], res.table["DAPI_nucleus_mean"])
     adata.write_h5ad(tmp_path / "cells.h5ad")
     back = anndata.read_h5ad(tmp_path / "cells.h5ad")
-    assert back.shape == adata.shape and list(back.var_names) == list(truth.channels)
+    assert back.shape == adata.shape
+    assert list(back.var_names) == list(truth.channels)
     assert list(back.obs["class"].astype(str)) == res.table["class"].tolist()
     with pytest.raises(ValueError, match="cytoplasm"):
         classify_cells(

@@ -93,7 +93,8 @@ def test_store_layout_read_with_zarr_anndata_pyarrow(multiplex):
     assert root.attrs["spatialdata_attrs"] == {"version": "0.2"}
     assert root.attrs["slidescope"]["image_levels"] == [0, 1]
     table = anndata.read_zarr(store / "tables" / "table")
-    assert table.n_obs == res.count and list(table.var_names) == list(truth.channels)
+    assert table.n_obs == res.count
+    assert list(table.var_names) == list(truth.channels)
     assert (table.obs["region"] == "cells").all()
     assert table.obs["instance_id"].tolist() == res.table["id"].tolist()
     assert dict(table.uns["spatialdata_attrs"]) == {
@@ -109,26 +110,30 @@ def test_store_layout_read_with_zarr_anndata_pyarrow(multiplex):
         )
         assert json.loads(shapes.schema.metadata[b"geo"])["primary_column"] == "geometry"
     s0 = np.asarray(root["images/slide/s0"])
-    assert s0.shape == (5, 256, 256) and np.array_equal(s0, truth.image)
+    assert s0.shape == (5, 256, 256)
+    assert np.array_equal(s0, truth.image)
     assert root["images/slide/s1"].shape == (5, 128, 128)
 
 
 def test_spatialdata_reads_shapes_table_and_image(multiplex):
     truth, res, store = multiplex
     out = _read_with_spatialdata(store)
-    assert out["images"] == ["slide"] and out["shapes"] == ["cells", "nuclei"]
+    assert out["images"] == ["slide"]
+    assert out["shapes"] == ["cells", "nuclei"]
     assert out["tables"] == ["table"]
     assert out["table_attrs"] == {
         "region": "cells",
         "region_key": "region",
         "instance_key": "instance_id",
     }
-    assert out["n_obs"] == res.count and out["var_names"] == list(truth.channels)
+    assert out["n_obs"] == res.count
+    assert out["var_names"] == list(truth.channels)
     assert out["class"] == res.table["class"].tolist()
     # every table row joins its cell
     assert out["joined"] == res.count
     for name in ("cells", "nuclei"):
-        assert out[name]["count"] == res.count and out[name]["types"] == ["Polygon"]
+        assert out[name]["count"] == res.count
+        assert out[name]["types"] == ["Polygon"]
         assert out[name]["global"] == "Identity"
     # nucleus outlines in µm sit on the table's centroids (µm): the "micrometers" system
     rows = {int(i): k for k, i in enumerate(res.table["id"])}
@@ -158,11 +163,13 @@ def test_region_offset_rgb_reference_and_nuclei_only(tmp_path):
     assert np.array_equal(s0, truth.image[64:320, 96:320].transpose(2, 0, 1))
     ref = res.to_spatialdata(tmp_path / "ref.zarr", image="reference")
     attrs = zarr.open_group(str(ref), mode="r").attrs["slidescope"]
-    assert attrs["image"] == "reference" and attrs["slide"] == str(path)
+    assert attrs["image"] == "reference"
+    assert attrs["slide"] == str(path)
     assert attrs["region"] == [64, 96, 320, 320]
     assert not list(zarr.open_group(str(ref), mode="r")["images"].keys())
     out = _read_with_spatialdata(store)
-    assert out["shapes"] == ["nuclei"] and out["table_attrs"]["region"] == "nuclei"
+    assert out["shapes"] == ["nuclei"]
+    assert out["table_attrs"]["region"] == "nuclei"
     assert out["joined"] == res.count == out["nuclei"]["count"]
     assert out["image"]["c"] == ["r", "g", "b"]
     assert out["image"]["global"] == {"x": [96.0, 320.0], "y": [64.0, 320.0]}
@@ -189,7 +196,9 @@ def test_a_result_without_labels_writes_its_outlines(tmp_path):
     res = segment_nuclei(
         path, segmenter="builtin-fluorescence", tissue=False, cell_expansion_um=3, labels=False
     )
-    assert res.labels is None and res.cells is None and res.count > 20
+    assert res.labels is None
+    assert res.cells is None
+    assert res.count > 20
     store = res.to_spatialdata(tmp_path / "w.zarr", image="reference")
     for name in ("cells", "nuclei"):
         shapes = pq.read_table(store / "shapes" / name / "shapes.parquet")
@@ -197,5 +206,6 @@ def test_a_result_without_labels_writes_its_outlines(tmp_path):
             res.table["id"].tolist()
         )
     out = _read_with_spatialdata(store)
-    assert out["images"] == [] and out["joined"] == res.count
+    assert out["images"] == []
+    assert out["joined"] == res.count
     assert out["attrs"]["slidescope"]["image"] == "reference"

@@ -3,6 +3,7 @@ import pickle
 import numpy as np
 import pytest
 from scipy import ndimage as ndi
+from tests.fakes import ThresholdSegmenter
 
 from napari_slidescope.pipeline.runner import iter_tiles
 from napari_slidescope.pipeline.tiling import make_plan, owned_labels, paste_owned, read_tile
@@ -24,20 +25,6 @@ def disc_image(shape=(600, 700), radius=10, spacing=36, seed=0):
             centres.append((y, x))
             img[y - r : y + r + 1, x - r : x + r + 1][disc] = (80, 50, 140)
     return img, np.array(centres)
-
-
-class ThresholdSegmenter:
-    """Deterministic, local segmenter: dark pixels -> connected components."""
-
-    name = "threshold"
-    target_mpp = 0.5
-    min_overlap_um = 12.0
-
-    def predict(self, tiles, *, mpp):
-        return (255.0 - tiles.mean(axis=-1, keepdims=True)).astype(np.float32) / 255.0
-
-    def postprocess(self, raw, *, mpp):
-        return ndi.label(raw[..., 0] > 0.4)[0].astype(np.int32)
 
 
 def match(a, b):
@@ -77,17 +64,22 @@ def test_cores_partition_region(region, mpp):
         y0, x0, y1, x1 = t.core
         cover[y0:y1, x0:x1] += 1
         by0, bx0, by1, bx1 = t.box
-        assert by0 <= y0 and bx0 <= x0 and by1 >= y1 and bx1 >= x1
-        assert 0 <= by0 and by1 <= plan.shape[0] and 0 <= bx0 and bx1 <= plan.shape[1]
+        assert by0 <= y0
+        assert bx0 <= x0
+        assert by1 >= y1
+        assert bx1 >= x1
+        assert 0 <= by0
+        assert by1 <= plan.shape[0]
+        assert 0 <= bx0
+        assert bx1 <= plan.shape[1]
         # context on each side is >= overlap unless the region edge is closer
-        assert y0 - by0 >= min(plan.overlap, y0) and by1 - y1 >= min(
-            plan.overlap, plan.shape[0] - y1
-        )
-        assert x0 - bx0 >= min(plan.overlap, x0) and bx1 - x1 >= min(
-            plan.overlap, plan.shape[1] - x1
-        )
+        assert y0 - by0 >= min(plan.overlap, y0)
+        assert by1 - y1 >= min(plan.overlap, plan.shape[0] - y1)
+        assert x0 - bx0 >= min(plan.overlap, x0)
+        assert bx1 - x1 >= min(plan.overlap, plan.shape[1] - x1)
         ry0, rx0, ry1, rx1 = t.box0
-        assert region[0] <= ry0 < ry1 <= region[2] and region[1] <= rx0 < rx1 <= region[3]
+        assert region[0] <= ry0 < ry1 <= region[2]
+        assert region[1] <= rx0 < rx1 <= region[3]
         assert all(type(v) is int for v in (*t.box, *t.core, *t.box0, t.index))
     assert (cover == 1).all()
     assert plan.overlap == 24  # 12 µm at 0.5 µm/px
@@ -103,7 +95,8 @@ def test_plan_is_picklable_and_carries_path():
         path="/data/slide.svs",
     )
     again = pickle.loads(pickle.dumps(plan))
-    assert again == plan and again.tiles == plan.tiles
+    assert again == plan
+    assert again.tiles == plan.tiles
     assert {t.path for t in plan} == {"/data/slide.svs"}
 
 
@@ -129,7 +122,8 @@ def test_plan_rejects_bad_input(bad):
 def test_owned_by_centroid_and_paste_keeps_earlier_pixels():
     plan = make_plan((0, 0, 40, 40), slide_mpp=1, target_mpp=1, tile_size_um=20, min_overlap_um=5)
     tile = plan.tiles[0]  # two tiles per axis: each needs context on one side only
-    assert tile.core == (0, 0, 20, 20) and tile.box == (0, 0, 25, 25)
+    assert tile.core == (0, 0, 20, 20)
+    assert tile.box == (0, 0, 25, 25)
     lab = np.zeros(tile.shape, np.int32)
     lab[15:24, 15:24] = 7  # centroid (19, 19): owned, crosses the core edge
     lab[18:25, 20:25] = 3  # centroid col 22: not owned
@@ -139,7 +133,9 @@ def test_owned_by_centroid_and_paste_keeps_earlier_pixels():
     out = np.zeros(plan.shape, np.int32)
     out[15, 15] = 99
     paste_owned(out, owned, tile, offset=10)
-    assert out[15, 15] == 99 and out[16, 16] == 11 and out[23, 23] == 0
+    assert out[15, 15] == 99
+    assert out[16, 16] == 11
+    assert out[23, 23] == 0
 
 
 def _owned_reference(labels, tile):
@@ -233,7 +229,11 @@ def builtin_segmenter():
     [("threshold", (600, 700), 40), ("builtin", (1000, 1150), 80)],
 )
 def test_tiled_matches_untiled_nucleus_for_nucleus(kind, shape, tile_um):
-    seg = ThresholdSegmenter() if kind == "threshold" else builtin_segmenter()
+    seg = (
+        ThresholdSegmenter(min_overlap_um=12.0, opening=False)
+        if kind == "threshold"
+        else builtin_segmenter()
+    )
     img, centres = disc_image(shape)
     slide = ArraySlide(img, mpp=0.25)
     region = (0, 0, *img.shape[:2])

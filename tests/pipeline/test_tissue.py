@@ -41,15 +41,21 @@ def test_array_source_result_fields(scene):
     img, truth = scene
     res = detect_tissue(img, mpp=1.0)
     assert isinstance(res, TissueResult)
-    assert res.mask.dtype == bool and res.mask.shape == (150, 200)
-    assert res.downsample == (8.0, 8.0) and res.origin == (0.0, 0.0)
-    assert res.mpp == pytest.approx(8.0) and res.level == 0 and res.mode == "brightfield"
+    assert res.mask.dtype == bool
+    assert res.mask.shape == (150, 200)
+    assert res.downsample == (8.0, 8.0)
+    assert res.origin == (0.0, 0.0)
+    assert res.mpp == pytest.approx(8.0)
+    assert res.level == 0
+    assert res.mode == "brightfield"
     t8 = block_mean(truth.astype(np.float32), 8) >= 0.5
     assert iou(res.mask, t8) >= 0.95
     assert res.area_px == pytest.approx(res.mask.sum() * 64)
     assert res.area_um2 == pytest.approx(res.area_px * 1.0)
     assert res.fraction == pytest.approx(res.area_px / img.shape[0] / img.shape[1])
-    assert len(res.polygons) == 2 and len(res.holes) == 2 and len(res.holes[0]) == 1
+    assert len(res.polygons) == 2
+    assert len(res.holes) == 2
+    assert len(res.holes[0]) == 1
     back = polygons_to_mask(res.polygons, res.holes, shape=res.mask.shape, downsample=8)
     np.testing.assert_array_equal(back, res.mask)
     with pytest.raises(AttributeError):
@@ -66,12 +72,15 @@ def test_region_has_level0_origin_and_matches_whole(scene):
     whole = detect_tissue(img, mpp=1.0)
     region = (400, 800, 1200, 1600)  # aligned to the 8-px working grid
     res = detect_tissue(img, mpp=1.0, region=region)
-    assert res.origin == (400.0, 800.0) and res.region == region
+    assert res.origin == (400.0, 800.0)
+    assert res.region == region
     assert res.mask.shape == (100, 100)
     assert iou(res.mask, whole.mask[50:150, 100:200]) >= 0.97
     allv = np.vstack(res.polygons)
-    assert allv[:, 0].min() >= 400 and allv[:, 0].max() <= 1200
-    assert allv[:, 1].min() >= 800 and allv[:, 1].max() <= 1600
+    assert allv[:, 0].min() >= 400
+    assert allv[:, 0].max() <= 1200
+    assert allv[:, 1].min() >= 800
+    assert allv[:, 1].max() <= 1600
     back = polygons_to_mask(
         res.polygons, res.holes, shape=res.mask.shape, downsample=8, origin=res.origin
     )
@@ -84,7 +93,8 @@ def test_unaligned_region_clips_polygons_and_area(scene):
     res = detect_tissue(img, mpp=1.0, region=region)
     assert res.origin == (403.0, 805.0)
     allv = np.vstack(res.polygons)
-    assert allv[:, 0].max() <= 901 and allv[:, 1].max() <= 1207
+    assert allv[:, 0].max() <= 901
+    assert allv[:, 1].max() <= 1207
     assert 0.0 < res.fraction <= 1.0
 
 
@@ -95,7 +105,8 @@ def test_geojson_round_trip(scene, tmp_path):
     res.to_geojson(path)
     doc = json.loads(path.read_text())
     props = doc["features"][0]["properties"]
-    assert props["objectType"] == "annotation" and props["classification"]["name"] == "Tissue"
+    assert props["objectType"] == "annotation"
+    assert props["classification"]["name"] == "Tissue"
     ext, holes = read_geojson_rings(path)
     assert len(ext) == len(res.polygons)
     for a, b in zip(ext, res.polygons, strict=True):
@@ -112,7 +123,8 @@ def test_gating_a_tile_grid(scene):
     for box, k in zip(boxes, keep, strict=True):
         y0, x0, y1, x1 = (v // 8 for v in box)
         assert k == bool(res.mask[y0 : -(-box[2] // 8), x0 : -(-box[3] // 8)].any())
-    assert keep.any() and not keep.all()
+    assert keep.any()
+    assert not keep.all()
 
 
 def test_pyramid_reads_a_reduced_level_and_matches_truth(sample_slide):
@@ -133,7 +145,8 @@ def test_pyramid_reads_a_reduced_level_and_matches_truth(sample_slide):
 def test_coarser_target_downsamples_in_memory(scene):
     img, _ = scene
     res = detect_tissue(img, mpp=1.0, target_mpp=20.0)
-    assert res.downsample == (20.0, 20.0) and res.mask.shape == (60, 80)
+    assert res.downsample == (20.0, 20.0)
+    assert res.mask.shape == (60, 80)
 
 
 def test_region_outside_or_empty_raises(scene):
@@ -154,8 +167,10 @@ def test_uncalibrated_slide_warns_and_reports_pixels(scene):
     slide = ArraySlide(img, mpp=None)
     with pytest.warns(SlidescopeWarning, match="no pixel size"):
         res = detect_tissue(slide)
-    assert res.mpp is None and res.area_um2 is None
-    assert res.area_px > 0 and 0 < res.fraction < 1
+    assert res.mpp is None
+    assert res.area_um2 is None
+    assert res.area_px > 0
+    assert 0 < res.fraction < 1
     # sizes assumed 0.5 µm/px: 8 µm/px -> 16 level-0 px per mask pixel
     assert res.downsample == (16.0, 16.0)
     calibrated = detect_tissue(ArraySlide(img, mpp=None), mpp=1.0)
@@ -166,11 +181,14 @@ def test_all_white_and_all_tissue():
     rng = np.random.default_rng(0)
     white = np.clip(rng.normal(GLASS, 3, (400, 400, 3)), 0, 255).astype(np.uint8)
     res = detect_tissue(white, mpp=1.0)
-    assert not res.mask.any() and res.polygons == [] and res.fraction == 0.0
+    assert not res.mask.any()
+    assert res.polygons == []
+    assert res.fraction == 0.0
     assert res.area_um2 == 0.0
     tissue = np.clip(rng.normal(PINK, 6, (400, 400, 3)), 0, 255).astype(np.uint8)
     res = detect_tissue(tissue, mpp=1.0)
-    assert res.fraction == pytest.approx(1.0) and len(res.polygons) == 1
+    assert res.fraction == pytest.approx(1.0)
+    assert len(res.polygons) == 1
 
 
 def test_mode_auto_and_override():
@@ -180,7 +198,8 @@ def test_mode_auto_and_override():
     dark = dark.astype(np.uint8)
     res = detect_tissue(dark, mpp=1.0)
     assert res.mode == "fluorescence"
-    assert res.mask[12:37, 12:37].mean() > 0.9 and not res.mask[:8].any()
+    assert res.mask[12:37, 12:37].mean() > 0.9
+    assert not res.mask[:8].any()
     assert detect_tissue(dark, mpp=1.0, mode="brightfield").mode == "brightfield"
     with pytest.raises(ValueError, match="mode"):
         detect_tissue(dark, mpp=1.0, mode="darkfield")  # type: ignore[arg-type]
@@ -190,15 +209,21 @@ def test_mode_auto_and_override():
 
 def test_shared_slides_are_plausible(shared_file):
     cmu = detect_tissue(shared_file("CMU-1-Small-Region.svs"))
-    assert cmu.mode == "brightfield" and 0.2 < cmu.fraction < 0.6
+    assert cmu.mode == "brightfield"
+    assert 0.2 < cmu.fraction < 0.6
     assert math.isclose(cmu.mpp or 0, 7.984, rel_tol=1e-3)
     dapi = detect_tissue(shared_file("test3-DAPI-2-387.ndpi"))
-    assert dapi.mode == "fluorescence" and dapi.level == 3 and dapi.fraction > 0.5
+    assert dapi.mode == "fluorescence"
+    assert dapi.level == 3
+    assert dapi.fraction > 0.5
     qptiff = detect_tissue(shared_file("small_vectra.qptiff"))
-    assert qptiff.mode == "fluorescence" and 0.3 < qptiff.fraction < 0.7
+    assert qptiff.mode == "fluorescence"
+    assert 0.3 < qptiff.fraction < 0.7
     with pytest.warns(SlidescopeWarning):
         tcga = detect_tissue(shared_file("TCGA-CR-7395-01A-01-TS1.svs"))
-    assert tcga.mpp is None and tcga.level == 1 and 0.4 < tcga.fraction < 0.8
+    assert tcga.mpp is None
+    assert tcga.level == 1
+    assert 0.4 < tcga.fraction < 0.8
     tiny = detect_tissue(shared_file("openslide-python_small.svs"))
     assert tiny.mask.shape == (1, 1)
 

@@ -6,7 +6,6 @@ and a small synthetic slide.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -21,20 +20,12 @@ BUCKET = "slides"
 SECRET = "very-secret-key-123"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(
-        f"slidescope_{name}", Path(__file__).parent.parent / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def remote_server():
     """The module ``tests/remote_server.py``."""
-    return _load("remote_server")
+    from tests import remote_server
+
+    return remote_server
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +107,9 @@ def s3(remote_server, served, tmp_path_factory: pytest.TempPathFactory):
 def dicomweb_server(dicom_slides):
     """A DICOMweb server (``tests/dicomweb_server.py``) over the wsidicomizer fixtures."""
     pytest.importorskip("dicomweb_client")
-    server = _load("dicomweb_server").serve(list(dicom_slides.values()))
+    from tests import dicomweb_server
+
+    server = dicomweb_server.serve(list(dicom_slides.values()))
     yield server
     server.close()
 

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import csv
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
-import pyarrow.parquet as pq
 import pytest
+from tests.batch_setup import cli, process_cluster, sigkill_then_resume, summary, write_two_slides
 
 from napari_slidescope import analyze_slides
 
@@ -21,11 +15,7 @@ TILE_UM = 128.0
 @pytest.fixture(scope="module")
 def cohort(remote_server, tmp_path_factory):
     """Two small synthetic slides served over HTTP (their own server)."""
-    from napari_slidescope.sample_data import write_sample_slide
-
-    folder = tmp_path_factory.mktemp("cohort")
-    write_sample_slide(folder / "a.svs", shape=(1024, 1536), mpp=0.5, seed=1, tile=128)
-    write_sample_slide(folder / "b.svs", shape=(1024, 1024), mpp=0.5, seed=5, tile=128)
+    folder = write_two_slides(tmp_path_factory.mktemp("cohort"))
     with remote_server.serve(folder) as server:
         yield folder, server
 
@@ -33,40 +23,18 @@ def cohort(remote_server, tmp_path_factory):
 @pytest.fixture(scope="module")
 def client():
     """``LocalCluster(processes=True, n_workers=2, threads_per_worker=1)`` and its client."""
-    import distributed
-
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
+    with process_cluster() as c:
         yield c
-
-
-def _cli(*args, **kwargs):
-    return subprocess.run(
-        [sys.executable, "-m", "napari_slidescope.batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        **kwargs,
-    )
-
-
-def _summary(out):
-    with open(out / "summary.csv", newline="") as fh:
-        return {r["slide"]: r for r in csv.DictReader(fh)}
 
 
 def test_cli_workers_2_from_urls_equals_local(cohort, tmp_path):
     folder, server = cohort
     out, ref = tmp_path / "out", tmp_path / "ref"
     urls = [server.url("a.svs"), server.url("b.svs") + "?token=s3cr3t"]
-    res = _cli("batch", *urls, "-o", out, "--tasks", "tissue", "--workers", 2, "--no-progress")
+    res = cli("batch", *urls, "-o", out, "--tasks", "tissue", "--workers", 2, "--no-progress")
     assert res.returncode == 0, res.stderr
     analyze_slides([folder / "a.svs", folder / "b.svs"], ref, tasks=["tissue"], workers=1)
-    got, want = _summary(out), _summary(ref)
+    got, want = summary(out), summary(ref)
     assert set(got) == {"a.svs", "b.svs"}
     for name in got:
         assert got[name]["status"] == "done"
@@ -116,46 +84,7 @@ def test_s3_prefix_with_storage_options(s3, served, client, tmp_path):
 
 def test_sigkill_mid_run_then_resume_from_url_equals_uninterrupted(cohort, client, tmp_path):
     _, server = cohort
-    url = server.url("a.svs")
-    ref = tmp_path / "ref"
-    analyze_slides(url, ref, tile_size_um=TILE_UM, client=client, segmenter="builtin")
-    out = tmp_path / "out"
-    args = ["batch", url, "-o", out, "--tile-size-um", TILE_UM, "--no-progress"]
-    args += ["--segmenter", "builtin", "--scheduler", client.scheduler.address]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "napari_slidescope.batch", *map(str, args)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    parts = out / "a.svs" / "parts"
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            if parts.is_dir() and len(list(parts.glob("tile-*.parquet"))) >= 2:
-                break
-            assert proc.poll() is None, "the command ended before it could be killed"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    manifest = json.loads((out / "a.svs" / "manifest.json").read_text())
-    assert manifest["status"] == "running"
-    kept = len(list(parts.glob("tile-*.parquet")))
-    first: list[int] = []
-    rows = analyze_slides(
-        url,
-        out,
-        tile_size_um=TILE_UM,
-        client=client,
-        segmenter="builtin",
-        resume=True,
-        progress=lambda s: first.append(s.tiles_done) if not first else None,
-    )
-    assert rows[0]["status"] == "done"
-    assert 2 <= kept == first[0] < len(manifest["tiles"])  # finished tiles were kept
-    got = pq.read_table(out / "a.svs" / "nuclei.parquet").sort_by("id")
-    want = pq.read_table(ref / "a.svs" / "nuclei.parquet").sort_by("id")
+    got, want = sigkill_then_resume(server.url("a.svs"), "a.svs", client, tmp_path, TILE_UM)
     assert got.equals(want)
 
 
@@ -194,7 +123,7 @@ def test_resume_redoes_an_object_whose_etag_changed(remote_server, client, tmp_p
 
 def test_output_to_a_url_is_a_usage_error(cohort, tmp_path):
     _, server = cohort
-    res = _cli(
+    res = cli(
         "batch", server.url("a.svs"), "-o", "s3://bucket/out", "--tasks", "tissue", cwd=tmp_path
     )
     assert res.returncode == 2
@@ -205,6 +134,6 @@ def test_output_to_a_url_is_a_usage_error(cohort, tmp_path):
 def test_bad_storage_options_is_a_usage_error(cohort, tmp_path):
     _, server = cohort
     args = ["batch", server.url("a.svs"), "-o", "x", "--storage-options", "{not json"]
-    res = _cli(*args, cwd=tmp_path)
+    res = cli(*args, cwd=tmp_path)
     assert res.returncode == 2
     assert "--storage-options: not valid JSON" in res.stderr

@@ -59,7 +59,8 @@ def test_status_errors_are_not_retried(web, fault, word):
 
 def test_missing_file_names_the_url(web):
     err = _fails(lambda: _open(web.url("missing.svs")))
-    assert web.url("missing.svs") in str(err) and "404" in str(err)
+    assert web.url("missing.svs") in str(err)
+    assert "404" in str(err)
 
 
 def test_cut_mid_body(web):
@@ -103,7 +104,8 @@ def test_failure_while_reading_tiles_raises_even_in_blank_mode(web, fault):
 def test_credentials_never_in_the_message(web):
     url = web.url("missing.svs").replace("http://", "http://user:hunter22@") + "?token=s3cr3t"
     err = _fails(lambda: _open(url))
-    assert "hunter22" not in str(err) and "s3cr3t" not in str(err)
+    assert "hunter22" not in str(err)
+    assert "s3cr3t" not in str(err)
     assert web.url("missing.svs") in str(err)
 
 

@@ -21,7 +21,8 @@ def test_reader_layer_from_http_equals_local(web, served):
     [(data, kwargs, kind)] = get_reader(web.url("sample.svs"))(web.url("sample.svs"))
     assert kind == "image"
     assert kwargs["name"] == "sample.svs"
-    assert kwargs["multiscale"] and kwargs["rgb"]
+    assert kwargs["multiscale"]
+    assert kwargs["rgb"]
     assert kwargs["metadata"]["path"] == web.url("sample.svs")
     with open_slide(served / "sample.svs") as local:
         assert kwargs["scale"] == tuple(local.mpp)
@@ -45,14 +46,17 @@ def test_reader_error_names_the_url(web):
 def test_launcher_checks_a_url(web):
     assert check_path(web.url("sample.svs")) is None
     problem = check_path(web.url("missing.svs"))
-    assert problem is not None and web.url("missing.svs") in problem and "404" in problem
+    assert problem is not None
+    assert web.url("missing.svs") in problem
+    assert "404" in problem
 
 
 def test_launcher_exits_2_naming_a_bad_url(web, capsys):
     url = web.url("missing.svs").replace("http://", "http://me:pw1234@")
     assert main([url]) == EXIT_BAD_PATH
     err = capsys.readouterr().err
-    assert web.url("missing.svs") in err and "pw1234" not in err
+    assert web.url("missing.svs") in err
+    assert "pw1234" not in err
 
 
 def test_launcher_exits_2_for_an_unknown_scheme(capsys):

@@ -54,9 +54,11 @@ def synthetic_dapi(seed=0, shape=(600, 600), n=140):
 def test_builtin_fluorescence_finds_known_nuclei():
     image, truth = synthetic_dapi()
     res = segment_nuclei(image, mpp=MPP, segmenter="builtin-fluorescence", tissue=False)
-    assert res.segmenter == "builtin-fluorescence" and res.labels.shape == image.shape
+    assert res.segmenter == "builtin-fluorescence"
+    assert res.labels.shape == image.shape
     assert f1_at_iou(truth, res.labels) >= 0.9
-    assert "intensity_mean" in res.table and "hematoxylin_od_mean" not in res.table
+    assert "intensity_mean" in res.table
+    assert "hematoxylin_od_mean" not in res.table
     # the mean intensity under each nucleus: about its brightness, above the background
     assert (res.table["intensity_mean"] > 40).mean() > 0.9
 
@@ -65,17 +67,20 @@ def test_image_kinds_from_metadata(shared_file):
     rgb = ArraySlide(np.zeros((8, 8, 3), np.uint8), mpp=0.5)
     assert image_kind(rgb).input == "brightfield"
     gray = ArraySlide(np.zeros((8, 8), np.uint16), mpp=0.5)
-    assert image_kind(gray).input == "fluorescence" and image_kind(gray).nuclear_channel == 0
+    assert image_kind(gray).input == "fluorescence"
+    assert image_kind(gray).nuclear_channel == 0
     with open_slide(shared_file("small_vectra.qptiff")) as qp:
         kind = image_kind(qp)
-        assert kind.channel_names == ("DAPI", "FITC", "Cy3") and kind.nuclear_channel == 0
+        assert kind.channel_names == ("DAPI", "FITC", "Cy3")
+        assert kind.nuclear_channel == 0
         assert image_kind(qp, channel="fitc").nuclear_channel == 1
         assert image_kind(qp, channel=2).nuclear_channel == 2
         with pytest.raises(ValueError, match="DAPI"):
             image_kind(qp, channel="Opal 690")
     with open_slide(shared_file("test3-DAPI-2-387.ndpi")) as nd:
         kind = image_kind(nd)
-        assert kind.input == "fluorescence" and kind.rgb_encoded
+        assert kind.input == "fluorescence"
+        assert kind.rgb_encoded
         assert kind.fluorochrome == "DAPI 2 (387)"
 
 
@@ -83,10 +88,13 @@ def test_dapi_ndpi_gives_nuclei_with_its_channel_intensity(shared_file):
     path = shared_file("test3-DAPI-2-387.ndpi")
     region = (1500, 1000, 2500, 2000)
     res = segment_nuclei(path, region=region, segmenter="builtin-fluorescence", tissue=False)
-    assert res.count > 20 and res.mpp == 0.5
+    assert res.count > 20
+    assert res.mpp == 0.5
     # the signal of this RGB-encoded DAPI scan is in its blue channel: named after the dye
-    assert "DAPI_mean" in res.table and "hematoxylin_od_mean" not in res.table
-    assert np.isfinite(res.table["DAPI_mean"]).all() and res.table["DAPI_mean"].mean() > 20
+    assert "DAPI_mean" in res.table
+    assert "hematoxylin_od_mean" not in res.table
+    assert np.isfinite(res.table["DAPI_mean"]).all()
+    assert res.table["DAPI_mean"].mean() > 20
     areas = res.table["area_um2"]
     assert 15 < np.median(areas) < 120  # nuclei, not background blobs
     # the H&E method on it runs, but says which ones fit
@@ -100,7 +108,8 @@ def test_qptiff_gives_nuclei_with_every_channel_mean(shared_file):
     res = segment_nuclei(path, region=region, segmenter="builtin-fluorescence", tissue=False)
     assert res.count > 20
     for name in ("DAPI_mean", "FITC_mean", "Cy3_mean"):
-        assert name in res.table and np.isfinite(res.table[name]).all()
+        assert name in res.table
+        assert np.isfinite(res.table[name]).all()
     # segmented on DAPI: nuclei are brighter in DAPI than the region's DAPI median
     with open_slide(path) as slide:
         dapi = slide.read_region(region)[0]
@@ -147,17 +156,20 @@ def test_multichannel_slide_segments_its_nuclear_channel_and_measures_every_chan
     truth = write_multiplex(path)
     with open_slide(path) as slide:
         kind = image_kind(slide)
-        assert kind.channel_names == ("DAPI", "FITC", "Cy3") and kind.nuclear_channel == 0
+        assert kind.channel_names == ("DAPI", "FITC", "Cy3")
+        assert kind.nuclear_channel == 0
         assert image_kind(slide, channel="fitc").nuclear_channel == 1
         with pytest.raises(ValueError, match="DAPI"):
             image_kind(slide, channel="Opal 690")
         tissue = detect_tissue(slide)
         dapi = slide.read_region((0, 0, *slide.shape0))[0]
-    assert tissue.mode == "fluorescence" and 0.3 < tissue.fraction < 0.7
+    assert tissue.mode == "fluorescence"
+    assert 0.3 < tissue.fraction < 0.7
     res = segment_nuclei(path, segmenter="builtin-fluorescence", tissue=False)
     assert f1_at_iou(truth, res.labels) >= 0.9
     for name in ("DAPI_mean", "FITC_mean", "Cy3_mean"):
-        assert name in res.table and np.isfinite(res.table[name]).all()
+        assert name in res.table
+        assert np.isfinite(res.table[name]).all()
     assert "hematoxylin_od_mean" not in res.table
     assert np.median(res.table["DAPI_mean"]) > np.median(dapi)
     # another nuclear channel on request: only the nuclei that channel shows
@@ -196,7 +208,8 @@ def test_auto_picks_the_learned_model_when_installed(monkeypatch):
     with pytest.warns(SegmenterInfoWarning, match="install") as rec:
         res = segment_nuclei(image, mpp=MPP, tissue=False)
     said = [str(w.message) for w in rec if issubclass(w.category, SegmenterInfoWarning)]
-    assert res.segmenter == "builtin-fluorescence" and len(said) == 1, [str(w.message) for w in rec]
+    assert res.segmenter == "builtin-fluorescence", [str(w.message) for w in rec]
+    assert len(said) == 1, [str(w.message) for w in rec]
 
 
 def test_one_fluorescence_rule_for_tissue_and_nuclei():

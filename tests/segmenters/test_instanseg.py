@@ -84,7 +84,8 @@ def test_install_from_a_wheel_installs_both_models_with_their_cards(
     src.mkdir(parents=True)
     (src / "instanseg.pt").write_bytes(b"bf-weights")
     other = instanseg.install_models(tmp_path / "cache", tmp_path / "elsewhere")
-    assert list(other) == [BF] and other[BF].is_relative_to(tmp_path / "elsewhere")
+    assert list(other) == [BF]
+    assert other[BF].is_relative_to(tmp_path / "elsewhere")
 
 
 def test_wrong_checksum_installs_nothing_and_keeps_what_was_there(
@@ -210,7 +211,8 @@ def test_unavailable_without_model_says_how_to_install(models_home, monkeypatch)
     )
     for name in ("instanseg", "instanseg-fluorescence"):
         reason = missing_reason(name)
-        assert "instanseg.pt not found" in reason and "segmenters.instanseg install" in reason
+        assert "instanseg.pt not found" in reason
+        assert "segmenters.instanseg install" in reason
         with pytest.raises(SegmenterUnavailableError, match="segmenters.instanseg install"):
             get_segmenter(name)
 
@@ -267,10 +269,12 @@ def test_each_runtime_reproduces_the_model_cards_test_output_exactly(each_runtim
     x = np.load(folder / "test-input.npy")  # (1, 3, 256, 256) float32, 0-255
     expected = np.load(folder / "test-output_instance_segmentation.npy")[:, 0]
     got = model.predict(np.moveaxis(x, 1, -1), mpp=0.5)  # scaled per tile, as the card says
-    assert got.shape == (1, 256, 256, 1) and got.dtype == np.float32
+    assert got.shape == (1, 256, 256, 1)
+    assert got.dtype == np.float32
     np.testing.assert_array_equal(got[..., 0], expected)
     labels = model.postprocess(got[0], mpp=0.5)
-    assert labels.dtype == np.int32 and labels.max() == len(np.unique(labels)) - 1 > 300
+    assert labels.dtype == np.int32
+    assert labels.max() == len(np.unique(labels)) - 1 > 300
     # a tile whose sides are not multiples of 16 (the model pads it itself)
     odd = np.moveaxis(x, 1, -1)[:, :250, :230]
     torch_model = instanseg.InstanSegSegmenter(runtime="torch")
@@ -292,7 +296,8 @@ def test_fluorescence_model_reproduces_its_test_output_exactly(fluo_model):
     nuclei = fluo_model.predict(np.moveaxis(x, 1, -1), mpp=0.5)
     assert nuclei.shape == (1, 256, 256, 1)
     np.testing.assert_array_equal(nuclei[0, ..., 0], expected[0, 0])
-    assert fluo_model.input == "fluorescence" and fluo_model.name == "instanseg-fluorescence"
+    assert fluo_model.input == "fluorescence"
+    assert fluo_model.name == "instanseg-fluorescence"
 
 
 def test_segments_a_real_he_image_through_the_pipeline(model, shared_file):
@@ -305,7 +310,8 @@ def test_segments_a_real_he_image_through_the_pipeline(model, shared_file):
     rgb = tifffile.imread(shared_file(ident + ".tif"))[:500, :500]
     truth = tifffile.imread(shared_file(ident + "_instances.tif"))[:500, :500]
     result = segment_nuclei(rgb, mpp=0.2457, segmenter=model, tissue=False)
-    assert result.labels.shape == rgb.shape[:2] and result.segmenter == "instanseg"
+    assert result.labels.shape == rgb.shape[:2]
+    assert result.segmenter == "instanseg"
     assert result.count == len(result.table["id"]) > 50
     scores = instance_scores(truth, result.labels)
     assert scores["f1"] > 0.75  # 0.89 on the whole image (benchmarks/RESULTS.md)
@@ -355,7 +361,8 @@ def test_small_nuclei_of_a_20x_slide_are_kept_fragments_dropped(model):
     raw[20:24, 20:24] = 2  # 16 px
     labels = model.postprocess(raw, mpp=0.5)
     assert model.min_area_um2 == 5.0
-    assert labels.max() == 1 and (labels == 1).sum() == 32
+    assert labels.max() == 1
+    assert (labels == 1).sum() == 32
 
 
 def test_fluorescence_model_outlines_the_cells_itself(fluo_model, tmp_path):

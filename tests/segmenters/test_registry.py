@@ -31,7 +31,8 @@ def no_model_caches(monkeypatch, tmp_path):
 def test_missing_adapters_are_hidden_with_a_clear_message(no_model_caches, name, package):
     assert name not in available_segmenters()
     reason = missing_reason(name)
-    assert reason is not None and (package in reason or "model file" in reason)
+    assert reason is not None
+    assert package in reason or "model file" in reason
     with pytest.raises(SegmenterUnavailableError, match=f"segmenter '{name}' is not available"):
         get_segmenter(name)
 
@@ -44,13 +45,15 @@ def test_package_present_but_model_file_missing(monkeypatch, no_model_caches, tm
         lambda n, *a: object() if n in ("stardist", "tensorflow") else real(n, *a),
     )
     reason = missing_reason("stardist")
-    assert "model file" in reason and str(tmp_path / "keras") in reason
+    assert "model file" in reason
+    assert str(tmp_path / "keras") in reason
     assert "2D_versatile_he" in reason
     # a model folder in the Keras cache makes it available (loading itself is not tried here)
     folder = tmp_path / "keras" / "models" / "StarDist2D" / "2D_versatile_he" / "2D_versatile_he"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
-    assert missing_reason("stardist") is None and "stardist" in available_segmenters()
+    assert missing_reason("stardist") is None
+    assert "stardist" in available_segmenters()
 
 
 def test_unknown_name_and_registration():
@@ -71,7 +74,9 @@ def test_unknown_name_and_registration():
     try:
         assert "fake-test" in available_segmenters()
         seg = get_segmenter("fake-test")  # given the protocol's defaults
-        assert seg.name == "Fake" and seg.target_mpp == 1.0 and seg.input == "brightfield"
+        assert seg.name == "Fake"
+        assert seg.target_mpp == 1.0
+        assert seg.input == "brightfield"
         tiles = np.ones((1, 4, 4, 3), np.uint8)
         assert seg.postprocess(seg.predict(tiles, mpp=1.0)[0], mpp=1.0).max() == 1
         assert "fake-missing" not in available_segmenters()
@@ -99,7 +104,8 @@ def test_every_entry_creates_a_segmenter_of_its_declared_input_and_resolution(no
     for name in ("builtin", "builtin-fluorescence"):
         seg = get_segmenter(name)
         assert isinstance(seg, Segmenter)
-        assert seg.input == segmenter_input(name) and seg.name == name
+        assert seg.input == segmenter_input(name)
+        assert seg.name == name
         assert seg.target_mpp == segmenter_target_mpp(name)
 
 
@@ -146,7 +152,8 @@ def test_model_segmenter_base_checks_packages_then_the_model_files(tmp_path):
     seg = Local(min_overlap_um=3.0)
     assert Local.missing_reason("m") is None
     assert Local.missing_reason("other") is not None
-    assert seg.model_file == tmp_path / "models" / "m.bin" and seg.min_overlap_um == 3.0
+    assert seg.model_file == tmp_path / "models" / "m.bin"
+    assert seg.min_overlap_um == 3.0
 
     class NeedsMore(Local):
         packages = ("numpy", "no_such_package_here")

@@ -1,10 +1,10 @@
 """One resolution rule: every entry point segments at ``segmenters.working_mpp``."""
 
-import inspect
 import math
 
 import numpy as np
 import pytest
+from tests.fakes import ThresholdSegmenter
 
 from napari_slidescope import segment_nuclei
 from napari_slidescope.analysis.stains import RUIFROK_HE
@@ -53,19 +53,13 @@ def test_auto_resolution_follows_the_stain(monkeypatch):
     assert working_mpp("auto", 0.2, input="brightfield") == 0.5  # InstanSeg
 
 
-class Stand:
-    """A fast stand-in segmenter at 0.5 µm/px: dark pixels, labelled."""
+class Stand(ThresholdSegmenter):
+    """The shared stand-in at 0.5 µm/px, measured with the standard stains (two flat colours)."""
 
-    name, target_mpp, min_overlap_um = "stand", 0.5, 8.0
-    stains = RUIFROK_HE  # measured with the standard stains: two flat colours
+    name = "stand"
 
-    def predict(self, tiles, *, mpp):
-        return (tiles[..., 1] < 130)[..., None].astype(np.float32)
-
-    def postprocess(self, raw, *, mpp):
-        from scipy import ndimage as ndi
-
-        return ndi.label(raw[..., 0] > 0.5)[0].astype(np.int32)
+    def __init__(self):
+        super().__init__(stains=RUIFROK_HE, opening=False)
 
 
 def _image():
@@ -103,7 +97,8 @@ def test_api_and_batch_entry_use_the_rule(seg, slide_mpp, expected, monkeypatch)
     else:
         res = segment_nuclei(slide, segmenter=seg(), tissue=False)
     assert res.mpp == expected
-    assert calls and calls[-1][1] == (None if slide_mpp is None else (slide_mpp, slide_mpp))
+    assert calls
+    assert calls[-1][1] == (None if slide_mpp is None else (slide_mpp, slide_mpp))
     # the batch engine's entry point: prepare_nuclei, the same set-up
     if slide_mpp is None:
         with pytest.warns(UncalibratedWarning):
@@ -119,7 +114,6 @@ def test_api_and_batch_entry_use_the_rule(seg, slide_mpp, expected, monkeypatch)
 def test_widget_and_console_runs_use_the_rule(seg, slide_mpp, expected):
     """Widget and console both start runs through the session, which asks jobs.nuclei_mpp."""
     from napari_slidescope._napari import jobs
-    from napari_slidescope._qt import session
 
     info = {"mpp": None if slide_mpp is None else (slide_mpp, slide_mpp), "axes": "YXS"}
     source = jobs.SlideSource("s", "s.svs", None, (1.0, 1.0), (256, 256), info)
@@ -129,4 +123,11 @@ def test_widget_and_console_runs_use_the_rule(seg, slide_mpp, expected):
     else:
         got = jobs.nuclei_mpp(source, {"segmenter": seg(), "target_mpp": None})
     assert got == expected
-    assert "nuclei_mpp(source, nuclei)" in inspect.getsource(session.SlideAnalysis.run)
+    # what a session run then segments at: tests/_napari/test_session_resolution.py
+
+
+def test_batch_leaves_the_resolution_to_the_rule_by_default():
+    from napari_slidescope.batch.params import BatchParams
+
+    assert BatchParams().nuclei.target_mpp is None  # default: the rule decides, in prepare_nuclei
+    # what a batch then segments at, asked or not: tests/batch/test_resolved.py

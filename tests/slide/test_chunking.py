@@ -12,7 +12,8 @@ def test_svs_tiles_grow_to_square_chunks():
 
 def test_ndpi_band_grows_in_rows_only():
     chunks = choose_chunks((23040, 30720, 3), (8, 3840, 3), 1, spatial=(0, 1), budget=4 * 2**20)
-    assert chunks[1] == 3840 and chunks[2] == 3
+    assert chunks[1] == 3840
+    assert chunks[2] == 3
     assert chunks[0] % 8 == 0
     assert chunks[0] * 3840 * 3 <= 4 * 2**20 < (chunks[0] + 8) * 3840 * 3
 
@@ -31,7 +32,9 @@ def test_small_image_is_one_chunk():
 
 def test_channel_axis_keeps_native_chunk():
     chunks = choose_chunks((3, 1440, 1920), (1, 16, 1920), 1, spatial=(1, 2), budget=2**20)
-    assert chunks[0] == 1 and chunks[2] == 1920 and chunks[1] % 16 == 0
+    assert chunks[0] == 1
+    assert chunks[2] == 1920
+    assert chunks[1] % 16 == 0
 
 
 def test_parse_bytes():
@@ -65,7 +68,8 @@ def test_chunks_are_whole_multiples_within_budget(h, w, ny, nx, s, itemsize, bud
     # whole multiples of the native chunk, or the whole (shorter) axis
     assert cy == h or cy % ny == 0
     assert cx == w or cx % nx == 0
-    assert 0 < cy <= h and 0 < cx <= w
+    assert 0 < cy <= h
+    assert 0 < cx <= w
     native_bytes = min(ny, h) * min(nx, w) * s * itemsize
     assert cy * cx * s * itemsize <= max(budget, native_bytes)
     # the budget is used: growing both axes by one native step would not fit, and an axis

@@ -22,7 +22,8 @@ SOURCES = {
 def test_levels_calibration_and_pixels_equal_the_source(dicom_slides, shared_file, name):
     shapes, mpp, associated = SOURCES[name]
     with open_slide(dicom_slides[name]) as slide, open_slide(shared_file(name)) as ref:
-        assert slide.format == "dicom" and slide.backend == "dicom"
+        assert slide.format == "dicom"
+        assert slide.backend == "dicom"
         assert slide.axes == "YXS"
         assert slide.level_shapes == shapes == ref.level_shapes
         assert slide.mpp == pytest.approx((mpp, mpp), rel=1e-4)
@@ -40,7 +41,8 @@ def test_chunks_follow_the_budget_and_tiles(dicom_slides):
     with open_slide(dicom_slides["test3-DAPI-2-387.ndpi"], chunk_bytes="1 MiB") as slide:
         tile = slide._readers[0].native
         cy, cx, _ = slide.levels[0].chunksize
-        assert cy % tile[0] == 0 and cx % tile[1] == 0
+        assert cy % tile[0] == 0
+        assert cx % tile[1] == 0
         assert cy * cx * 3 <= 2**20
 
 

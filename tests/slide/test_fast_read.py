@@ -92,7 +92,8 @@ def _check_all_paths(path, *, chunk_bytes=None, n=4, expect_fast=None):
         for level, (arr, want) in enumerate(zip(slide.levels, expected, strict=True)):
             if expect_fast is not None:
                 assert slide._readers[level]._source.fast is expect_fast, (path, level)
-            assert arr.shape == want.shape and arr.dtype == want.dtype
+            assert arr.shape == want.shape
+            assert arr.dtype == want.dtype
             ds = slide.downsamples[level]
             for y0, x0, y1, x1 in _boxes(want.shape, rng, n, yi=yi, xi=xi):
                 idx = _index(slide.axes, y0, x0, y1, x1)
@@ -298,7 +299,8 @@ def test_cache_disabled(tiled_rgb):
     set_cache_bytes(0)
     with _open(tiled_rgb) as slide:
         np.asarray(slide.levels[0][:500, :500])
-    assert tile_cache().nbytes == 0 and len(tile_cache()) == 0
+    assert tile_cache().nbytes == 0
+    assert len(tile_cache()) == 0
 
 
 def test_tile_cache_lru_and_bounds():
@@ -308,14 +310,21 @@ def test_tile_cache_lru_and_bounds():
     cache.put("b", b)
     cache.put("c", c)
     got = cache.get("a")  # a is now the most recently used
-    assert got is not None and got is not a and np.array_equal(got, a)  # a copy...
-    assert not got.flags.writeable and a.flags.writeable  # ...read-only; the caller's is not
+    assert got is not None  # a copy...
+    assert got is not a
+    assert np.array_equal(got, a)
+    assert not got.flags.writeable  # ...read-only; the caller's is not
+    assert a.flags.writeable
     cache.put("d", np.zeros(100, np.uint8))
-    assert cache.get("b") is None and np.array_equal(cache.get("a"), a) and cache.nbytes == 300
+    assert cache.get("b") is None
+    assert np.array_equal(cache.get("a"), a)
+    assert cache.nbytes == 300
     cache.put("big", np.zeros(301, np.uint8))  # larger than the bound: never stored
-    assert cache.get("big") is None and cache.nbytes == 300
+    assert cache.get("big") is None
+    assert cache.nbytes == 300
     cache.resize(150)
-    assert cache.nbytes <= 150 and len(cache) == 1
+    assert cache.nbytes <= 150
+    assert len(cache) == 1
     cache.put((7, 0, (0, 0)), np.zeros(50, np.uint8))
     cache.discard(7)
     assert cache.get((7, 0, (0, 0))) is None
@@ -347,7 +356,8 @@ def test_tile_cache_reuses_slabs_nobody_holds():
     assert cache.reused == 2
     np.testing.assert_array_equal(cache.get(4), tiles[4])
     np.testing.assert_array_equal(cache.get(5), tiles[5])
-    assert cache.nbytes == 2 * tile and len(cache) == 2
+    assert cache.nbytes == 2 * tile
+    assert len(cache) == 2
     cache.put(6, np.zeros((3, 5), np.float64))  # other sizes and dtypes evict as needed
     assert cache.get(6).dtype == np.float64
     assert cache.nbytes + cache.free_nbytes <= 2 * tile
@@ -359,14 +369,19 @@ def test_tile_cache_keeps_cleared_slabs_for_reuse_within_the_bound():
     for k in range(3):
         cache.put(k, tile)
     cache.clear()  # the chunks go, their slabs stay (resident memory within the bound)
-    assert len(cache) == 0 and cache.nbytes == 0 and cache.free_nbytes == 3 * tile.nbytes
+    assert len(cache) == 0
+    assert cache.nbytes == 0
+    assert cache.free_nbytes == 3 * tile.nbytes
     cache.put("a", tile * 2)
-    assert cache.reused == 1 and cache.free_nbytes == 2 * tile.nbytes
+    assert cache.reused == 1
+    assert cache.free_nbytes == 2 * tile.nbytes
     np.testing.assert_array_equal(cache.get("a"), tile * 2)
     cache.resize(tile.nbytes)  # a lower bound unmaps free slabs first
-    assert cache.free_nbytes == 0 and cache.nbytes == tile.nbytes
+    assert cache.free_nbytes == 0
+    assert cache.nbytes == tile.nbytes
     cache.resize(0)
-    assert cache.nbytes == cache.free_nbytes == 0 and len(cache) == 0
+    assert cache.nbytes == cache.free_nbytes == 0
+    assert len(cache) == 0
 
 
 def test_region_graph_holds_only_touched_chunks(small_ndpi):

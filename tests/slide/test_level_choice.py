@@ -43,19 +43,42 @@ def test_rules_refuse_a_non_positive_target(rule, target):
         rule(PYRAMID, target)
 
 
-def test_slide_level_for_mpp_is_the_nearest_rule(sample_slide):
+#: The sample slide's levels: 2048 x 3072 px at 0.5 µm/px, then 512 x 768 and 128 x 192
+#: (each a 4x block mean), so 0.5, 2 and 8 µm/px. On a log scale the boundary between two
+#: levels is their geometric mean: 1 µm/px between levels 0 and 1, 4 µm/px between 1 and 2;
+#: a target exactly on a boundary goes to the finer level.
+LEVEL_FOR_MPP = [
+    (0.1, 0),  # finer than level 0: level 0
+    (0.4, 0),
+    (0.5, 0),  # on level 0
+    (0.9, 0),  # 1.8x: below the 2x boundary
+    (1.0, 0),  # 2x, the boundary: the finer level
+    (1.1, 1),  # 2.2x: past the boundary, the coarser level (the other rule would say 0)
+    (1.5, 1),
+    (2.0, 1),  # on level 1
+    (2.5, 1),
+    (4.0, 1),  # 8x, the boundary between 4x and 16x: the finer level
+    (4.5, 2),
+    (8.0, 2),  # on level 2
+    (100.0, 2),  # coarser than every level: the coarsest
+]
+
+
+@pytest.mark.parametrize("mpp, level", LEVEL_FOR_MPP)
+def test_slide_level_for_mpp_picks_the_nearest_level(sample_slide, mpp, level):
     path, _ = sample_slide
-    with open_slide(path) as slide:  # 0.5 µm/px, levels 1x 4x 16x (or as written)
-        assert len(slide.downsamples) >= 2
-        base = slide.mpp[1]
-        for mpp in (0.4, 0.5, 0.9, 1.1, 1.5, 2.0, 2.5, 5.0, 100.0):
-            want = nearest_level(slide.downsamples, (mpp / base, mpp / base))
-            assert slide.nearest_level(mpp) == want
-            assert slide.level_for_mpp(mpp) == want
-        # somewhere between two levels the rules part: nearest reads the coarser level
-        ds1 = slide.downsamples[1][1]
-        between = base * ds1 * 0.8
-        assert slide.level_for_mpp(between) == 1
-        assert coarsest_level_not_coarser(slide.downsamples, (ds1 * 0.8, ds1 * 0.8)) == 0
+    with open_slide(path) as slide:
+        assert slide.mpp == (0.5, 0.5)
+        assert slide.downsamples == [(1.0, 1.0), (4.0, 4.0), (16.0, 16.0)]
+        assert slide.nearest_level(mpp) == level
+        assert slide.level_for_mpp(mpp) == level
+
+
+def test_slide_level_for_mpp_reads_the_coarser_level_where_the_rules_part(sample_slide):
+    path, _ = sample_slide
+    with open_slide(path) as slide:
+        # 1.6 µm/px is 3.2x: nearer 4x (level 1) on a log scale, but coarser than level 0
+        assert slide.level_for_mpp(1.6) == 1
+        assert coarsest_level_not_coarser(slide.downsamples, (3.2, 3.2)) == 0
         with pytest.raises(ValueError, match="positive"):
             slide.level_for_mpp(0)

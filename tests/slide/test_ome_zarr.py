@@ -71,7 +71,8 @@ def test_no_unit_is_uncalibrated(slide_writers, tmp_path):
     with pytest.warns(SlidescopeWarning, match="no pixel size"):
         slide = open_slide(path)
     with slide:
-        assert slide.mpp is None and slide.axes == "YX"
+        assert slide.mpp is None
+        assert slide.axes == "YX"
 
 
 @pytest.mark.parametrize(

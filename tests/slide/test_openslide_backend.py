@@ -19,7 +19,8 @@ pytest.importorskip("openslide")
 def test_forced_openslide_equals_tifffile(shared_file, name, vendor, mpp):
     path = shared_file(name)
     with open_slide(path, backend="openslide") as slide, open_slide(path) as ref:
-        assert slide.backend == "openslide" and slide.format == vendor
+        assert slide.backend == "openslide"
+        assert slide.format == vendor
         assert slide.axes == "YXS"
         assert slide.mpp == pytest.approx((mpp, mpp), rel=1e-4)
         assert slide.calibration_source == "OpenSlide mpp-x / mpp-y"

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from psygnal import Signal
 
 from napari_slidescope._napari.class_layers import (
     class_colormap,

@@ -253,7 +253,6 @@ class Manifest:
         return cls(**values)
 
 
-
 @dataclass
 class SlideSummary:
     """Totals of one slide's nuclei, gathered while its output is written."""

@@ -223,7 +223,7 @@ def test_all_background_gives_no_nuclei():
 
     records = []
     segment_nuclei(
-        img, mpp=MPP, segmenter=ThresholdSegmenter(), tissue=False, tile_size_um=20,
+        img, mpp=MPP, segmenter=_segmenter(), tissue=False, tile_size_um=20,
         progress=records.append,
     )  # fmt: skip
     assert records == [Progress(d, t) for d, t in calls]
@@ -378,7 +378,7 @@ def test_options_object_and_keywords_give_the_same_run_and_keywords_win():
     from napari_slidescope.pipeline.nuclei import prepare_nuclei
 
     img, _ = discs()
-    seg = ThresholdSegmenter()
+    seg = _segmenter()
     by_keywords = segment_nuclei(img, mpp=MPP, segmenter=seg, tile_size_um=30, tissue=False)
     opts = NucleiOptions(tile_size_um=30)
     by_options = segment_nuclei(img, mpp=MPP, segmenter=seg, options=opts, tissue=False)

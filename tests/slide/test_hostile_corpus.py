@@ -903,15 +903,16 @@ def test_full_disk_batch_outputs(disk):
     # a part written while there is room, then each writer on the full disk
     tile = TileOut(0, 0.1, {"id": np.arange(1, 4), "area_um2": np.ones(3)}, [b"\0" * 21] * 3)
     part = outputs.write_part(slide_dir, tile, "digest")
-    outputs.write_manifest(slide_dir, {"state": "running"})
+    outputs.write_manifest(slide_dir, outputs.Manifest("slide", "/slide", "running"))
     manifest = slide_dir / "manifest.json"
-    _refused(disk, manifest, lambda: outputs.write_manifest(slide_dir, {"state": "x" * 99999}))
+    huge = outputs.Manifest("slide", "/slide", "failed", error="x" * 99999)
+    _refused(disk, manifest, lambda: outputs.write_manifest(slide_dir, huge))
     rng = np.random.default_rng(0)
     big = TileOut(0, 0.2, {"id": np.arange(1, 20001), "area_um2": rng.random(20000)}, [])
     big.wkb = [rng.bytes(64) for _ in range(20000)]
     _refused(disk, part, lambda: outputs.write_part(slide_dir, big, "digest"))
     summary = disk.path / "summary.csv"
-    rows = [{"slide": "s" * 50_000}]
+    rows = [outputs.SummaryRow("s" * 50_000, "failed")]
     _refused(disk, summary, lambda: outputs.write_summary(summary, rows))
     tissue = slide_dir / "tissue.geojson"
     ring = rng.random((20_000, 2)) * 1000

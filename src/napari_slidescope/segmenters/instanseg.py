@@ -627,7 +627,7 @@ def _onnx_network(
 
 
 def _quantized(onnx_file: Path, calibration: Path, spec: ModelSpec) -> Path:
-    """The network of `onnx_file` quantized to 8 bits (QDQ), written next to it.
+    """Quantize the network of `onnx_file` to 8 bits (QDQ); return the file written next to it.
 
     Weights are quantized per output channel (signed), activations (unsigned) on the
     min-max ranges they take on the model card's test tile (`calibration`, installed with

@@ -277,6 +277,43 @@ def test_each_runtime_reproduces_the_model_cards_test_output_exactly(each_runtim
     np.testing.assert_array_equal(model.predict(odd, mpp=0.5), torch_model.predict(odd, mpp=0.5))
 
 
+def _model_flood_fill(mask, seed):
+    """InstanSeg's flood_fill as its TorchScript runs it: 3 x 3 steps, at most max(H, W)."""
+    from scipy import ndimage as ndi
+
+    grown, mask = seed > 0, mask > 0
+    for _ in range(max(mask.shape[-2:])):
+        step = ndi.maximum_filter(grown, size=(1,) * (mask.ndim - 2) + (3, 3), mode="constant")
+        step &= mask
+        if np.array_equal(step, grown):
+            break
+        grown = step
+    return grown
+
+
+def test_scipy_flood_fill_and_fill_holes_are_the_models():
+    """The clustering's flood fill in one scipy pass: the same sets, the step limit included."""
+    rng = np.random.default_rng(0)
+    mask = rng.random((6, 1, 32, 32)) < 0.6
+    seed = np.zeros_like(mask)
+    seed[:, 0, 16, 16] = True  # inside or outside the mask
+    np.testing.assert_array_equal(instanseg._flood_fill(mask, seed), _model_flood_fill(mask, seed))
+    # a 1-px corridor snaking further than max(H, W) = 16 steps: cut where the model stops
+    snake = np.zeros((1, 1, 16, 16), bool)
+    snake[0, 0, ::2, :15] = True
+    snake[0, 0, 1::4, 14] = snake[0, 0, 3::4, 0] = True
+    start = np.zeros_like(snake)
+    start[0, 0, 0, 0] = True
+    got = instanseg._flood_fill(snake, start)
+    np.testing.assert_array_equal(got, _model_flood_fill(snake, start))
+    assert 0 < got.sum() < snake.sum()
+    ring = np.zeros((1, 1, 20, 20), bool)
+    ring[0, 0, 2:9, 2:9] = True
+    ring[0, 0, 4:7, 4:7] = False  # a hole, filled
+    filled = instanseg._fill_holes(ring)
+    assert filled[0, 0, 2:9, 2:9].all() and filled.sum() == 49
+
+
 def test_unknown_runtime_is_refused(model):
     with pytest.raises(ValueError, match="runtime: expected"):
         instanseg.InstanSegSegmenter(runtime="tensorrt")

@@ -626,18 +626,28 @@ def _register_fill_ops() -> bool:
         def holes(mask: torch.Tensor) -> torch.Tensor:
             return torch.from_numpy(_fill_holes(mask.cpu().numpy())).to(mask.device)
 
-        custom_op(
-            "slidescope::instanseg_flood_fill",
-            flood,
-            mutates_args=(),
-            schema="(Tensor mask, Tensor seed) -> Tensor",
-        )
-        custom_op(
-            "slidescope::instanseg_fill_holes",
-            holes,
-            mutates_args=(),
-            schema="(Tensor mask) -> Tensor",
-        )
+        try:
+            custom_op(
+                "slidescope::instanseg_flood_fill",
+                flood,
+                mutates_args=(),
+                schema="(Tensor mask, Tensor seed) -> Tensor",
+            )
+            custom_op(
+                "slidescope::instanseg_fill_holes",
+                holes,
+                mutates_args=(),
+                schema="(Tensor mask) -> Tensor",
+            )
+        except (TypeError, RuntimeError):  # an older custom_op, or registered before a reload
+            try:
+                _ = (
+                    torch.ops.slidescope.instanseg_flood_fill,
+                    torch.ops.slidescope.instanseg_fill_holes,
+                )
+            except (AttributeError, RuntimeError):
+                _FILL_OPS.append(False)
+                return False
         _FILL_OPS.append(True)
         return True
 

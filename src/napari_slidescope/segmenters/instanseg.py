@@ -736,6 +736,9 @@ def _onnx_network(
         onnx_model = onnx_file.read_bytes()
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
+    # threads that spin between runs take the cores from the clustering and post-processing
+    # that follow (a CMU-1 region: 2.33 s against 2.90 s, same labels; benchmarks/RESULTS.md)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = onnxruntime.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
     return net, session
 

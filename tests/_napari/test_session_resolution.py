@@ -22,8 +22,8 @@ CASES = [
 def test_session_runs_segment_at_the_rule_resolution(
     make_napari_viewer, tmp_path, qtbot, slide_mpp, segmenter, expected
 ):
-    from napari_slidescope._qt import session
     from napari_slidescope._napari.layers import canvas_of
+    from napari_slidescope._qt import session
     from napari_slidescope.sample_data import write_sample_slide
 
     path = tmp_path / "slide.svs"

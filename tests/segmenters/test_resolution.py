@@ -129,5 +129,6 @@ def test_widget_and_console_runs_use_the_rule(seg, slide_mpp, expected):
 def test_batch_leaves_the_resolution_to_the_rule_by_default():
     from napari_slidescope.batch.params import BatchParams
 
-    assert BatchParams().nuclei_options.target_mpp is None  # default: the rule decides, in prepare_nuclei
+    # default: the rule decides, in prepare_nuclei
+    assert BatchParams().nuclei_options.target_mpp is None
     # what a batch then segments at, asked or not: tests/batch/test_resolved.py

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from napari_slidescope._io import one_line
 from napari_slidescope.batch import outputs
 from napari_slidescope.batch.outputs import Manifest, SummaryRow, TileRecord
 from napari_slidescope.batch.params import BatchParams, SlideStamp, shown_path, stamp_slide
@@ -97,11 +98,8 @@ class _Slide:
 
 
 def _message(exc: BaseException) -> str:
-    """One line: the exception's type, message and notes."""
-    text = " ".join([f"{type(exc).__name__}: {exc}", *getattr(exc, "__notes__", [])]).replace(
-        "\n", " "
-    )
-    return text.strip()
+    """One line: the exception's type, message and notes (``_io.one_line``)."""
+    return one_line(exc, typed=True)
 
 
 class Ledger:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import CancelledError
@@ -30,6 +31,7 @@ from napari_slidescope.batch.tasks import (
     slide_task,
     summary_of,
 )
+from napari_slidescope.errors import SlidescopeWarning
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -40,6 +42,11 @@ if TYPE_CHECKING:
     _Future = Future[Any]
 
 __all__ = ["Scheduler", "cluster_model"]
+
+
+#: Seconds a ``--gpu`` run waits for a worker without a GPU (a restarted one) before it
+#: lets post tasks run on the GPU workers.
+CPU_WORKER_WAIT_S = 30.0
 
 
 def _cpu_workers(client: Client) -> list[str]:
@@ -84,6 +91,7 @@ class Scheduler:
         self.token = uuid.uuid4().hex[:8]
         self.tiles_in_flight = 0
         self.cpu_workers: list[str] = []
+        self.no_cpu_workers = False  # a GPU run found no worker without a GPU (said once)
         # post task -> its model task, arguments and the workers it may run on
         self.posts: dict[_Future, tuple[_Future, tuple[Any, ...], str, list[str]]] = {}
 
@@ -247,17 +255,43 @@ class Scheduler:
 
         A strict restriction: a loose one lets an idle GPU worker steal post tasks.
         """
+        workers = self._post_workers()
         fut = self.client.submit(
             post_task,
             *args,
             model,
             key=f"slidescope-post-{name}-{uuid.uuid4().hex[:6]}",
             retries=self.retries,
-            workers=self.cpu_workers or None,
+            workers=workers,
             priority=-s.index,
         )
-        self.posts[fut] = (model, args, name, list(self.cpu_workers))
+        self.posts[fut] = (model, args, name, list(workers or ()))
         return fut
+
+    def _post_workers(self) -> list[str] | None:
+        """Return the workers a post task may run on: those without a GPU.
+
+        When none is known (the only one was killed and its nanny is starting it again),
+        wait up to :data:`CPU_WORKER_WAIT_S` for one to join rather than let the post task
+        run on a GPU worker. A cluster that has none by then runs its post tasks anywhere
+        (None), said once.
+        """
+        if self.cpu_workers or self.no_cpu_workers:
+            return self.cpu_workers or None
+        deadline = time.monotonic() + CPU_WORKER_WAIT_S
+        while not self.cpu_workers and time.monotonic() < deadline:
+            time.sleep(0.2)
+            self.cpu_workers = _cpu_workers(self.client)
+        if self.cpu_workers:
+            return self.cpu_workers
+        self.no_cpu_workers = True
+        warnings.warn(
+            f"--gpu: no worker without a GPU joined within {CPU_WORKER_WAIT_S:g} s; "
+            "post-processing runs on the GPU workers",
+            SlidescopeWarning,
+            stacklevel=2,
+        )
+        return None
 
     def _rehome_posts(self, cpu_workers: list[str]) -> None:
         """Resubmit the post tasks none of whose allowed workers is left.
@@ -266,6 +300,8 @@ class Scheduler:
         workers without a GPU there are now.
         """
         self.cpu_workers = cpu_workers
+        if cpu_workers:
+            self.no_cpu_workers = False
         for fut, (model, args, name, allowed) in list(self.posts.items()):
             if not allowed or set(allowed) & set(cpu_workers):
                 continue

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from napari_slidescope._io import one_line
 from napari_slidescope.batch.params import BatchParams
 
 if TYPE_CHECKING:
@@ -142,9 +143,7 @@ def _no_retry(func: _F) -> _F:
         try:
             return func(*args, **kwargs)
         except permanent as exc:
-            notes = " ".join(getattr(exc, "__notes__", []))
-            text = f"{type(exc).__name__}: {exc}" + (f" {notes}" if notes else "")
-            return TaskFailed(" ".join(text.split()), "".join(traceback.format_exception(exc)))
+            return TaskFailed(one_line(exc, typed=True), "".join(traceback.format_exception(exc)))
 
     return task  # type: ignore[return-value]
 

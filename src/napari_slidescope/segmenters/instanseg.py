@@ -804,7 +804,7 @@ def _quantized(onnx_file: Path, calibration: Path, spec: ModelSpec) -> Path:
     x = _network_input((x - lo) / (hi - lo + np.float32(1e-6)))
     batches = [x, np.ascontiguousarray(x[..., ::-1, :]), np.ascontiguousarray(x[..., ::-1])]
 
-    class _Reader(CalibrationDataReader):
+    class _Reader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime is untyped
         def __init__(self) -> None:
             self._left = iter(batches)
 

@@ -145,7 +145,9 @@ def test_whole_slide_cells_are_a_multiscale_layer(
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     ctl = controller_for(viewer)
     opts = {**SEG, "cell_expansion_um": 3.0}
-    ctl.run(image, "nuclei", scope="slide", nuclei_options={**opts, "segmenter": threshold_segmenter()})
+    ctl.run(
+        image, "nuclei", scope="slide", nuclei_options={**opts, "segmenter": threshold_segmenter()}
+    )
     _wait(qtbot, ctl)
     nuclei = viewer.layers[f"{image.name} nuclei"]
     cells = viewer.layers[f"{image.name} cells"]

@@ -399,7 +399,7 @@ def tile_patch(
         if "id" in table:
             table["id"] = np.asarray(table["id"]) + id_offset
     (dy, dx), box = plan.downsample, res.tile.box
-    grid = {
+    grid: dict[str, Any] = {
         "src_origin": (plan.origin[0] + box[0] * dy, plan.origin[1] + box[1] * dx),
         "src_downsample": plan.downsample,
         "dst_origin": origin,

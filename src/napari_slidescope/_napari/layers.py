@@ -215,7 +215,7 @@ def _add_cells(canvas: ResultCanvas | PyramidCanvas) -> None:
 
 def _copy_into(pyramid: PyramidCanvas, old: ResultCanvas) -> None:
     """Move a dense canvas's nuclei (and cells), table and regions onto a pyramid (main thread)."""
-    grid = {
+    grid: dict[str, Any] = {
         "src_origin": old.origin,
         "src_downsample": old.downsample,
         "dst_origin": pyramid.origin,
@@ -266,9 +266,7 @@ def paint_patch(layer: Any, canvas: ResultCanvas | PyramidCanvas, patch: Patch) 
         _refresh_box(layer, (slice(y0, y1), slice(x0, x1)))
 
 
-def prepare_cells_layer(
-    viewer: Any, image: Any, canvas: ResultCanvas | PyramidCanvas
-) -> Any:
+def prepare_cells_layer(viewer: Any, image: Any, canvas: ResultCanvas | PyramidCanvas) -> Any:
     """Show the cells of a nuclei canvas as ``"<image> cells"`` (main thread).
 
     The layer lies exactly over the nuclei layer (same grid: same ``scale`` and
@@ -301,9 +299,7 @@ def prepare_cells_layer(
     else:
         if not np.allclose(layer.scale, scale) or not np.allclose(layer.translate, translate):
             layer.scale, layer.translate = scale, translate
-        if (layer.data[0] if multiscale else layer.data) is not (
-            data[0] if multiscale else data
-        ):
+        if (layer.data[0] if multiscale else layer.data) is not (data[0] if multiscale else data):
             layer.data = data
     layer.contour = 1
     _CELL_CANVASES[layer] = canvas

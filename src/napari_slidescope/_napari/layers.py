@@ -45,6 +45,7 @@ __all__ = [
     "aligned_transform",
     "canvas_of",
     "cells_canvas_of",
+    "cells_layers_of",
     "image_read_chunk",
     "paint_cells",
     "paint_patch",
@@ -92,6 +93,13 @@ def cells_canvas_of(layer: Any) -> ResultCanvas | PyramidCanvas | None:
         same = bool(layer.multiscale) and layer.data[0] is canvas.cell_data[0]
         return canvas if same else None
     return canvas if layer.data is canvas.cells else None
+
+
+def cells_layers_of(canvas: ResultCanvas | PyramidCanvas | None) -> list[Any]:
+    """Return the cells layers that show the cells of `canvas` (a nuclei layer's canvas)."""
+    if canvas is None or canvas.cells is None:
+        return []
+    return [ly for ly, c in list(_CELL_CANVASES.items()) if c is canvas and cells_canvas_of(ly)]
 
 
 def prepare_nuclei_layer(

@@ -114,6 +114,18 @@ def test_add_skips_duplicate_cells_and_cancel_keeps_them(
     assert int(nuclei.features.shape[0]) == ids.size - 1  # no duplicates
     _each_cell_holds_its_nucleus(nuclei.data, cells.data)
     np.testing.assert_allclose(cells.translate, nuclei.translate)
+    # growing into a whole-slide pyramid keeps the cells drawn so far, in place
+    dense = _layers.canvas_of(nuclei)
+    assert dense.downsample == (1.0, 1.0)
+    _, pyr, _, _ = _layers.prepare_nuclei_layer(
+        viewer, image, (0, 0, *image.data[0].shape[:2]), dense.downsample, mode="add",
+        pyramid=True, cells=True,
+    )  # fmt: skip
+    moved = _layers.prepare_cells_layer(viewer, image, pyr)
+    assert moved.multiscale
+    assert moved.contour == 1
+    (oy, ox), (h, w) = (int(v) for v in dense.origin), dense.cells.shape
+    np.testing.assert_array_equal(np.asarray(moved.data[0])[oy : oy + h, ox : ox + w], dense.cells)
     # a cancelled run keeps the cells of the tiles it finished
     from tests.fakes import GatedSegmenter
 

@@ -57,6 +57,10 @@ class Patch:
         Table rows of the new nuclei, ``id`` final.
     done, total : int
         Progress of the run in tiles.
+    cells : (M, N) ndarray of int32 or None
+        The new nuclei's cells over ``box`` (same ids as ``labels``) when the run grows
+        cells; None without cells, or when the worker already pasted them into the
+        canvas's cell pyramid.
     """
 
     box: Box
@@ -64,6 +68,7 @@ class Patch:
     table: dict[str, np.ndarray]
     done: int
     total: int
+    cells: np.ndarray | None = None
 
 
 @dataclass(eq=False)
@@ -87,6 +92,10 @@ class _Canvas:
         What found the nuclei on the canvas, every default resolved
         (:func:`~napari_slidescope._napari.jobs.nuclei_identity`): "Add (skip
         duplicates)" adds to the canvas only a run with the same identity.
+    cells : ndarray or LabelPyramid or None
+        The nuclei's cells on the same grid, with the same ids (runs with
+        ``cell_expansion_um``): an int32 raster like ``data`` on a :class:`ResultCanvas`,
+        a second label pyramid on a :class:`PyramidCanvas`; None without cells.
     """
 
     origin: Pair
@@ -96,10 +105,18 @@ class _Canvas:
     tables: list[dict[str, np.ndarray]] = field(default_factory=list, kw_only=True)
     next_id: int = field(default=0, kw_only=True)
     identity: dict[str, Any] | None = field(default=None, kw_only=True)
+    cells: Any = field(default=None, repr=False, kw_only=True)
     #: Weak reference to the layer last uploaded whole (a strong one would keep a deleted
     #: layer alive: ``layers._CANVASES`` maps layer -> canvas, and a weak key whose value refers
     #: back to it is never released).
     drawn: weakref.ref | None = field(default=None, repr=False, compare=False, kw_only=True)
+
+    @property
+    def cell_data(self) -> Any:
+        """The cells as a layer's data (a raster, or a pyramid's levels); None without cells."""
+        if self.cells is None:
+            return None
+        return getattr(self.cells, "levels", self.cells)
 
     def table(self) -> dict[str, np.ndarray]:
         """All table rows so far (one per nucleus on the canvas)."""
@@ -170,27 +187,37 @@ class ResultCanvas(_Canvas):
         if (r1 - r0) * (c1 - c0) > max_pixels:
             return None
         data = np.zeros((r1 - r0, c1 - c0), np.int32)
-        data[-r0 : -r0 + self.data.shape[0], -c0 : -c0 + self.data.shape[1]] = self.data
+        inner = (slice(-r0, -r0 + self.data.shape[0]), slice(-c0, -c0 + self.data.shape[1]))
+        data[inner] = self.data
+        cells = None
+        if self.cells is not None:
+            cells = np.zeros_like(data)
+            cells[inner] = self.cells
         return ResultCanvas(
             (oy + r0 * dy, ox + c0 * dx), self.downsample, self.mpp, data,
             regions=list(self.regions), tables=list(self.tables), next_id=self.next_id,
-            identity=self.identity,
+            identity=self.identity, cells=cells,
         )  # fmt: skip
 
     def to_result(self) -> Any:
         """Return the canvas as a ``NucleiResult`` (for export) of what the layer shows.
 
-        Nuclei the user erased from the layer (painting 0 over them) leave the table too.
+        Nuclei the user erased from the layer (painting 0 over them) leave the table too
+        (and their cells the result's ``cells``).
         """
         table = self.table()
         shown = np.isin(table["id"], np.unique(self.data))
+        cells = self.cells
         if not shown.all():
             table = {k: np.asarray(v)[shown] for k, v in table.items()}
+            if cells is not None:  # the cells of erased nuclei go with them
+                cells = np.where(np.isin(cells, table["id"]), cells, 0).astype(np.int32)
         (oy, ox), (y0, x0, y1, x1) = self.origin, self.box0
         region = (int(y0), int(x0), int(math.ceil(y1)), int(math.ceil(x1)))
         return self._result(
-            table, region, labels=self.data, origin=(int(round(oy)), int(round(ox)))
-        )
+            table, region, labels=self.data, origin=(int(round(oy)), int(round(ox))),
+            cells=cells,
+        )  # fmt: skip
 
 
 @dataclass(eq=False)
@@ -245,14 +272,23 @@ class PyramidCanvas(_Canvas):
         return self
 
     def to_result(self) -> Any:
-        """Return the nuclei as a ``NucleiResult`` with outlines (no dense labels)."""
+        """Return the nuclei as a ``NucleiResult`` with outlines (no dense labels).
+
+        With cells, their outlines too (``cell_outlines``).
+        """
         table = self.table()
         outlines = pyramid_outlines(self.pyramid, table, self.origin, self.downsample)
         present = np.isin(table["id"], outlines[1])  # nuclei deleted from the layer go
         table = {k: np.asarray(v)[present] for k, v in table.items()}
         h, w = self.shape
         region = (0, 0, math.ceil(h * self.downsample[0]), math.ceil(w * self.downsample[1]))
-        return self._result(table, region, labels=None, origin=(0, 0), outlines=outlines)
+        cell_outlines = None
+        if self.cells is not None:
+            cell_outlines = pyramid_outlines(self.cells, table, self.origin, self.downsample)
+        return self._result(
+            table, region, labels=None, origin=(0, 0), outlines=outlines,
+            cell_outlines=cell_outlines,
+        )  # fmt: skip
 
 
 def pyramid_outlines(
@@ -317,6 +353,7 @@ def tile_patch(
     covered: Sequence[Area] = (),
     id_offset: int = 0,
     pyramid: Any = None,
+    cell_pyramid: Any = None,
 ) -> Patch | None:
     """Map a finished tile (a ``NucleiStep``) onto a canvas grid; runs on the worker thread.
 
@@ -334,9 +371,14 @@ def tile_patch(
     pyramid : LabelPyramid, optional
         The grid's store (a :class:`PyramidCanvas`): the labels are pasted into it here,
         on the worker thread, and the patch carries none.
+    cell_pyramid : LabelPyramid, optional
+        The grid's store of cells (``PyramidCanvas.cells``): the tile's cells (``cells``
+        of its ``TileResult``, same ids as its nuclei) are pasted into it here. Without
+        one, the patch carries the tile's cells (if any) on the canvas grid.
     """
     res, plan = step.result, step.plan
     labels, table = res.labels, dict(res.table)
+    cells = getattr(res, "cells", None)
     if "id" in table and covered and table["id"].size:
         rows, cols = table["centroid_row"], table["centroid_col"]
         from napari_slidescope.pipeline.regions import inside_region
@@ -345,25 +387,37 @@ def tile_patch(
         for area in covered:
             dup |= inside_region(rows, cols, area)
         if dup.any():
-            labels = np.where(np.isin(labels, table["id"][dup]), 0, labels)
+            gone = table["id"][dup]
+            labels = np.where(np.isin(labels, gone), 0, labels)
+            if cells is not None:
+                cells = np.where(np.isin(cells, gone), 0, cells)
             table = {k: np.asarray(v)[~dup] for k, v in table.items()}
     if id_offset:
         labels = np.where(labels > 0, labels + np.int32(id_offset), 0).astype(np.int32)
+        if cells is not None:
+            cells = np.where(cells > 0, cells + np.int32(id_offset), 0).astype(np.int32)
         if "id" in table:
             table["id"] = np.asarray(table["id"]) + id_offset
     (dy, dx), box = plan.downsample, res.tile.box
-    out = resample_nearest(
-        labels,
-        src_origin=(plan.origin[0] + box[0] * dy, plan.origin[1] + box[1] * dx),
-        src_downsample=plan.downsample,
-        dst_origin=origin,
-        dst_downsample=downsample,
-        dst_shape=shape,
-    )
+    grid: dict[str, Any] = {
+        "src_origin": (plan.origin[0] + box[0] * dy, plan.origin[1] + box[1] * dx),
+        "src_downsample": plan.downsample,
+        "dst_origin": origin,
+        "dst_downsample": downsample,
+        "dst_shape": shape,
+    }
+    out = resample_nearest(labels, **grid)
     if out is None:
         return None
     labels = out[1].astype(np.int32, copy=False)
+    cell_out = None
+    if cells is not None:  # the same tile box on the same grid: the same patch box
+        moved = resample_nearest(cells, **grid)
+        cell_out = None if moved is None else moved[1].astype(np.int32, copy=False)
+        if cell_pyramid is not None and moved is not None:
+            cell_pyramid.paste(moved[0], cell_out)
+            cell_out = None
     if pyramid is not None:
         pyramid.paste(out[0], labels)
-        return Patch(out[0], None, table, step.done, step.total)
-    return Patch(out[0], labels, table, step.done, step.total)
+        return Patch(out[0], None, table, step.done, step.total, cell_out)
+    return Patch(out[0], labels, table, step.done, step.total, cell_out)

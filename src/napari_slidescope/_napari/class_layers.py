@@ -60,9 +60,17 @@ def legend_text(result: Any, area_mm2: float | None = None) -> str:
 
 
 def show_classes(layer: Any, result: Any) -> None:
-    """Colour `layer`'s labels by the classes of `result` and add them to its features."""
+    """Colour `layer`'s labels by the classes of `result` and add them to its features.
+
+    The cells a run drew beside the nuclei (``"<slide> cells"``, same ids) take the same
+    colours.
+    """
+    from napari_slidescope._napari.layers import canvas_of, cells_layers_of
+
     table = result.table
     layer.colormap = class_colormap(table["id"], table["class"], result.classes)
+    for cells in cells_layers_of(canvas_of(layer)):
+        cells.colormap = class_colormap(table["id"], table["class"], result.classes)
     feats = layer.features
     if len(feats) == len(table["id"]) and "index" in feats:
         order = {int(i): k for k, i in enumerate(table["id"])}

@@ -204,6 +204,9 @@ class JobSpec:
     tissue: Any = None
     #: The ``LabelPyramid`` the worker pastes tiles into (a whole-slide canvas), or None.
     pyramid: Any = None
+    #: The ``LabelPyramid`` the worker pastes the tiles' cells into (a whole-slide canvas
+    #: of a run with ``cell_expansion_um``), or None.
+    cell_pyramid: Any = None
 
 
 def source_input(source: SlideSource) -> Literal["brightfield", "fluorescence"]:
@@ -331,6 +334,7 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
                 covered=spec.covered,
                 id_offset=spec.id_offset,
                 pyramid=spec.pyramid,
+                cell_pyramid=spec.cell_pyramid,
             )
             core0 = step.plan.working_to_level0(step.result.tile.core)
             yield TileDone(step.done, step.total, core0, patch)

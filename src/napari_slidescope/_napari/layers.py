@@ -44,8 +44,12 @@ __all__ = [
     "ResultCanvas",
     "aligned_transform",
     "canvas_of",
+    "cells_canvas_of",
+    "cells_layers_of",
     "image_read_chunk",
+    "paint_cells",
     "paint_patch",
+    "prepare_cells_layer",
     "prepare_nuclei_layer",
     "pyramid_outlines",
     "show_tissue",
@@ -53,6 +57,10 @@ __all__ = [
 ]
 
 _CANVASES: weakref.WeakKeyDictionary[Any, ResultCanvas | PyramidCanvas] = (
+    weakref.WeakKeyDictionary()
+)
+#: Cells layers -> the nuclei canvas whose ``cells`` they show.
+_CELL_CANVASES: weakref.WeakKeyDictionary[Any, ResultCanvas | PyramidCanvas] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -76,6 +84,24 @@ def canvas_of(layer: Any) -> ResultCanvas | PyramidCanvas | None:
     return canvas if layer.data is canvas.data else None
 
 
+def cells_canvas_of(layer: Any) -> ResultCanvas | PyramidCanvas | None:
+    """Return the nuclei canvas whose cells a cells layer shows (None if its data was replaced)."""
+    canvas = _CELL_CANVASES.get(layer)
+    if canvas is None or canvas.cells is None:
+        return None
+    if isinstance(canvas, PyramidCanvas):
+        same = bool(layer.multiscale) and layer.data[0] is canvas.cell_data[0]
+        return canvas if same else None
+    return canvas if layer.data is canvas.cells else None
+
+
+def cells_layers_of(canvas: ResultCanvas | PyramidCanvas | None) -> list[Any]:
+    """Return the cells layers that show the cells of `canvas` (a nuclei layer's canvas)."""
+    if canvas is None or canvas.cells is None:
+        return []
+    return [ly for ly, c in list(_CELL_CANVASES.items()) if c is canvas and cells_canvas_of(ly)]
+
+
 def prepare_nuclei_layer(
     viewer: Any,
     image: Any,
@@ -85,6 +111,7 @@ def prepare_nuclei_layer(
     mode: str = "add",
     pyramid: bool | None = None,
     polygon: np.ndarray | None = None,
+    cells: bool = False,
 ) -> tuple[Any, ResultCanvas | PyramidCanvas, list[Area], int]:
     """Create or grow ``"<image> nuclei"`` for a run over `region` (main thread).
 
@@ -98,6 +125,9 @@ def prepare_nuclei_layer(
     polygon : (K, 2) ndarray, optional
         The level-0 ``(row, col)`` ring of a polygon region (`region` is its bounding
         box): the polygon, not the box, is recorded as analysed.
+    cells : bool
+        The run grows cells: the canvas keeps a cells raster (or pyramid) beside its
+        nuclei, on the same grid (:func:`prepare_cells_layer` shows it).
 
     Returns
     -------
@@ -127,6 +157,8 @@ def prepare_nuclei_layer(
             )  # fmt: skip
             if isinstance(old, ResultCanvas):
                 _copy_into(canvas, old)
+    if cells and canvas.cells is None:
+        _add_cells(canvas)
     covered, offset = list(canvas.regions), canvas.next_id
     if polygon is not None:
         canvas.regions.append(np.array(polygon, float))
@@ -178,18 +210,34 @@ def image_read_chunk(image: Any, downsample: Pair) -> int | None:
     return max(1, round(int(side) / downsample[0]))
 
 
+def _add_cells(canvas: ResultCanvas | PyramidCanvas) -> None:
+    """Give a canvas an empty cells store on its grid (a raster, or a second pyramid)."""
+    if isinstance(canvas, PyramidCanvas):
+        from napari_slidescope.pipeline.label_pyramid import LabelPyramid
+
+        own = canvas.pyramid
+        canvas.cells = LabelPyramid(own.shape, chunk=own.chunk, read_chunk=own.read_chunk)
+    else:
+        canvas.cells = np.zeros_like(canvas.data)
+
+
 def _copy_into(pyramid: PyramidCanvas, old: ResultCanvas) -> None:
-    """Move a dense canvas's nuclei, table and regions onto a pyramid (main thread)."""
-    out = resample_nearest(
-        old.data,
-        src_origin=old.origin,
-        src_downsample=old.downsample,
-        dst_origin=pyramid.origin,
-        dst_downsample=pyramid.downsample,
-        dst_shape=pyramid.shape,
-    )
+    """Move a dense canvas's nuclei (and cells), table and regions onto a pyramid (main thread)."""
+    grid: dict[str, Any] = {
+        "src_origin": old.origin,
+        "src_downsample": old.downsample,
+        "dst_origin": pyramid.origin,
+        "dst_downsample": pyramid.downsample,
+        "dst_shape": pyramid.shape,
+    }
+    out = resample_nearest(old.data, **grid)
     if out is not None:
         pyramid.pyramid.paste(out[0], out[1])
+    if old.cells is not None:
+        _add_cells(pyramid)
+        out = resample_nearest(old.cells, **grid)
+        if out is not None:
+            pyramid.cells.paste(out[0], out[1])
     pyramid.regions = list(old.regions)
     pyramid.tables = list(old.tables)
     pyramid.next_id = old.next_id
@@ -224,6 +272,68 @@ def paint_patch(layer: Any, canvas: ResultCanvas | PyramidCanvas, patch: Patch) 
         layer.refresh()
     else:
         _refresh_box(layer, (slice(y0, y1), slice(x0, x1)))
+
+
+def prepare_cells_layer(viewer: Any, image: Any, canvas: ResultCanvas | PyramidCanvas) -> Any:
+    """Show the cells of a nuclei canvas as ``"<image> cells"`` (main thread).
+
+    The layer lies exactly over the nuclei layer (same grid: same ``scale`` and
+    ``translate``; a multiscale layer when the canvas is a pyramid), its ids are the
+    nuclei's, drawn as outlines (``contour=1``). A canvas without cells removes a cells
+    layer an earlier run of the viewer drew (it would show cells of other nuclei) and
+    returns None.
+    """
+    name = f"{image.name} cells"
+    layer = viewer.layers[name] if name in viewer.layers else None
+    if canvas.cells is None:
+        if layer is not None and layer in _CELL_CANVASES:
+            viewer.layers.remove(layer)
+        return None
+    data = canvas.cell_data
+    scale, translate = aligned_transform(image, canvas.origin, canvas.downsample)
+    multiscale = isinstance(canvas, PyramidCanvas)
+    if layer is not None and bool(layer.multiscale) != multiscale:
+        viewer.layers.remove(layer)  # napari cannot switch a layer to multiscale
+        layer = None
+    if layer is None:
+        layer = viewer.add_labels(
+            data, name=name, scale=scale, translate=translate, opacity=0.8,
+            multiscale=multiscale, **_units(image),
+        )  # fmt: skip
+        nuclei = f"{image.name} nuclei"
+        if nuclei in viewer.layers:  # just above the nuclei
+            at = viewer.layers.index(nuclei) + 1
+            viewer.layers.move(viewer.layers.index(layer), at)
+    else:
+        if not np.allclose(layer.scale, scale) or not np.allclose(layer.translate, translate):
+            layer.scale, layer.translate = scale, translate
+        if (layer.data[0] if multiscale else layer.data) is not (data[0] if multiscale else data):
+            layer.data = data
+    layer.contour = 1
+    _CELL_CANVASES[layer] = canvas
+    return layer
+
+
+def paint_cells(canvas: ResultCanvas | PyramidCanvas, patch: Patch) -> bool:
+    """Paste a patch's cells where the canvas's cells are still empty (main thread).
+
+    Returns True when pixels changed (the caller refreshes the cells layer once for all
+    the patches it painted). Cells of a :class:`PyramidCanvas` are on disk already (the
+    worker pasted them): True when the patch has nuclei.
+    """
+    if canvas.cells is None:
+        return False
+    if isinstance(canvas, PyramidCanvas):
+        return bool(patch.table and "id" in patch.table and patch.table["id"].size)
+    if patch.cells is None:
+        return False
+    y0, x0, y1, x1 = patch.box
+    dst = canvas.cells[y0:y1, x0:x1]
+    new = (patch.cells > 0) & (dst == 0)
+    if not new.any():
+        return False
+    dst[new] = patch.cells[new]
+    return True
 
 
 def _refresh_pyramid_box(layer: Any, canvas: PyramidCanvas, box: Box) -> None:

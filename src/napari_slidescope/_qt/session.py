@@ -174,6 +174,7 @@ class _Run:
     cancel: threading.Event
     pbar: Any
     layer: Any = None
+    cells_layer: Any = None  # "<slide> cells" of a run with cell_expansion_um
     canvas: _layers.ResultCanvas | _layers.PyramidCanvas | None = None
     region_index: int | None = None
     worker: Any = None
@@ -347,13 +348,17 @@ class SlideAnalysis:
             run.layer, run.canvas, covered, offset = _layers.prepare_nuclei_layer(
                 self.viewer, image, box, ds, mode=mode,
                 pyramid=True if region is None else None, polygon=ring,
+                cells=bool(nuclei.options.cell_expansion_um),
             )  # fmt: skip
+            # the cells on the nuclei's grid, same ids; a run without cells drops old ones
+            run.cells_layer = _layers.prepare_cells_layer(self.viewer, image, run.canvas)
             run.canvas.identity = identity
             run.region_index = len(run.canvas.regions) - 1
             run.polygon = ring
             spec.grid = (run.canvas.origin, run.canvas.downsample, run.canvas.shape)
             if isinstance(run.canvas, _layers.PyramidCanvas):
                 spec.pyramid = run.canvas.pyramid
+                spec.cell_pyramid = run.canvas.cells
             spec.covered, spec.id_offset = tuple(covered), offset
             self._partial.pop(image, None)
         run.worker = create_worker(run_job, spec, run.cancel, _start_thread=False)
@@ -518,8 +523,19 @@ class SlideAnalysis:
         if run.layer not in self.viewer.layers or _layers.canvas_of(run.layer) is not run.canvas:
             run.pending.clear()  # the layer was deleted or a newer run replaced its data
             return
+        cells = run.cells_layer
+        if cells is not None and (
+            cells not in self.viewer.layers or _layers.cells_canvas_of(cells) is not run.canvas
+        ):
+            cells = run.cells_layer = None  # deleted, or a newer run shows other cells
+        changed = False
         while run.pending and (budget is None or time.perf_counter() - start < budget):
-            _layers.paint_patch(run.layer, run.canvas, run.pending.popleft())
+            patch = run.pending.popleft()
+            _layers.paint_patch(run.layer, run.canvas, patch)
+            if cells is not None:
+                changed = _layers.paint_cells(run.canvas, patch) or changed
+        if changed:  # one upload of the outlines for every patch painted now
+            cells.refresh()
         now = time.monotonic()
         if budget is None or now - run.features_at > _FEATURES_INTERVAL_S:
             run.features_at = now

@@ -93,8 +93,9 @@ def test_resume_writes_the_store_of_a_slide_finished_without_it(client, hdab_sli
     # the nuclei were kept, not segmented again: the slide task's record is the old one
     assert after["slide_task_seconds"] == before["slide_task_seconds"]
     assert after["parameters"]["spatialdata"] is True
-    _, store_ids = _store_ids(folder / "cells.zarr")
+    table, store_ids = _store_ids(folder / "cells.zarr")
     assert np.array_equal(store_ids, pq.read_table(folder / "nuclei.parquet").column("id"))
+    assert (table.obs["region"] == "cells").all()  # the cells' outlines came back too
 
     # asked for again: kept as it is; no longer asked for: removed
     rows = analyze_slides(hdab_slide, out, client=client, spatialdata=True, resume=True, **RUN)

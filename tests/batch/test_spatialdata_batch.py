@@ -142,6 +142,17 @@ def test_an_interrupted_write_leaves_no_store_and_never_half_a_new_one(
     assert _leftovers(folder) == []
 
 
+def test_a_slide_without_nuclei_gets_no_store(tmp_path):
+    from napari_slidescope.batch import outputs
+
+    (tmp_path / "cells.zarr").mkdir()  # an earlier run's store: no longer true
+    got = outputs.write_spatialdata(
+        tmp_path, [], slide_path=str(tmp_path / "s.tif"), shape0=(64, 64), mpp=(0.5, 0.5)
+    )
+    assert got is None  # spatialdata rejects empty shapes: no store rather than a bad one
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_a_missing_scverse_extra_is_an_error_before_any_work(hdab_slide, tmp_path, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "anndata", None)
     with pytest.raises(ValueError, match=r"spatialdata=True.*napari-slidescope\[scverse\]"):

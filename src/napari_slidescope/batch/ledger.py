@@ -173,7 +173,8 @@ class Ledger:
             kept += [s.folder / "nuclei.parquet", s.folder / "nuclei.geojson.gz"]
             if self.params.anndata:
                 kept.append(s.folder / "cells.h5ad")
-        if self.params.nuclei and self.params.spatialdata:
+        no_nuclei = old is not None and old.summary is not None and old.summary.nuclei == 0
+        if self.params.nuclei and self.params.spatialdata and not no_nuclei:  # none: no store
             kept.append(s.folder / outputs.SPATIALDATA_STORE / "zarr.json")  # renamed in whole
         if same and old is not None and old.status == "done" and all(p.is_file() for p in kept):
             if self._same_model(old):

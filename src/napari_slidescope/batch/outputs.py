@@ -430,7 +430,7 @@ def write_spatialdata(
     mpp: Any,
     segmenter: str = "",
     classes: SlideClasses | None = None,
-) -> Path:
+) -> Path | None:
     """Write ``cells.zarr``: the slide's SpatialData store, whole or not at all.
 
     Built from the parts as :func:`write_anndata` builds its table (ids as in
@@ -442,6 +442,9 @@ def write_spatialdata(
     `slide_dir` and renamed into place once complete; an old store is moved aside first and
     removed only after the new one is in place, so an interrupted write leaves the old
     store (or none) and no temporary folder.
+
+    A slide without nuclei gets no store (and loses an old one; None is returned):
+    spatialdata rejects a store whose shapes are empty (``read_zarr``, 0.7.3).
     """
     from napari_slidescope.pipeline.nuclei_result import NucleiResult
     from napari_slidescope.pipeline.sdata import to_spatialdata
@@ -452,6 +455,9 @@ def write_spatialdata(
         table.update(classes.columns)
         colors = classes.colors
     ids = np.asarray(table["id"], dtype=np.int64).reshape(-1)
+    if ids.size == 0:
+        remove_spatialdata(slide_dir)
+        return None
     nuclei, cells = _part_outlines(slide_dir, tiles)
     # a URL stays a string (a Path would fold its "//"); to_spatialdata records str(source)
     source: Any = slide_path if "://" in slide_path else Path(slide_path)

@@ -183,6 +183,14 @@ def _parser() -> argparse.ArgumentParser:
         help="also write cells.h5ad per slide: cells x markers for scanpy / squidpy "
         "(needs the scverse extra; default: off)",
     )
+    b.add_argument(
+        "--spatialdata",
+        action="store_true",
+        help="also write cells.zarr per slide: a SpatialData store (cell and nucleus shapes, "
+        "the table linked to them) for spatialdata / squidpy / sopa. The slide is referenced "
+        "(path and frame in the store's attributes), not copied, so the outputs do not grow "
+        "by the size of every slide (needs the scverse extra; default: off)",
+    )
     options = b.add_argument_group(
         "analysis options", "what is computed (the options model: napari_slidescope.options)"
     )
@@ -274,7 +282,7 @@ class _Usage(Exception):
 
 def _batch(args: argparse.Namespace) -> int:
     from napari_slidescope.batch._flags import options_from_args
-    from napari_slidescope.batch.engine import analyze_slides
+    from napari_slidescope.batch.engine import analyze_slides, check_extras
     from napari_slidescope.batch.params import (
         BatchParams,
         check_writable,
@@ -287,6 +295,7 @@ def _batch(args: argparse.Namespace) -> int:
         params = BatchParams(
             args.tasks, tissue_options, nuclei_options, storage_options=args.storage_options
         )
+        check_extras(anndata=args.anndata, spatialdata=args.spatialdata)
         if args.classify is not None:  # a bad rules file stops here, before any work
             from napari_slidescope.pipeline.classify import load_classification
 
@@ -343,6 +352,7 @@ def _batch(args: argparse.Namespace) -> int:
                 nuclei_options=nuclei_options,
                 classify=args.classify,
                 anndata=args.anndata,
+                spatialdata=args.spatialdata,
                 client=client,
                 workers=args.workers,
                 resume=args.resume,

@@ -32,7 +32,7 @@ from napari_slidescope.slide.source import redact
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
-__all__ = ["WORKER_UNSET_ENV", "BatchProgress", "analyze_slides", "local_cluster"]
+__all__ = ["WORKER_UNSET_ENV", "BatchProgress", "analyze_slides", "check_extras", "local_cluster"]
 
 #: Variables dask's Nanny sets for its workers that the engine's local cluster leaves
 #: unset. ``MALLOC_TRIM_THRESHOLD_=65536`` (dask's ``distributed.nanny.pre-spawn-environ``)
@@ -42,6 +42,31 @@ __all__ = ["WORKER_UNSET_ENV", "BatchProgress", "analyze_slides", "local_cluster
 #: tile after tile and the worker's memory stays flat over a run
 #: (``benchmarks/batch_malloc.py``).
 WORKER_UNSET_ENV = ("MALLOC_TRIM_THRESHOLD_",)
+
+
+def check_extras(*, anndata: bool = False, spatialdata: bool = False) -> None:
+    """Check that the ``scverse`` extra the outputs asked for is installed (before any work).
+
+    Raises
+    ------
+    ValueError
+        ``anndata`` (for either) or ``pyarrow`` / ``zarr >= 3`` (for `spatialdata`) is
+        missing; the message names the extra.
+    """
+    if anndata:
+        try:
+            import anndata as _anndata  # noqa: F401
+        except ImportError as e:
+            raise ValueError(
+                'anndata=True needs anndata: pip install "napari-slidescope[scverse]"'
+            ) from e
+    if spatialdata:
+        from napari_slidescope.pipeline.sdata import _requirements
+
+        try:
+            _requirements()
+        except ImportError as e:
+            raise ValueError(f"spatialdata=True: {e}") from e
 
 
 def analyze_slides(
@@ -57,6 +82,7 @@ def analyze_slides(
     cell_expansion_um: float | None = None,
     classify: str | os.PathLike[str] | None = None,
     anndata: bool = False,
+    spatialdata: bool = False,
     client: Client | None = None,
     workers: int | None = None,
     resume: bool = False,
@@ -101,6 +127,15 @@ def analyze_slides(
     anndata : bool
         Also write ``cells.h5ad`` per slide (cells x markers, as ``result.to_anndata()``;
         needs the ``scverse`` extra).
+    spatialdata : bool
+        Also write ``cells.zarr`` per slide, beside ``cells.h5ad``: a SpatialData store
+        (nucleus and cell shapes, the table linked to them) as
+        ``result.to_spatialdata(path, image="reference")`` writes it. The slide is referenced
+        (its path and level-0 frame in the store's attributes), not copied: a copy would add
+        the size of every slide to the outputs, and the slide is where it was. Written
+        whole or not at all (a temporary folder renamed into place); ``resume`` of a slide
+        finished without it writes the store from the slide's outputs, without segmenting
+        again. Needs the ``scverse`` extra.
     client : distributed.Client, optional
         Run on this client's cluster; default a local cluster of ``workers`` processes,
         closed at the end.
@@ -180,15 +215,10 @@ def analyze_slides(
         nuclei_options,
         descriptor,
         bool(anndata),
+        bool(spatialdata),
         storage_options=storage_options,
     )
-    if anndata:
-        try:
-            import anndata as _anndata  # noqa: F401
-        except ImportError as e:
-            raise ValueError(
-                'anndata=True needs anndata: pip install "napari-slidescope[scverse]"'
-            ) from e
+    check_extras(anndata=bool(anndata), spatialdata=bool(spatialdata))
     if params.nuclei:
         from napari_slidescope.segmenters import missing_reason
 

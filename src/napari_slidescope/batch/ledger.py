@@ -171,6 +171,9 @@ class Ledger:
             kept += [s.folder / "nuclei.parquet", s.folder / "nuclei.geojson.gz"]
             if self.params.anndata:
                 kept.append(s.folder / "cells.h5ad")
+        no_nuclei = old is not None and old.summary is not None and old.summary.nuclei == 0
+        if self.params.nuclei and self.params.spatialdata and not no_nuclei:  # none: no store
+            kept.append(s.folder / outputs.SPATIALDATA_STORE / "zarr.json")  # renamed in whole
         if same and old is not None and old.status == "done" and all(p.is_file() for p in kept):
             if self._same_model(old):
                 row = old.summary or SummaryRow(s.name, "done")
@@ -247,6 +250,7 @@ class Ledger:
         names = ["tissue.geojson", "nuclei.parquet", "nuclei.geojson.gz"]
         if self.params.anndata:
             names.append("cells.h5ad")
+        # a store asked for now or no longer is written or removed as the slide finishes
         if not all((s.folder / n).is_file() for n in names):
             return False
         return self._model_unchanged(resolved)
@@ -404,6 +408,18 @@ class Ledger:
                 mpp=s.info.mpp or 1.0,
                 classes=classes,
             )
+        if self.params.nuclei and self.params.spatialdata:
+            outputs.write_spatialdata(
+                s.folder,
+                s.tiles,
+                slide_path=shown_path(s.path),
+                shape0=s.info.shape0,
+                mpp=s.info.mpp or 1.0,
+                segmenter=str(s.resolved.get("segmenter", "")),
+                classes=classes,
+            )
+        else:  # one an earlier run asked for no longer matches what was asked
+            outputs.remove_spatialdata(s.folder)
         s.status = "done"
         s.row = self._row(s, summary)
         if self.params.nuclei and classes is not None:

@@ -7,9 +7,12 @@ Layout of ``OUT``::
     OUT/<slide file name>/tissue.geojson
     OUT/<slide file name>/nuclei.parquet
     OUT/<slide file name>/nuclei.geojson.gz
+    OUT/<slide file name>/cells.h5ad       (``--anndata``)
+    OUT/<slide file name>/cells.zarr/      (``--spatialdata``: a SpatialData store)
     OUT/<slide file name>/parts/tile-<index>.parquet   (while the slide runs)
 
-Every file is written to a temporary name in its folder, flushed and renamed.
+Every file is written to a temporary name in its folder, flushed and renamed; the
+SpatialData store, a folder, is written whole into a temporary folder beside it and renamed.
 """
 
 from __future__ import annotations
@@ -318,6 +321,7 @@ def clear_slide(slide_dir: Path) -> None:
     shutil.rmtree(parts_dir(slide_dir), ignore_errors=True)
     for name in ("nuclei.parquet", "nuclei.geojson.gz", "tissue.geojson", "manifest.json"):
         (slide_dir / name).unlink(missing_ok=True)
+    remove_spatialdata(slide_dir)
 
 
 def _read_parts(slide_dir: Path, tiles: Sequence[int]) -> Iterator[tuple[int, Any]]:
@@ -411,6 +415,104 @@ def write_anndata(
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+#: The SpatialData store of a slide (``--spatialdata``), beside ``cells.h5ad``.
+SPATIALDATA_STORE = "cells.zarr"
+
+
+def write_spatialdata(
+    slide_dir: Path,
+    tiles: Sequence[int],
+    *,
+    slide_path: str,
+    shape0: tuple[int, int],
+    mpp: Any,
+    segmenter: str = "",
+    classes: SlideClasses | None = None,
+) -> Path | None:
+    """Write ``cells.zarr``: the slide's SpatialData store, whole or not at all.
+
+    Built from the parts as :func:`write_anndata` builds its table (ids as in
+    ``nuclei.parquet``, the class columns when classified), with the nucleus and cell
+    outlines the parts hold, by :meth:`NucleiResult.to_spatialdata` with
+    ``image="reference"``: the store names the slide (`slide_path`, as the manifest shows
+    it) and its level-0 frame rather than copying its pixels, which would double the
+    output by the size of every slide. The store is written into a temporary folder in
+    `slide_dir` and renamed into place once complete; an old store is moved aside first and
+    removed only after the new one is in place, so an interrupted write leaves the old
+    store (or none) and no temporary folder.
+
+    A slide without nuclei gets no store (and loses an old one; None is returned):
+    spatialdata rejects a store whose shapes are empty (``read_zarr``, 0.7.3).
+    """
+    from napari_slidescope.pipeline.nuclei_result import NucleiResult
+    from napari_slidescope.pipeline.sdata import to_spatialdata
+
+    table = _part_measurements(slide_dir, tiles)
+    colors: dict[str, tuple[int, int, int]] = {}
+    if classes is not None:
+        table.update(classes.columns)
+        colors = classes.colors
+    ids = np.asarray(table["id"], dtype=np.int64).reshape(-1)
+    if ids.size == 0:
+        remove_spatialdata(slide_dir)
+        return None
+    nuclei, cells = _part_outlines(slide_dir, tiles)
+    # a URL stays a string (a Path would fold its "//"); to_spatialdata records str(source)
+    source: Any = slide_path if "://" in slide_path else Path(slide_path)
+    res = NucleiResult(
+        None,
+        mpp,
+        (0, 0),
+        (1.0, 1.0),
+        int(ids.size),
+        table,
+        (0, 0, int(shape0[0]), int(shape0[1])),
+        segmenter=segmenter,
+        source=source,
+        outlines=(nuclei, ids),
+        cell_outlines=None if cells is None else (cells, ids),
+        classes=colors,
+    )
+    path = slide_dir / SPATIALDATA_STORE
+    tmp = slide_dir / f".{SPATIALDATA_STORE}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    old = tmp.with_suffix(".old")
+    try:
+        to_spatialdata(res, tmp / SPATIALDATA_STORE, image="reference")
+        if path.exists():
+            os.replace(path, old)  # aside: the new store is complete, the old one still whole
+        os.replace(tmp / SPATIALDATA_STORE, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def remove_spatialdata(slide_dir: Path) -> None:
+    """Remove a slide's SpatialData store and any temporary folder a killed write left."""
+    shutil.rmtree(slide_dir / SPATIALDATA_STORE, ignore_errors=True)
+    for stale in slide_dir.glob(f".{SPATIALDATA_STORE}.*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _part_outlines(
+    slide_dir: Path, tiles: Sequence[int]
+) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """Level-0 ``(row, col)`` outlines of a slide's nuclei and cells (None without), in id order."""
+    import pyarrow.parquet as pq
+
+    nuclei: list[np.ndarray] = []
+    cells: list[np.ndarray] | None = None
+    for index in tiles:
+        part = pq.read_table(part_path(slide_dir, index))
+        nuclei += [wkb_ring(b)[:, ::-1] for b in part.column("geometry").to_pylist()]
+        if "cell_geometry" in part.column_names:
+            cells = [] if cells is None else cells
+            cells += [wkb_ring(b)[:, ::-1] for b in part.column("cell_geometry").to_pylist()]
+    if cells is not None and len(cells) != len(nuclei):  # a part without cells among others
+        raise ValueError(f"{slide_dir}: some tile parts have cell outlines, others have none")
+    return nuclei, cells
 
 
 def write_nuclei(

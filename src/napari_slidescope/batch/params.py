@@ -66,6 +66,10 @@ class BatchParams:
         changed rules file changes the digest, so ``resume`` never mixes rule sets.
     anndata : bool
         Also write ``cells.h5ad`` per slide (cells x markers, ``to_anndata``).
+    spatialdata : bool
+        Also write ``cells.zarr`` per slide: a SpatialData store (shapes, the linked
+        table, the slide by reference). In :meth:`as_dict` and the digest only when True,
+        so the digests of runs without it are those they had before it existed.
     storage_options : dict or None
         fsspec storage options of slides given as URLs: they travel with the tasks to
         the workers, and are in neither :meth:`as_dict` (manifests) nor the digest, nor
@@ -77,6 +81,7 @@ class BatchParams:
     nuclei_options: NucleiOptions = field(default_factory=NucleiOptions)
     classify: str | None = None
     anndata: bool = False
+    spatialdata: bool = False
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -101,18 +106,20 @@ class BatchParams:
         """Return the parameters and the software version as JSON-ready values.
 
         ``{"tasks": [...], "tissue": {...}, "nuclei": {...}, "classify": ..., "anndata":
-        ..., "version": ...}`` with the options as their ``as_dict()``.
+        ..., "version": ...}`` with the options as their ``as_dict()``, and
+        ``"spatialdata": true`` when asked for.
         """
         return {
             **self.segmentation_dict(),
             "classify": None if self.classify is None else json.loads(self.classify),
             "anndata": self.anndata,
+            **({"spatialdata": True} if self.spatialdata else {}),
         }
 
     def segmentation_dict(self) -> dict[str, Any]:
         """Return what the tissue and nuclei outputs depend on.
 
-        :meth:`as_dict` less the classification and the AnnData file: what ``resume``
+        :meth:`as_dict` less the classification and the scverse files: what ``resume``
         compares to redo only the classification of a finished slide.
         """
         from napari_slidescope import __version__

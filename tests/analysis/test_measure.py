@@ -131,3 +131,14 @@ def test_negative_optical_densities_are_clipped_at_zero():
     np.testing.assert_allclose(t["eosin_od_mean"], [0.0, 0.15], rtol=1e-6)
     np.testing.assert_allclose(t["hematoxylin_od_mean"], [0.6, 0.4], rtol=1e-6)
     assert (t["eosin_od_mean"] >= 0).all()
+
+
+def test_concat_of_empty_tables_keeps_their_columns():
+    from napari_slidescope.analysis.measure import concat_tables, empty_table
+
+    empty = {"id": np.zeros(0, np.int64), "DAPI_mean": np.zeros(0)}
+    got = concat_tables([{}, empty, dict(empty)])
+    assert list(got) == ["id", "DAPI_mean"]
+    assert got["id"].dtype == np.int64
+    assert all(v.size == 0 for v in got.values())
+    assert list(concat_tables([])) == list(empty_table())

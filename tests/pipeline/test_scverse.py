@@ -39,3 +39,20 @@ def test_anndata_shapes_markers_and_spatial_in_um(tmp_path):
             segment_nuclei(truth.image[0], mpp=0.5, segmenter="builtin-fluorescence"),
             markers={"intensity": 1.0},
         ).to_anndata(compartment="cytoplasm")
+
+
+# a flat image gives the segmenter nothing to prepare on: it says so, and finds nothing
+@pytest.mark.filterwarnings("ignore:FluorescenceSegmenter.prepare\\(\\) was not called")
+def test_anndata_of_a_slide_without_nuclei_has_no_rows(tmp_path):
+    """A slide with no nucleus (glass only) gives an empty table of the same markers."""
+    truth = make_multiplex(seed=8, shape=(256, 256))
+    truth.image[:] = 50  # flat: no nucleus anywhere
+    path = truth.write(tmp_path / "empty.ome.tif")
+    res = segment_nuclei(path, segmenter="builtin-fluorescence", tissue=False, cell_expansion_um=4)
+    assert res.count == 0
+    adata = res.to_anndata()
+    assert adata.shape == (0, len(truth.channels))
+    assert list(adata.var_names) == list(truth.channels)
+    assert adata.obsm["spatial"].shape == (0, 2)
+    adata.write_h5ad(tmp_path / "cells.h5ad")
+    assert anndata.read_h5ad(tmp_path / "cells.h5ad").shape == (0, len(truth.channels))

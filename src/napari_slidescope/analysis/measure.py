@@ -283,12 +283,17 @@ def concat_tables(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     Returns
     -------
     table : dict of str to ndarray
-        All rows; :func:`empty_table` when there are none.
+        All rows. With none, the columns of the (empty) tables given, so a run that
+        found no nucleus still has its measurements' columns; :func:`empty_table` when no
+        table has any column.
     """
-    tables = [t for t in tables if t and len(next(iter(t.values()))) > 0]
-    if not tables:
-        return empty_table()
-    return {name: np.concatenate([t[name] for t in tables]) for name in tables[0]}
+    rows = [t for t in tables if t and len(next(iter(t.values()))) > 0]
+    if not rows:  # keep the columns the tiles measured (a fluorescence run's channels)
+        template = next((t for t in tables if t), None)
+        if template is None:
+            return empty_table()
+        return {name: np.asarray(v)[:0] for name, v in template.items()}
+    return {name: np.concatenate([t[name] for t in rows]) for name in rows[0]}
 
 
 def write_csv(table: dict[str, np.ndarray], path: str | os.PathLike[str]) -> Path:

@@ -94,7 +94,9 @@ def to_anndata(result: Any, *, compartment: str = "auto", slide: str | None = No
     table = result.table
     names, columns = marker_means(table, compartment)
     n = int(np.asarray(table["id"]).size)
-    x = np.column_stack([np.asarray(table[c], np.float32) for c in columns]).reshape(n, -1)
+    x = np.zeros((n, len(columns)), np.float32)  # (0, k) when no nucleus was found
+    for k, c in enumerate(columns):
+        x[:, k] = np.asarray(table[c], np.float32)
     if slide is None:
         slide = "" if result.source is None else result.source.name
     with warnings.catch_warnings():

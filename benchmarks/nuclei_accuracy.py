@@ -203,6 +203,14 @@ def cross_validate(
                 f"{name:48s} F1={m['f1']:.3f} AJI={m['aji']:.3f} PQ={m['pq']:.3f} "
                 f"Dice={m['dice']:.3f} t={m['time']:.2f}s/image"
             )
+    print("\nper held-out organ: F1 / AJI / PQ")
+    for name, rows in held.items():
+        cells = []
+        for organ in sorted(set(organs)):
+            sub = [r for r, o in zip(rows, organs, strict=True) if o == organ]
+            f1, aji, pq = (float(np.mean([r[k] for r in sub])) for k in ("f1", "aji", "pq"))
+            cells.append(f"{organ} {f1:.3f}/{aji:.3f}/{pq:.3f}")
+        print(f"{name}: " + "; ".join(cells))
     if hasattr(os, "getloadavg"):
         load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
         print(f"load average (1, 5, 15 min): {load} on {os.cpu_count()} CPUs")

@@ -149,10 +149,7 @@ def owned_cells(
     """
     labels = np.asarray(labels)
     lab = np.where(labels > 0, labels, 0).astype(np.int64, copy=False)
-    _, inverse = np.unique(lab, return_inverse=True)
-    compact = inverse.reshape(lab.shape).astype(np.int32)  # 0 stays 0 (it is the smallest)
-    if not (lab == 0).any():
-        compact += 1
+    compact = _compact(lab)  # ids 1..K in the order of the labels, 0 stays 0
     if model is None:
         cells = expand_cells(compact, distance_px)
     else:
@@ -162,6 +159,27 @@ def owned_cells(
     lut[compact[where]] = owned[where]
     relabelled: np.ndarray = lut[cells]
     return relabelled
+
+
+def _compact(lab: np.ndarray) -> np.ndarray:
+    """Number the labels of `lab` (>= 0) 1..K in their order; 0 stays 0.
+
+    A table lookup when the ids are small (a segmenter's labels of one tile): a sort of
+    every pixel (``np.unique``) took a quarter of the cell step's time.
+    """
+    top = int(lab.max(initial=0))
+    if top <= 4 * lab.size + 1024:
+        present = np.bincount(lab.ravel(), minlength=top + 1) > 0
+        present[0] = False
+        lut = np.zeros(top + 1, np.int32)
+        lut[present] = np.arange(1, int(present.sum()) + 1, dtype=np.int32)
+        compact: np.ndarray = lut[lab]
+        return compact
+    ids, inverse = np.unique(lab, return_inverse=True)
+    compact = inverse.reshape(lab.shape).astype(np.int32)
+    if ids.size and ids[0] != 0:
+        compact += 1
+    return compact
 
 
 def compartment_means(

@@ -162,7 +162,7 @@ def owned_cells(
 
 
 def _compact(lab: np.ndarray) -> np.ndarray:
-    """Number the labels of `lab` (>= 0) 1..K in their order; 0 stays 0.
+    """Return the labels of `lab` (>= 0) renumbered 1..K in their order; 0 stays 0.
 
     A table lookup when the ids are small (a segmenter's labels of one tile): a sort of
     every pixel (``np.unique``) took a quarter of the cell step's time.

@@ -315,7 +315,8 @@ def test_scipy_flood_fill_and_fill_holes_are_the_models():
     ring[0, 0, 2:9, 2:9] = True
     ring[0, 0, 4:7, 4:7] = False  # a hole, filled
     filled = instanseg._fill_holes(ring)
-    assert filled[0, 0, 2:9, 2:9].all() and filled.sum() == 49
+    assert filled[0, 0, 2:9, 2:9].all()
+    assert filled.sum() == 49
 
 
 def test_unknown_runtime_is_refused(model):
@@ -337,11 +338,13 @@ def test_int8_runtime_stays_close_to_the_model_cards_test_output(model):
     expected = np.load(folder / "test-output_instance_segmentation.npy")[0, 0].astype(np.int32)
     got = seg.predict(np.moveaxis(x, 1, -1), mpp=0.5)[0, ..., 0].astype(np.int32)
     scores = instance_scores(expected, got)
-    assert scores["f1"] > 0.98 and scores["aji"] > 0.95  # 0.997 / 0.984 measured
+    assert scores["f1"] > 0.98  # 0.997 / 0.984 measured
+    assert scores["aji"] > 0.95
     # what ran is recorded, so an int8 result is never taken for a full-precision one
     rgb = np.ascontiguousarray(np.moveaxis(x[0], 0, -1)).astype(np.uint8)
     result = segment_nuclei(rgb, mpp=0.5, segmenter=seg, tissue=False, workers=1)
-    assert result.parameters["runtime"] == "onnxruntime-int8" and result.count > 300
+    assert result.parameters["runtime"] == "onnxruntime-int8"
+    assert result.count > 300
 
 
 def test_int8_runtime_is_refused_for_the_fluorescence_model(fluo_model):

@@ -55,7 +55,8 @@ def _boxes_coverage(
     rx = np.searchsorted(xs, ex[:-1])
     if cell.size == 0:
         return np.zeros(shape)
-    return np.add.reduceat(np.add.reduceat(cell, ry, axis=0), rx, axis=1)
+    area: np.ndarray = np.add.reduceat(np.add.reduceat(cell, ry, axis=0), rx, axis=1)
+    return area
 
 
 def tissue_area_px(

@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pydicom
 from pydicom.encaps import generate_frames
+from tests.remote_server import LocalServer, _Server
 
 PREFIX = "/dicomweb"
 _FILTERS = {
@@ -214,12 +215,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    owner: DicomWebServer
-
-
-class DicomWebServer:
+class DicomWebServer(LocalServer):
     """A running DICOMweb server; use as a context manager or call :meth:`close`."""
 
     def __init__(self, folders: list[str | os.PathLike[str]], token: str | None = None) -> None:
@@ -233,13 +229,7 @@ class DicomWebServer:
         self.delay = 0.0
         self.list_syntaxes = True
         self.log: list[tuple[str, str | None]] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self.port = int(self._httpd.server_address[1])
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
+        super().__init__(_Handler)
 
     @property
     def root(self) -> str:
@@ -261,19 +251,6 @@ class DicomWebServer:
             self.fault, self.token, self.delay = None, None, 0.0
             self.list_syntaxes = True
             self.log.clear()
-
-    def close(self) -> None:
-        """Stop serving (stalled responses are released first)."""
-        self.stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
-
-    def __enter__(self) -> DicomWebServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def serve(folders: list[str | os.PathLike[str]], token: str | None = None) -> DicomWebServer:

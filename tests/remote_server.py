@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any, Self
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
@@ -145,10 +146,41 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
-    owner: RangeServer
+    owner: Any
 
 
-class RangeServer:
+class LocalServer:
+    """An HTTP server on 127.0.0.1 (a free port) in a daemon thread, owning its handler's state.
+
+    The handler reaches the server object as ``self.server.owner``. Subclasses set their
+    state before calling ``super().__init__(handler)``; use as a context manager or call
+    :meth:`close`.
+    """
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self._httpd = _Server(("127.0.0.1", 0), handler)
+        self._httpd.owner = self
+        self.port = int(self._httpd.server_address[1])
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving (stalled responses are released first)."""
+        self.stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RangeServer(LocalServer):
     """A running server; use as a context manager or call :meth:`close`."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -160,13 +192,7 @@ class RangeServer:
         self.ignore_if_match = False
         self.weak_etags = False
         self.log: list[tuple[str, str, str | None]] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self.port = int(self._httpd.server_address[1])
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
+        super().__init__(_Handler)
 
     def url(self, name: str) -> str:
         """The URL of a file under the served folder."""
@@ -178,19 +204,6 @@ class RangeServer:
             self.delay, self.fault, self.fault_after, self.flaky = 0.0, None, 0, 0
             self.ignore_if_match = self.weak_etags = False
             self.log.clear()
-
-    def close(self) -> None:
-        """Stop serving (stalled responses are released first)."""
-        self.stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
-
-    def __enter__(self) -> RangeServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def serve(root: str | os.PathLike[str]) -> RangeServer:

@@ -216,3 +216,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+#: Generous bound for a failure over the network (timeouts of about 1 s, a few retries):
+#: the tests only check that nothing hangs, never how fast it fails.
+BOUND_S = 30
+
+
+def fails_within_bound(call: Any) -> BaseException | None:
+    """Run `call` in a thread and return what it raised (None if nothing).
+
+    The test fails at once if the call is still running after :data:`BOUND_S` (a hang guard).
+    """
+    box: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box["exc"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(BOUND_S)
+    assert not thread.is_alive(), "the request hung"
+    return box.get("exc")

@@ -7,17 +7,15 @@ the shared SVS and NDPI; every level read over DICOMweb equals the local folder'
 from __future__ import annotations
 
 import logging
-import threading
 
 import numpy as np
 import pytest
+from tests.remote_server import fails_within_bound
 
 from napari_slidescope.slide import SlideError, open_slide
 
 pytest.importorskip("wsidicom")
 
-#: Generous bound for a failure (timeout 1 s, 1 retry): the test only checks nothing hangs.
-BOUND_S = 30
 TOKEN = "secret-token-4321"
 
 
@@ -33,19 +31,8 @@ def _url(server, name: str) -> str:
 
 
 def _fails(call) -> SlideError:
-    box: dict[str, BaseException] = {}
-
-    def run() -> None:
-        try:
-            call()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            box["exc"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(BOUND_S)
-    assert not thread.is_alive(), "the request hung"
-    exc = box.get("exc")
+    """Run `call`; it must raise a SlideError within the hang guard's bound."""
+    exc = fails_within_bound(call)
     assert isinstance(exc, SlideError), repr(exc)
     return exc
 

@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
+from tests.remote_server import fails_within_bound
 
 from napari_slidescope.slide import SlideError, open_slide
 
-#: Generous bound for a failure (timeout 1 s, 2 retries): the test only checks nothing hangs.
-BOUND_S = 30
-
 
 def _fails(call) -> SlideError:
-    """Run `call` in a thread; it must raise a SlideError well within :data:`BOUND_S`."""
-    box: dict[str, BaseException] = {}
-
-    def run() -> None:
-        try:
-            call()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            box["exc"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(BOUND_S)
-    assert not thread.is_alive(), "the read hung"
-    exc = box.get("exc")
+    """Run `call`; it must raise a SlideError within the hang guard's bound."""
+    exc = fails_within_bound(call)
     assert isinstance(exc, SlideError), repr(exc)
     return exc
 

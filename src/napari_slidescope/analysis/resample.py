@@ -58,39 +58,106 @@ def block_mean(
     out_dtype = np.dtype(image.dtype if dtype is None else dtype)
     if ky == 1 and kx == 1:
         return image.astype(out_dtype, copy=False)
-    h, w = -(-image.shape[0] // ky), -(-image.shape[1] // kx)
-    partial = bool(image.shape[0] % ky or image.shape[1] % kx)
-    if partial:
-        padded = np.zeros((h * ky, w * kx, *image.shape[2:]), image.dtype)
-        padded[: image.shape[0], : image.shape[1]] = image
-    else:
-        padded = image
-    integer = np.issubdtype(image.dtype, np.integer)
-    if integer and image.dtype.itemsize == 1 and ky * kx <= 257:
-        acc_dtype: type = np.uint16
-    elif integer and image.dtype.itemsize <= 2:
-        acc_dtype = np.uint32
-    else:
-        acc_dtype = np.float64
+    rows_in, cols_in = image.shape[:2]
+    h, w = -(-rows_in // ky), -(-cols_in // kx)
+    rest = image.shape[2:]
+    partial = bool(rows_in % ky or cols_in % kx)
+    acc_dtype = _accumulator(image.dtype, ky * kx)
+    out = np.empty((h, w, *rest), out_dtype)
+    # Strips of output rows through buffers allocated once: a whole-image temporary is
+    # fresh memory, whose first touch costs more than the arithmetic in a new process.
+    step = max(1, _STRIP_BYTES // max(cols_in * math.prod(rest) * acc_dtype.itemsize, 1))
+    step = min(step, h)
+    rows_buf = np.empty((step, cols_in, *rest), acc_dtype)
+    acc_buf = np.empty((step, w, *rest), acc_dtype)
+    nc = np.minimum(kx, cols_in - kx * np.arange(w))
+    for o0 in range(0, h, step):
+        o1 = min(o0 + step, h)
+        _block_sums(image, ky, kx, o0, o1, rows_buf, acc_buf)
+        acc = acc_buf[: o1 - o0]
+        nr = np.minimum(ky, rows_in - ky * np.arange(o0, o1))
+        _divide(acc, nr, nc, ky * kx, out[o0:o1], every_block_full=not partial)
+    return out
+
+
+#: Bytes of the row-sum buffer of one strip of :func:`block_mean`.
+_STRIP_BYTES = 1 << 20
+
+
+def _accumulator(dtype: np.dtype, n: int) -> np.dtype:
+    """Return the dtype that sums `n` values of `dtype` exactly (integers), else float64."""
+    if np.issubdtype(dtype, np.integer) and dtype.itemsize <= 2:
+        info = np.iinfo(dtype)
+        for acc in (
+            (np.int16, np.int32, np.int64) if info.min < 0 else (np.uint16, np.uint32, np.uint64)
+        ):
+            limits = np.iinfo(acc)
+            if n * info.max <= limits.max and n * info.min >= limits.min:
+                return np.dtype(acc)
+    return np.dtype(np.float64)
+
+
+def _block_sums(
+    image: np.ndarray,
+    ky: int,
+    kx: int,
+    o0: int,
+    o1: int,
+    rows_buf: np.ndarray,
+    acc_buf: np.ndarray,
+) -> None:
+    """Sum the blocks of output rows ``o0:o1`` into ``acc_buf[: o1 - o0]``."""
+    n = o1 - o0
+    stop = min(o1 * ky, image.shape[0])
+    rows = rows_buf[:n]
+    for i in range(ky):
+        part = image[o0 * ky + i : stop : ky]  # row i of each block (the last may lack it)
+        if i == 0:
+            np.copyto(rows, part, casting="unsafe")
+        else:
+            rows[: part.shape[0]] += part
+    acc = acc_buf[:n]
     # summing strided slices is several times faster than reshape().sum() or reduceat
-    rows: np.ndarray = padded[0::ky].astype(acc_dtype)
-    for i in range(1, ky):
-        rows += padded[i::ky]
-    acc = rows[:, 0::kx].copy()
+    np.copyto(acc, rows[:, 0::kx])
     for j in range(1, kx):
-        acc += rows[:, j::kx]
-    if not partial and out_dtype == np.float32:  # every block full: one float32 scale
-        out = acc.astype(np.float32)
-        out *= np.float32(1.0 / (ky * kx))
-        return out
-    nr = np.minimum(ky, image.shape[0] - ky * np.arange(h))
-    nc = np.minimum(kx, image.shape[1] - kx * np.arange(w))
-    count = np.multiply.outer(nr, nc).astype(np.float64)
-    mean: np.ndarray = acc / (count if image.ndim == 2 else count[..., None])
-    if np.issubdtype(out_dtype, np.integer):
-        rounded: np.ndarray = np.rint(mean)
-        return rounded.astype(out_dtype)
-    return mean.astype(out_dtype)
+        part = rows[:, j::kx]
+        acc[:, : part.shape[1]] += part
+
+
+def _divide(
+    acc: np.ndarray,
+    nr: np.ndarray,
+    nc: np.ndarray,
+    full: int,
+    out: np.ndarray,
+    *,
+    every_block_full: bool,
+) -> None:
+    """Write the block means ``acc / (nr x nc)`` into `out` (integers rounded half to even)."""
+    count: np.ndarray | int = full
+    if every_block_full and out.dtype == np.float32:  # one float32 scale
+        np.copyto(out, acc, casting="unsafe")
+        out *= np.float32(1.0 / full)
+        return
+    if int(nr.min()) * int(nc.min()) != full:  # partial blocks in this strip
+        count = np.multiply.outer(nr, nc)
+        if acc.ndim == 3:
+            count = count[..., None]
+    if np.issubdtype(acc.dtype, np.integer) and np.issubdtype(out.dtype, np.integer):
+        # exactly np.rint(acc / count): a half is exact in float64, and any other
+        # fraction is at least 1 / (2 count) away from a half
+        q, r = np.divmod(acc, count)
+        r <<= 1
+        half = r == count
+        half &= (q & 1).astype(bool)
+        q += r > count
+        q += half
+        np.copyto(out, q, casting="unsafe")
+        return
+    mean = acc / count
+    if np.issubdtype(out.dtype, np.integer):
+        mean = np.rint(mean)
+    np.copyto(out, mean, casting="unsafe")
 
 
 def resample_nearest(

@@ -83,10 +83,32 @@ def _index(axes, y0, x0, y1, x1):
     )
 
 
+def _check_zarr_geometry(path, slide):
+    """The direct decoder's level geometry, found without zarr, is what zarr reports."""
+    from napari_slidescope.slide import _tiff
+
+    with tifffile.TiffFile(path) as tif:
+        main = max(
+            tif.series, key=lambda s: s.shape[s.axes.index("Y")] * s.shape[s.axes.index("X")]
+        )
+        zarrs = _tiff.open_levels(main, str(path))
+        index = tuple(slice(None) if ax in "CYXS" else 0 for ax in main.axes)
+        assert len(zarrs) == len(slide._readers)
+        for reader, z in zip(slide._readers, zarrs, strict=True):
+            shape = _tiff._kept(z.shape, index)
+            assert reader.shape == shape
+            assert reader.dtype == z.dtype
+            chunks = tuple(
+                min(c, n) for c, n in zip(_tiff._kept(z.chunks, index), shape, strict=True)
+            )
+            assert reader.native == chunks
+
+
 def _check_all_paths(path, *, chunk_bytes=None, n=4, expect_fast=None):
     rng = np.random.default_rng(7)
     expected = _expected_levels(path)
     with _open(path, chunk_bytes=chunk_bytes) as slide:
+        _check_zarr_geometry(path, slide)
         yi, xi = slide._yx
         assert len(slide.levels) == len(expected)
         for level, (arr, want) in enumerate(zip(slide.levels, expected, strict=True)):

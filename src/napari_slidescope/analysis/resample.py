@@ -140,9 +140,8 @@ def _divide(
         out *= np.float32(1.0 / full)
         return
     if int(nr.min()) * int(nc.min()) != full:  # partial blocks in this strip
-        count = np.multiply.outer(nr, nc)
-        if acc.ndim == 3:
-            count = count[..., None]
+        counts = np.multiply.outer(nr, nc)
+        count = counts[..., None] if acc.ndim == 3 else counts
     if np.issubdtype(acc.dtype, np.integer) and np.issubdtype(out.dtype, np.integer):
         # exactly np.rint(acc / count): a half is exact in float64, and any other
         # fraction is at least 1 / (2 count) away from a half

@@ -16,10 +16,12 @@ from napari_slidescope.slide import ArraySlide, Slide, open_slide
 class SlideLike(Protocol):
     """What the analysis pipeline needs from a slide (Slide and ArraySlide both fit)."""
 
-    levels: list[Any]
     axes: str
     mpp: tuple[float, float] | None
     format: str
+
+    @property
+    def levels(self) -> list[Any]: ...  # noqa: D102
 
     @property
     def shape0(self) -> tuple[int, int]: ...  # noqa: D102

@@ -1,21 +1,18 @@
-"""Pyramid levels as dask arrays that stay fast however many chunks a level has.
+"""Reading pyramid levels fast however many chunks a level has.
 
 napari shows a level by slicing its dask array to the visible box and calling
 ``np.asarray`` on the slice. A plain ``da.from_array`` level walks its whole task graph on
 every such call (about 1 s for a level of a million chunks) and decodes through one zarr
-request per native chunk. Here instead:
+request per native chunk. Here instead :class:`LevelReader` turns a box of level pixels
+into the native chunks (tiles, strips, NDPI restart bands) it touches, takes the ones it
+can from the shared decoded-tile cache (:mod:`napari_slidescope.slide.cache`), decodes the
+others with the adapter in :mod:`napari_slidescope.slide._tiff` (on a small module-level
+thread pool), and copies only the requested pixels out.
 
-* :class:`LevelReader` turns a box of level pixels into the native chunks (tiles, strips,
-  NDPI restart bands) it touches, takes the ones it can from the shared decoded-tile cache
-  (:mod:`napari_slidescope.slide.cache`), decodes the others with the adapter in
-  :mod:`napari_slidescope.slide._tiff`, and copies only the requested pixels out;
-* a level is a :class:`LevelArray`, a dask array whose graph is one lazy layer (nothing
-  is built per chunk at open time). A basic slice of it (ints and step-1 slices, what
-  napari does) returns a :class:`RegionArray` with the same chunks a dask slice would have
-  and a lazy graph of only those chunks; ``np.asarray`` of a region reads it directly,
-  decoding its missing native chunks on a small module-level thread pool, with no dask
-  scheduler in the way. ``compute()``, ``map_blocks`` and every other dask operation still
-  work on the ordinary graph.
+A slide keeps one reader per level; its dask arrays
+(:mod:`napari_slidescope.slide._dask_levels`) are built over the readers the first time
+``Slide.levels`` is used, so that opening a slide and reading it through the readers
+(tissue detection, ``read_region``) never imports dask.array.
 """
 
 from __future__ import annotations
@@ -24,20 +21,18 @@ import collections
 import functools
 import itertools
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
-import dask.array as da
 import numpy as np
-import numpy.typing as npt
 
 from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide import _tiff
 from napari_slidescope.slide.cache import tile_cache
-from napari_slidescope.slide.chunking import choose_chunks
 from napari_slidescope.slide.errors import SlideError
 
 if TYPE_CHECKING:
@@ -222,7 +217,7 @@ class LevelReader:
         self.native: tuple[int, ...] = tuple(source.chunks)
         self._path, self._level, self._on_error = path, level, on_error
         self._key = (owner, level)
-        self._spatial = spatial
+        self._spatial = self.spatial = spatial
         self.damage = damage if damage is not None else DamageLog(path)
 
     # dask's getter calls this for each chunk: decode on the calling (dask) thread
@@ -394,90 +389,6 @@ def _fmt(box: AxisRanges) -> str:
     return "[" + ", ".join(f"{a}:{b}" for a, b in box) + "]"
 
 
-class _RangesView:
-    """Array-like over one box of a level, with some axes dropped (dask's chunk getter)."""
-
-    def __init__(self, reader: LevelReader, box: AxisRanges, keep: tuple[bool, ...]) -> None:
-        self._reader, self._box, self._keep = reader, box, keep
-        self.shape = tuple(b - a for (a, b), k in zip(box, keep, strict=True) if k)
-        self.dtype = reader.dtype
-        self.ndim = len(self.shape)
-
-    def read(self, sub: AxisRanges | None, *, parallel: bool) -> np.ndarray:
-        parts = iter(sub) if sub is not None else None
-        full: list[tuple[int, int]] = []
-        for (a, b), k in zip(self._box, self._keep, strict=True):
-            if k and parts is not None:
-                s0, s1 = next(parts)
-                full.append((a + s0, a + s1))
-            else:
-                full.append((a, b))
-        arr = self._reader.read(tuple(full), parallel=parallel)
-        drop = tuple(i for i, k in enumerate(self._keep) if not k)
-        return (
-            arr.reshape(tuple(n for n, k in zip(arr.shape, self._keep, strict=True) if k))
-            if drop
-            else arr
-        )
-
-    def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
-        sub = tuple(s.indices(n)[:2] for s, n in zip(key, self.shape, strict=True))
-        return self.read(sub, parallel=False)
-
-
-class LevelArray(da.Array):
-    """A pyramid level: a lazy dask array whose basic slices touch only their own chunks.
-
-    See the module docstring. Behaves as any dask array; slicing with ints and step-1
-    slices returns a :class:`RegionArray`, anything else falls back to dask's slicing.
-    """
-
-    __slots__ = ()
-    _reader: LevelReader
-
-    def __getitem__(self, index: Any) -> Any:
-        sel = _basic_selection(index, self.shape)
-        if sel is None:
-            return super().__getitem__(index)  # type: ignore[no-untyped-call]  # dask's
-        box, keep = sel
-        return _region(self, box, keep)
-
-    def __array__(
-        self, dtype: npt.DTypeLike | None = None, copy: bool | None = None, **kwargs: Any
-    ) -> np.ndarray:
-        x = self._reader.read(tuple((0, n) for n in self.shape), parallel=True)
-        return x if dtype is None else x.astype(dtype, copy=False)
-
-
-class RegionArray(da.Array):
-    """A basic slice of a :class:`LevelArray`; ``np.asarray`` reads it in one parallel call."""
-
-    __slots__ = ()
-    _view: _RangesView
-
-    def __array__(
-        self, dtype: npt.DTypeLike | None = None, copy: bool | None = None, **kwargs: Any
-    ) -> np.ndarray:
-        x = self._view.read(None, parallel=True)
-        return x if dtype is None else x.astype(dtype, copy=False)
-
-
-def read_pixels(region: Any) -> np.ndarray:
-    """Return a sliced level as a numpy array, read the fastest way it can be.
-
-    A :class:`RegionArray` (a basic slice of a slide's level) is read directly, its
-    missing tiles decoded on the module's thread pool, with no dask scheduler in the way
-    (and without importing ``distributed``, which dask's scheduler lookup does: a cold
-    process saves ~0.6 s on whole-slide tissue detection); any other dask array is
-    computed on dask's threaded scheduler; anything else goes through ``np.asarray``.
-    """
-    if isinstance(region, RegionArray):
-        return np.asarray(region)
-    if isinstance(region, da.Array):
-        return np.asarray(region.compute(scheduler="threads"))
-    return np.asarray(region)
-
-
 def _basic_selection(
     index: Any, shape: tuple[int, ...]
 ) -> tuple[AxisRanges, tuple[bool, ...]] | None:
@@ -553,34 +464,31 @@ def _hull(key: Any, shape: tuple[int, ...]) -> tuple[AxisRanges, tuple[Any, ...]
     return tuple(box), tuple(rel)
 
 
-def _region(level: LevelArray, box: AxisRanges, keep: tuple[bool, ...]) -> RegionArray:
-    chunks = []
-    for (a, b), axis_chunks, k in zip(box, level.chunks, keep, strict=True):
-        if not k:
-            continue
-        c = axis_chunks[0]  # the level's chunks are regular: all equal but the last
-        chunks.append(tuple(min(b, (i + 1) * c) - max(a, i * c) for i in range(a // c, -(-b // c))))
-    view = _RangesView(level._reader, box, keep)
-    name = f"{level.name}-{'-'.join(f'{a}.{b}' for a, b in box)}"
-    arr = da.from_array(
-        view,
-        chunks=tuple(chunks),
-        name=name,
-        asarray=False,
-        lock=False,
-        inline_array=True,
-        meta=np.empty((0,) * view.ndim, dtype=view.dtype),
-    )
-    arr.__class__ = RegionArray  # same layout; cheaper than building a second Array
-    arr._view = view
-    return cast(RegionArray, arr)
+def read_pixels(region: Any) -> np.ndarray:
+    """Return a sliced level as a numpy array, read the fastest way it can be.
+
+    A basic slice of a slide's level (a :class:`~._dask_levels.RegionArray`) is read
+    directly, its missing tiles decoded on the module's thread pool, with no dask
+    scheduler in the way (and without importing ``distributed``, which dask's scheduler
+    lookup does); any other dask array is computed on dask's threaded scheduler; anything
+    else goes through ``np.asarray``. dask is not imported here: a process that never
+    made a dask array has none to compute.
+    """
+    if "dask.array" in sys.modules:
+        from napari_slidescope.slide._dask_levels import RegionArray
+
+        da = sys.modules["dask.array"]
+        if isinstance(region, RegionArray):
+            return np.asarray(region)
+        if isinstance(region, da.Array):
+            return np.asarray(region.compute(scheduler="threads"))
+    return np.asarray(region)
 
 
-def wrap_level(
+def level_reader(
     series_level: tifffile.TiffPageSeries | None,
-    z: Any,
+    zarr_level: Callable[[], Any],
     axes: str,
-    budget: int,
     *,
     path: str,
     level: int,
@@ -589,19 +497,17 @@ def wrap_level(
     fetch: _tiff.Fetch | None = None,
     damage: DamageLog | None = None,
     adapt: Callable[[_tiff.NativeChunks], _tiff.NativeChunks] | None = None,
-) -> tuple[LevelArray, str, LevelReader]:
-    """Wrap one zarr level as a :class:`LevelArray`; drop singleton axes other than C, Y, X, S.
+) -> tuple[LevelReader, str]:
+    """Return the reader of one TIFF level; drop singleton axes other than C, Y, X, S.
 
     Parameters
     ----------
     series_level : TiffPageSeries or None
         The tifffile level (for the direct decoder); None uses the zarr path only.
-    z : zarr.Array
-        The level through the tifffile zarr store.
+    zarr_level : callable
+        Returns the level through the tifffile zarr store (called only for the zarr path).
     axes : str
-        tifffile's axes of `z`.
-    budget : int
-        Dask chunk budget in bytes (see :func:`choose_chunks`).
+        tifffile's axes of the level.
     fetch : callable, optional
         A remote file's ``cat_ranges``: a read fetches all its missing tiles at once.
     adapt : callable, optional
@@ -610,10 +516,9 @@ def wrap_level(
 
     Returns
     -------
-    array : LevelArray
+    reader : LevelReader
     axes : str
         ``"YXS"``, ``"CYX"`` or ``"YX"``.
-    reader : LevelReader
     """
     keep = [ax for ax in axes if ax in "CYXS"]
     if "Y" not in keep or "X" not in keep:
@@ -621,7 +526,10 @@ def wrap_level(
     out_axes = "".join(keep)
     if out_axes not in ("YXS", "CYX", "YX"):
         raise SlideError(path, f"has unsupported axes {axes!r}")
-    extra = [ax for ax, n in zip(axes, z.shape, strict=True) if ax not in "CYXS" and n > 1]
+    shape = tuple(series_level.shape) if series_level is not None else zarr_level().shape
+    if len(shape) != len(axes):  # tifffile's shape and axes disagree: ask zarr
+        shape = zarr_level().shape
+    extra = [ax for ax, n in zip(axes, shape, strict=True) if ax not in "CYXS" and n > 1]
     if extra:
         warnings.warn(
             f"{path}: axes {extra} are not supported; showing index 0 of each",
@@ -630,37 +538,29 @@ def wrap_level(
         )
     index = tuple(slice(None) if ax in "CYXS" else 0 for ax in axes)
     source = (
-        _tiff.native_chunks(series_level, z, index, fetch=fetch)
+        _tiff.native_chunks(series_level, index, zarr_level, fetch=fetch)
         if series_level is not None
-        else _tiff.zarr_chunks(z, index)
+        else _tiff.zarr_chunks(zarr_level(), index)
     )
     if adapt is not None:
         source = adapt(source)
-    arr, reader = wrap_native(
-        source,
-        out_axes,
-        budget,
-        path=path,
-        level=level,
-        on_error=on_error,
-        owner=owner,
-        damage=damage,
+    reader = native_reader(
+        source, out_axes, path=path, level=level, on_error=on_error, owner=owner, damage=damage
     )
-    return arr, out_axes, reader
+    return reader, out_axes
 
 
-def wrap_native(
+def native_reader(
     source: _tiff.NativeChunks,
     axes: str,
-    budget: int,
     *,
     path: str,
     level: int,
     on_error: OnError,
     owner: int,
     damage: DamageLog | None = None,
-) -> tuple[LevelArray, LevelReader]:
-    """Wrap any native-chunk reader (TIFF, DICOM, OME-Zarr, OpenSlide) as a :class:`LevelArray`.
+) -> LevelReader:
+    """Return the reader of any native-chunk source (TIFF, DICOM, OME-Zarr, OpenSlide).
 
     Parameters
     ----------
@@ -668,36 +568,15 @@ def wrap_native(
         Reads the level's native chunks; its shape is in `axes` order.
     axes : {"YXS", "CYX", "YX"}
         Axes of `source`.
-    budget : int
-        Dask chunk budget in bytes (see :func:`choose_chunks`).
     damage : DamageLog, optional
         Where tiles shown blank are recorded (the slide's ``damage``).
     """
-    out_axes = axes
-    spatial = (out_axes.index("Y"), out_axes.index("X"))
-    reader = LevelReader(
+    return LevelReader(
         source,
         path=path,
         level=level,
         on_error=on_error,
         owner=owner,
-        spatial=spatial,
+        spatial=(axes.index("Y"), axes.index("X")),
         damage=damage,
     )
-    chunks = choose_chunks(
-        reader.shape, reader.native, reader.dtype.itemsize, spatial=spatial, budget=budget
-    )
-    arr = da.from_array(
-        reader,
-        chunks=chunks,
-        name=f"slidescope-{owner}-level{level}",
-        asarray=False,
-        lock=False,
-        inline_array=True,
-        meta=np.empty((0,) * reader.ndim, dtype=reader.dtype),
-    )
-    out = LevelArray(  # type: ignore[no-untyped-call]  # dask.Array's constructor
-        arr.dask, arr.name, arr.chunks, meta=np.empty((0,) * reader.ndim, reader.dtype)
-    )
-    out._reader = reader
-    return out, reader

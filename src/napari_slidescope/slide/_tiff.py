@@ -23,14 +23,16 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import tifffile
-import zarr
 
 from napari_slidescope.slide import _check
 from napari_slidescope.slide.errors import SlideError
+
+if TYPE_CHECKING:
+    import zarr
 
 TIFF_MAGIC = _check.TIFF_MAGIC
 
@@ -175,7 +177,13 @@ def multiscale_paths(attrs: Mapping[str, Any]) -> list[str] | None:
 
 
 def open_levels(series: tifffile.TiffPageSeries, path: str) -> list[zarr.Array[Any]]:
-    """Open the zarr arrays of every level of a series (no pixel is decoded)."""
+    """Open the zarr arrays of every level of a series (no pixel is decoded).
+
+    zarr is imported here, not with the module: the direct decoder of :func:`native_chunks`
+    reads most slides without it (importing it costs a fresh process about 0.35 s).
+    """
+    import zarr
+
     try:
         # maxworkers given: tifffile would otherwise walk every tile offset to choose it
         # (tens of ms on a 1M-tile level); our level reader parallelises decoding itself.
@@ -381,8 +389,8 @@ class OnDemandChunks:
 
 def native_chunks(
     level: tifffile.TiffPageSeries,
-    z: Any,
     index: tuple[int | slice, ...],
+    zarr_level: Callable[[], Any],
     *,
     fetch: Fetch | None = None,
 ) -> NativeChunks:
@@ -392,10 +400,12 @@ def native_chunks(
     ----------
     level : TiffPageSeries
         The pyramid level (``series.levels[i]``).
-    z : zarr.Array
-        The same level opened through the tifffile zarr store (gives shape and chunks).
     index : tuple of int or slice
-        Selection of the shown axes in `z`: ``slice(None)`` keeps an axis, ``0`` drops it.
+        Selection of the shown axes in the level's (squeezed) shape: ``slice(None)``
+        keeps an axis, ``0`` drops it.
+    zarr_level : callable
+        Returns the same level opened through the tifffile zarr store; called only when
+        the level's layout needs the zarr path (so zarr is not imported otherwise).
     fetch : callable, optional
         ``fetch(offsets, counts) -> list of bytes``: fetches many segments at once (a remote
         file's :meth:`~napari_slidescope.slide.remote.RemoteFile.cat_ranges`). Its errors
@@ -408,10 +418,10 @@ def native_chunks(
         the zarr array for each chunk.
     """
     try:
-        fast = _PageChunks.create(level, z, index, fetch=fetch)
+        fast = _PageChunks.create(level, index, fetch)
     except Exception:  # any surprise in the layout: use the general path
         fast = None
-    return fast if fast is not None else _ZarrChunks(z, index)
+    return fast if fast is not None else _ZarrChunks(zarr_level(), index)
 
 
 def zarr_chunks(z: Any, index: tuple[int | slice, ...]) -> NativeChunks:
@@ -529,12 +539,16 @@ class _PageChunks:
     def create(
         cls,
         level: tifffile.TiffPageSeries,
-        z: Any,
         index: tuple[int | slice, ...],
-        *,
         fetch: Fetch | None = None,
     ) -> _PageChunks | None:
-        """Return the direct decoder for `level`, or None if its layout needs the zarr path."""
+        """Return the direct decoder for `level`, or None if its layout needs the zarr path.
+
+        The level's shape is tifffile's (squeezed) series shape, which its zarr store
+        reports too; the native chunk is the page's tile or strip, which is the zarr
+        store's chunk for the layouts taken here (``tests/slide/test_fast_read.py``
+        checks both against zarr on every test slide).
+        """
         if getattr(level, "transform", None) is not None:
             return None
         pages: list[Any] = list(level.pages)
@@ -543,10 +557,12 @@ class _PageChunks:
         key: Any = pages[0].keyframe
         if any(p.parent.filehandle is not key.parent.filehandle for p in pages):
             return None
-        shape = _kept(z.shape, index)
-        chunks = tuple(min(c, n) for c, n in zip(_kept(z.chunks, index), shape, strict=True))
-        if any(isinstance(i, int) and n != 1 for i, n in zip(index, z.shape, strict=True)):
+        full = tuple(int(n) for n in level.shape)
+        if len(full) != len(index):
+            return None
+        if any(isinstance(i, int) and n != 1 for i, n in zip(index, full, strict=True)):
             return None  # dropped axes with more than one plane: leave them to zarr
+        shape = _kept(full, index)
         nsep, depth, h, w, samples = key.shaped
         if nsep != 1 or depth != 1 or key.is_tiled and key.tiledepth != 1:
             return None
@@ -564,15 +580,15 @@ class _PageChunks:
             want_shape, want_chunks = (len(pages), h, w), (1, *native)
         else:
             return None
-        want_chunks = tuple(min(c, n) for c, n in zip(want_chunks, want_shape, strict=True))
-        if shape != want_shape or chunks != want_chunks:
+        chunks = tuple(min(c, n) for c, n in zip(want_chunks, want_shape, strict=True))
+        if shape != want_shape or tuple(key.chunks)[:2] != tuple(native):
             return None
         nsegments = -(-h // native[0]) * (-(-w // native[1]) if tiled else 1)
         if any(
             len(p.dataoffsets) != nsegments or len(p.databytecounts) != nsegments for p in pages
         ):
             return None
-        return cls(pages, shape, chunks, np.dtype(z.dtype), tiled=tiled, fetch=fetch)
+        return cls(pages, shape, chunks, np.dtype(level.dtype), tiled=tiled, fetch=fetch)
 
     def _segment(self, idx: tuple[int, ...]) -> tuple[int, int]:
         """(page, segment number) of a native chunk."""

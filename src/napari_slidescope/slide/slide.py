@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
@@ -11,7 +12,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-import dask.array as da
 import numpy as np
 
 from napari_slidescope._units import as_pair
@@ -24,6 +24,7 @@ from napari_slidescope.slide.formats import FormatInfo, associated_name, describ
 from napari_slidescope.slide.source import Source, UrlPath, resolve
 
 if TYPE_CHECKING:
+    import dask.array as da
     import tifffile
 
     from napari_slidescope.slide.remote import RemoteFile
@@ -56,9 +57,14 @@ class _Associated(Mapping[str, np.ndarray]):
 class _BaseSlide:
     """Geometry helpers shared by :class:`Slide` and :class:`ArraySlide`."""
 
-    levels: list[da.Array]
     axes: str
     mpp: tuple[float, float] | None
+    _level_list: list[da.Array]
+
+    @property
+    def levels(self) -> list[da.Array]:
+        """Pyramid levels as dask arrays, level 0 first."""
+        return self._level_list
 
     @property
     def is_rgb(self) -> bool:
@@ -199,6 +205,13 @@ class _BaseSlide:
         lx1 = min(max(int(math.ceil(x1 / dx)), lx0), w)
         return ly0, lx0, ly1, lx1
 
+    def read_level(self, level: int, box: tuple[int, int, int, int]) -> np.ndarray:
+        """Read the box ``(y0, x0, y1, x1)`` of `level` pixels (inside the level).
+
+        The result keeps the slide's axes.
+        """
+        return self._read_level_box(box, level)
+
     def _read_level_box(self, box: tuple[int, int, int, int], level: int) -> np.ndarray:
         """Read a box of `level` pixels (inside the level) on the calling thread."""
         ly0, lx0, ly1, lx1 = box
@@ -259,6 +272,10 @@ class Slide(_BaseSlide):
         if on_error not in ("raise", "blank"):
             raise ValueError(f"on_error must be 'raise' or 'blank', got {on_error!r}")
         budget = default_chunk_bytes() if chunk_bytes is None else parse_bytes(chunk_bytes)
+        self._budget = budget
+        self._readers: list[_levels.LevelReader] = []
+        self._level_list = []
+        self._level_lock = threading.Lock()
         self._owner = _levels.new_owner()
         #: Damaged tiles shown blank (``on_error="blank"``), see :class:`DamageLog`.
         self.damage = _levels.DamageLog(self.source.display)
@@ -317,29 +334,28 @@ class Slide(_BaseSlide):
         keep = _check_levels(path, main, layout, on_error, notes, empty)
         if layout.truncated is not None and on_error == "raise":
             raise SlideError(path, f"is truncated: {layout.truncated}")
-        zarrs = _tiff.open_levels(main, path)
+        # tifffile's zarr store has one array per level of the series (tifffile builds
+        # it from ``series.levels``): zarr is opened only for a level the direct decoder
+        # does not take
         series_levels: list[tifffile.TiffPageSeries | None] = list(_tiff.series_levels(main))
-        if len(series_levels) != len(zarrs):  # unexpected layout: read through zarr only
-            series_levels = [None] * len(zarrs)
-        elif len(keep) != len(zarrs):  # levels that cannot be delivered are left out
-            zarrs = [zarrs[i] for i in keep]
+        zarrs = _LazyZarrs(main, path)
+        if len(keep) != len(series_levels):  # levels that cannot be delivered are left out
             series_levels = [series_levels[i] for i in keep]
         # the file's level index of each level shown (for what _check_levels counted)
-        original = keep if len(keep) == len(zarrs) else list(range(len(zarrs)))
+        original = keep
         self.format = info.format
         self.mpp = info.mpp
         self.magnification = info.magnification
         self.fluorescence = info.fluorescence
         self.calibration_source = info.calibration_source
-        self.levels, self.axes = [], ""
-        self._readers: list[_levels.LevelReader] = []
-        stitch = self._bif_stitch(info, zarrs, axes)
-        for i, (z, lv) in enumerate(zip(zarrs, series_levels, strict=True)):
-            arr, self.axes, reader = _levels.wrap_level(
+        self.axes = ""
+        self._readers = []
+        stitch = self._bif_stitch(info, series_levels, axes)
+        for i, lv in enumerate(series_levels):
+            reader, self.axes = _levels.level_reader(
                 lv,
-                z,
+                partial(zarrs.level, original[i]),
                 axes,
-                budget,
                 path=path,
                 level=i,
                 on_error=on_error,
@@ -348,7 +364,6 @@ class Slide(_BaseSlide):
                 damage=self.damage,
                 adapt=stitch[i],
             )
-            self.levels.append(arr)
             self._readers.append(reader)
             missing = empty.get(original[i], 0)
             if missing and not reader._source.fast:
@@ -357,7 +372,7 @@ class Slide(_BaseSlide):
                 if on_error == "raise":
                     raise SlideError(path, f"is damaged: {what}")
                 notes.append(f"{what} and are shown blank")
-        nch = self.levels[0].shape[0] if self.axes == "CYX" else 0
+        nch = self._readers[0].shape[0] if self.axes == "CYX" else 0
         self.channel_names = list(info.channel_names) if nch else []
         if nch and len(self.channel_names) != nch:
             self.channel_names = [f"channel {c}" for c in range(nch)]
@@ -382,17 +397,17 @@ class Slide(_BaseSlide):
                 stacklevel=4,
             )
 
-    def _bif_stitch(self, info: FormatInfo, zarrs: list[Any], axes: str) -> list[Any]:
+    def _bif_stitch(self, info: FormatInfo, levels: list[Any], axes: str) -> list[Any]:
         """Per level, what stitches a BIF level's overlapping tiles (None: shown as stored)."""
-        none: list[Any] = [None] * len(zarrs)
-        if info.format != "bif" or not axes.startswith("YX") or not zarrs:
+        none: list[Any] = [None] * len(levels)
+        if info.format != "bif" or not axes.startswith("YX") or not levels:
             return none
         from napari_slidescope.slide import _bif
 
         plan = _bif.level0_plan(self._tif, self.source.display)[0]
         if plan is None:
             return none
-        width0 = zarrs[0].shape[1]
+        width0 = levels[0].shape[1]
         return [
             partial(
                 _bif.StitchedChunks,
@@ -400,7 +415,7 @@ class Slide(_BaseSlide):
                 downsample=max(1, round(width0 / z.shape[1])),
                 owner=self._owner,
             )
-            for z in zarrs
+            for z in levels
         ]
 
     def _describe(
@@ -422,7 +437,7 @@ class Slide(_BaseSlide):
             "properties": {k: _check.cap_text(v) for k, v in properties.items()},
             "associated": sorted(associated),
             "axes": self.axes,
-            "dtype": str(self.levels[0].dtype),
+            "dtype": str(self._readers[0].dtype),
         }
 
     def _open_source(self, src: _source.SlideSource, budget: int, on_error: OnError) -> None:
@@ -435,21 +450,19 @@ class Slide(_BaseSlide):
         self.fluorescence = info.fluorescence
         self.calibration_source = info.calibration_source
         self.axes = src.axes
-        self.levels, self._readers = [], []
-        for i, native in enumerate(src.levels):
-            arr, reader = _levels.wrap_native(
+        self._readers = [
+            _levels.native_reader(
                 native,
                 src.axes,
-                budget,
                 path=path,
                 level=i,
                 on_error=on_error,
                 owner=self._owner,
                 damage=self.damage,
             )
-            self.levels.append(arr)
-            self._readers.append(reader)
-        nch = self.levels[0].shape[0] if self.axes == "CYX" else 0
+            for i, native in enumerate(src.levels)
+        ]
+        nch = self._readers[0].shape[0] if self.axes == "CYX" else 0
         self.channel_names = list(info.channel_names) if nch else []
         if nch and len(self.channel_names) != nch:
             self.channel_names = [f"channel {c}" for c in range(nch)]
@@ -463,6 +476,46 @@ class Slide(_BaseSlide):
                 SlidescopeWarning,
                 stacklevel=4,
             )
+
+    @property
+    def levels(self) -> list[da.Array]:
+        """Pyramid levels as dask arrays, level 0 first (built on first use).
+
+        Opening a slide makes one reader per level; the dask arrays over them (and the
+        import of dask.array) wait until something asks for them, so that opening a
+        slide and reading it through :meth:`read_region` or tissue detection stays quick
+        in a fresh process.
+        """
+        if len(self._level_list) != len(self._readers):
+            with self._level_lock:
+                if len(self._level_list) != len(self._readers):
+                    from napari_slidescope.slide._dask_levels import as_dask
+
+                    self._level_list = [
+                        as_dask(r, self._budget, owner=self._owner, level=i)
+                        for i, r in enumerate(self._readers)
+                    ]
+        return self._level_list
+
+    @property
+    def level_shapes(self) -> list[tuple[int, int]]:
+        """(rows, cols) of each level."""
+        yi, xi = self._yx
+        return [(int(r.shape[yi]), int(r.shape[xi])) for r in self._readers]
+
+    def read_level(self, level: int, box: tuple[int, int, int, int]) -> np.ndarray:
+        """Read the box ``(y0, x0, y1, x1)`` of `level` pixels, clipped to the level.
+
+        The missing tiles are decoded on the reader's thread pool as well as the calling
+        thread, through the shared tile cache, without dask (nor importing it). The
+        result keeps the slide's axes.
+        """
+        ly0, lx0, ly1, lx1 = box
+        reader = self._readers[level]
+        full = [(0, n) for n in reader.shape]
+        yi, xi = self._yx
+        full[yi], full[xi] = (ly0, ly1), (lx0, lx1)
+        return reader.read(tuple(full), parallel=True)
 
     @property
     def remote_stamp(self) -> dict[str, Any] | None:
@@ -512,7 +565,7 @@ class Slide(_BaseSlide):
         mpp = f"{self.mpp[1]:.4g} µm/px" if self.mpp else "uncalibrated"
         return (
             f"<Slide {self.path.name!r} {self.format} {self.shape0[0]}x{self.shape0[1]} "
-            f"{self.axes} levels={len(self.levels)} {mpp}>"
+            f"{self.axes} levels={len(self._readers)} {mpp}>"
         )
 
 
@@ -547,7 +600,9 @@ class ArraySlide(_BaseSlide):
             )
         self.path = Path(name)
         self.mpp = None if mpp is None else as_pair(mpp, f"{name}: mpp")
-        self.levels = [array if isinstance(array, da.Array) else da.from_array(array)]
+        import dask.array as da
+
+        self._level_list = [array if isinstance(array, da.Array) else da.from_array(array)]
         self.associated: Mapping[str, np.ndarray] = {}
         self.metadata = {"format": "array", "shape": self.shape0, "mpp": self.mpp}
 
@@ -763,3 +818,25 @@ def _read_associated(path: str, name: str, series: tifffile.TiffPageSeries) -> n
 def _area(series: tifffile.TiffPageSeries) -> int:
     shape = dict(zip(series.axes, series.shape, strict=True))
     return int(shape.get("Y", 0)) * int(shape.get("X", 0))
+
+
+class _LazyZarrs:
+    """The zarr arrays of a series' levels, opened (and zarr imported) on first need."""
+
+    def __init__(self, series: tifffile.TiffPageSeries, path: str) -> None:
+        self._series, self._path = series, path
+        self._arrays: list[Any] | None = None
+        self._lock = threading.Lock()
+
+    def level(self, i: int) -> Any:
+        """Return the zarr array of the series' level `i` (the file's level index)."""
+        with self._lock:
+            if self._arrays is None:
+                self._arrays = _tiff.open_levels(self._series, self._path)
+        if i >= len(self._arrays):
+            raise SlideError(
+                self._path,
+                f"level {i} is missing from tifffile's zarr store of the image "
+                f"({len(self._arrays)} levels)",
+            )
+        return self._arrays[i]

@@ -224,3 +224,12 @@ def test_bad_images():
         tissue_mask(np.zeros((0, 4, 3), np.uint8), mpp=8.0)
     with pytest.raises(ValueError, match="RGB"):
         tissue_mask(np.zeros((8, 8), np.uint8), mpp=8.0, mode="brightfield")
+
+
+def test_disk_is_skimages_disk():
+    from skimage.morphology import disk
+
+    from napari_slidescope.analysis.tissue import _disk
+
+    for radius in range(0, 60):
+        np.testing.assert_array_equal(_disk(radius), disk(radius).astype(bool))

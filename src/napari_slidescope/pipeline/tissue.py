@@ -152,6 +152,31 @@ def _read_working(
     slide: SlideLike, level: int, box: Box, factor: int, cancel: threading.Event | None = None
 ) -> np.ndarray:
     """Read a level box (channels last) and block-average it, in bounded strips."""
+    ly0, lx0, ly1, lx1 = box
+    axes = slide.axes
+    yi, xi = axes.index("Y"), axes.index("X")
+    read_level = getattr(slide, "read_level", None)
+    if read_level is None:  # another SlideLike: its dask level
+        return _read_working_dask(slide, level, box, factor, cancel)
+    first = read_level(level, (ly0, lx0, ly0 + 1, lx1))  # its tiles are cached for the strip
+    per_px = first.nbytes // max(first.shape[yi] * first.shape[xi], 1)
+    row_bytes = max(per_px * (lx1 - lx0), 1)
+    budget = _READ_BYTES if cancel is None else _CANCEL_READ_BYTES
+    step = max(factor, (budget // row_bytes) // factor * factor)
+    strips = []
+    for y in range(ly0, ly1, step):
+        check_cancel(cancel, "tissue detection")
+        pix = read_level(level, (y, lx0, min(y + step, ly1), lx1))
+        if axes == "CYX":
+            pix = np.moveaxis(pix, 0, -1)
+        strips.append(block_mean(pix, factor))
+    return strips[0] if len(strips) == 1 else np.concatenate(strips, axis=0)
+
+
+def _read_working_dask(
+    slide: SlideLike, level: int, box: Box, factor: int, cancel: threading.Event | None = None
+) -> np.ndarray:
+    """:func:`_read_working` through the slide's dask level (a slide with no ``read_level``)."""
     from napari_slidescope.slide import read_pixels
 
     ly0, lx0, ly1, lx1 = box
@@ -172,6 +197,16 @@ def _read_working(
             pix = np.moveaxis(pix, 0, -1)
         strips.append(block_mean(pix, factor))
     return np.concatenate(strips, axis=0)
+
+
+def _level_shape(slide: SlideLike, level: int) -> tuple[int, int]:
+    """(rows, cols) of `level`, without building the slide's dask levels when it can."""
+    shapes = getattr(slide, "level_shapes", None)
+    if shapes is not None:
+        rows, cols = shapes[level]
+        return int(rows), int(cols)
+    lvl = slide.levels[level]
+    return int(lvl.shape[slide.axes.index("Y")]), int(lvl.shape[slide.axes.index("X")])
 
 
 def detect_tissue(
@@ -281,8 +316,7 @@ def _detect(
             "pass a smaller target_mpp or a larger region"
         )
     ly0, lx0 = int(math.floor(y0 / dy)), int(math.floor(x0 / dx))
-    lvl = slide.levels[level]
-    lh, lw = int(lvl.shape[slide.axes.index("Y")]), int(lvl.shape[slide.axes.index("X")])
+    lh, lw = _level_shape(slide, level)
     ly1, lx1 = min(int(math.ceil(y1 / dy)), lh), min(int(math.ceil(x1 / dx)), lw)
     image = _read_working(slide, level, (ly0, lx0, ly1, lx1), factor, cancel)
     check_cancel(cancel, "tissue detection")

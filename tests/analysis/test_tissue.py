@@ -233,3 +233,55 @@ def test_disk_is_skimages_disk():
 
     for radius in range(0, 60):
         np.testing.assert_array_equal(_disk(radius), disk(radius).astype(bool))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 9), (9, 1), (3, 4), (40, 57), (123, 80)])
+def test_disk_dilation_and_erosion_are_scipys(shape):
+    from scipy import ndimage as ndi
+
+    from napari_slidescope.analysis.tissue import _dilate, _disk, _erode
+
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    for density in (0.02, 0.5, 0.97):
+        mask = rng.random(shape) < density
+        for radius in range(0, 9):
+            disk = _disk(radius)
+            np.testing.assert_array_equal(_dilate(mask, radius), ndi.binary_dilation(mask, disk))
+            np.testing.assert_array_equal(
+                _erode(mask, radius), ndi.binary_erosion(mask, disk, border_value=1)
+            )
+
+
+def _brightfield_reference(rgb):
+    """The former whole-image computation of the brightfield feature and artifacts."""
+    scale = np.float32(1.0 / 255.0)
+    r, g, b = (rgb[..., i].astype(np.float32) * scale for i in range(3))
+    mx = np.maximum(np.maximum(r, g), b)
+    mn = np.minimum(np.minimum(r, g), b)
+    chroma = mx - mn
+    sat = chroma / np.maximum(mx, np.float32(0.05))
+    gray = np.float32(0.299) * r + np.float32(0.587) * g + np.float32(0.114) * b
+    white = max(float(np.percentile(gray[::2, ::2], 99)), 0.8)
+    dark = np.clip(1.0 - gray / np.float32(white), 0.0, 1.0)
+    feature = np.maximum(sat, dark)
+    safe = np.maximum(chroma, np.float32(1e-6))
+    hue = np.where(g >= b, 120.0 + 60.0 * (b - r) / safe, 240.0 + 60.0 * (r - g) / safe)
+    ink = (mx > r) & (hue >= 75.0) & (hue <= 250.0) & (sat > 0.25) & (chroma > 0.08)
+    return feature, ink | ((mx < 0.25) & (sat < 0.35))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_brightfield_strips_change_no_bit(seed, monkeypatch):
+    from napari_slidescope.analysis import tissue
+
+    img, _ = he_scene(seed)
+    rng = np.random.default_rng(seed)
+    noisy = rng.integers(0, 256, (301, 517, 3)).astype(np.uint8)
+    for rgb in (img, noisy, img[:1], img[:, :1]):
+        want_feature, want_bad = _brightfield_reference(rgb)
+        for strip in (1, 1000, 1 << 16):
+            monkeypatch.setattr(tissue, "_STRIP_PIXELS", strip)
+            feature, bad = tissue._brightfield(rgb, artifacts=True)
+            np.testing.assert_array_equal(feature, want_feature)
+            np.testing.assert_array_equal(bad, want_bad)
+            np.testing.assert_array_equal(tissue.brightfield_feature(rgb), want_feature)

@@ -100,31 +100,56 @@ def infer_mode(image: np.ndarray) -> Mode:
 
 def _rgb_planes(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """R, G, B as separate float32 planes in 0..1 (faster than reducing a last axis of 3)."""
+    rgb = _check_rgb(rgb)
+    return _planes(rgb, np.float32(1.0 / _unit_scale(rgb)))
+
+
+def _check_rgb(rgb: np.ndarray) -> np.ndarray:
     rgb = check_image(rgb, name="rgb")
     if rgb.ndim != 3 or rgb.shape[-1] not in (3, 4):
         raise ValueError(f"rgb: expected an (M, N, 3) RGB image, got shape {rgb.shape}")
-    scale = np.float32(1.0 / _unit_scale(rgb))
+    return rgb
+
+
+def _planes(rgb: np.ndarray, scale: np.float32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(rgb[..., i].astype(np.float32) * scale for i in range(3))  # type: ignore[return-value]
 
 
+#: Pixels per strip of :func:`_brightfield` (its float32 temporaries stay small and are
+#: reused: whole-image temporaries are fresh memory, slow to touch in a new process).
+_STRIP_PIXELS = 1 << 16
+
+
 def _brightfield(rgb: np.ndarray, *, artifacts: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    r, g, b = _rgb_planes(rgb)
-    mx = np.maximum(np.maximum(r, g), b)
-    mn = np.minimum(np.minimum(r, g), b)
-    chroma = mx - mn
-    sat = chroma / np.maximum(mx, np.float32(0.05))
-    gray = np.float32(0.299) * r + np.float32(0.587) * g + np.float32(0.114) * b
-    white = max(float(np.percentile(gray[::2, ::2], 99)), 0.8)
-    dark = np.clip(1.0 - gray / np.float32(white), 0.0, 1.0)
-    feature = np.maximum(sat, dark)
-    if not artifacts:
-        return feature, None
-    safe = np.maximum(chroma, np.float32(1e-6))
-    # hue in degrees where green or blue is the largest channel (red-dominant: not ink)
-    hue = np.where(g >= b, 120.0 + 60.0 * (b - r) / safe, 240.0 + 60.0 * (r - g) / safe)
-    ink = (mx > r) & (hue >= 75.0) & (hue <= 250.0) & (sat > 0.25) & (chroma > 0.08)
-    # near-black and grey (not the deep purple of dense hematoxylin): marker, debris
-    return feature, ink | ((mx < 0.25) & (sat < 0.35))
+    rgb = _check_rgb(rgb)
+    scale = np.float32(1.0 / _unit_scale(rgb))
+    rows, cols = rgb.shape[:2]
+    step = max(1, _STRIP_PIXELS // max(cols, 1))
+    strips = [slice(y, min(y + step, rows)) for y in range(0, rows, step)]
+    gray = np.empty((rows, cols), np.float32)
+    for sl in strips:  # every value is computed pixel by pixel: strips change no bit
+        r, g, b = _planes(rgb[sl], scale)
+        gray[sl] = np.float32(0.299) * r + np.float32(0.587) * g + np.float32(0.114) * b
+    white = np.float32(max(float(np.percentile(gray[::2, ::2], 99)), 0.8))
+    feature = np.empty((rows, cols), np.float32)
+    bad = np.empty((rows, cols), bool) if artifacts else None
+    for sl in strips:
+        r, g, b = _planes(rgb[sl], scale)
+        mx = np.maximum(np.maximum(r, g), b)
+        mn = np.minimum(np.minimum(r, g), b)
+        chroma = mx - mn
+        sat = chroma / np.maximum(mx, np.float32(0.05))
+        dark = np.clip(1.0 - gray[sl] / white, 0.0, 1.0)
+        np.maximum(sat, dark, out=feature[sl])
+        if bad is None:
+            continue
+        safe = np.maximum(chroma, np.float32(1e-6))
+        # hue in degrees where green or blue is the largest channel (red-dominant: not ink)
+        hue = np.where(g >= b, 120.0 + 60.0 * (b - r) / safe, 240.0 + 60.0 * (r - g) / safe)
+        ink = (mx > r) & (hue >= 75.0) & (hue <= 250.0) & (sat > 0.25) & (chroma > 0.08)
+        # near-black and grey (not the deep purple of dense hematoxylin): marker, debris
+        np.bitwise_or(ink, (mx < 0.25) & (sat < 0.35), out=bad[sl])
+    return feature, bad
 
 
 def brightfield_feature(rgb: np.ndarray) -> np.ndarray:
@@ -245,6 +270,40 @@ def _disk(radius: int) -> np.ndarray:
     r = np.arange(-radius, radius + 1)
     disk: np.ndarray = r[:, None] ** 2 + r[None, :] ** 2 <= radius**2
     return disk
+
+
+def _dilate(mask: np.ndarray, radius: int) -> np.ndarray:
+    """``ndi.binary_dilation(mask, _disk(radius))``, as rows of horizontal runs.
+
+    The disk is the union of its rows, each a run of half-width ``w(dy)``: the mask is
+    dilated along rows once per half-width, then shifted along columns and OR-ed, about
+    4 r passes over the mask where scipy tests every disk pixel at every mask pixel.
+    Outside the image is background, as scipy's default ``border_value=0``.
+    """
+    mask = np.asarray(mask, bool)
+    rows, cols = mask.shape
+    widths = [math.isqrt(radius * radius - dy * dy) for dy in range(radius + 1)]
+    runs = {0: mask}
+    run = mask
+    for w in range(1, max(widths) + 1):  # run of half-width w = run of w - 1 | shifts by w
+        run = run.copy()
+        if w < cols:
+            run[:, w:] |= mask[:, :-w]
+            run[:, :-w] |= mask[:, w:]
+        runs[w] = run
+    out = runs[widths[0]].copy()
+    for dy in range(1, radius + 1):
+        if dy >= rows:
+            break
+        band = runs[widths[dy]]
+        out[dy:] |= band[:-dy]
+        out[:-dy] |= band[dy:]
+    return out
+
+
+def _erode(mask: np.ndarray, radius: int) -> np.ndarray:
+    """``ndi.binary_erosion(mask, _disk(radius), border_value=1)``: outside is tissue."""
+    return ~_dilate(~np.asarray(mask, bool), radius)
 
 
 def _px(value_um: float, mpp: float) -> float:
@@ -401,10 +460,10 @@ def tissue_mask(
 
     radius = int(round(sigma))
     if radius >= 1:
-        disk = _disk(radius)
         # the image border is neither tissue nor glass: it must not erode or grow the mask
-        closed = ndi.binary_erosion(ndi.binary_dilation(mask, disk), disk, border_value=1)
-        mask = ndi.binary_dilation(ndi.binary_erosion(closed, disk, border_value=1), disk)
+        # (the disk's dilation and erosion with border 1 are scipy's, as _dilate says)
+        closed = _erode(_dilate(mask, radius), radius)
+        mask = _dilate(_erode(closed, radius), radius)
         mask &= ~bad
     px_area = mpp * mpp
     if min_tissue_um2 > 0:

@@ -69,3 +69,25 @@ def test_direct_read_gives_the_mask_of_the_dask_read(shared_file, name, monkeypa
     np.testing.assert_array_equal(direct.mask, through_dask.mask)
     assert direct.threshold == through_dask.threshold
     assert direct.area_um2 == through_dask.area_um2
+
+
+@pytest.mark.parametrize(
+    ("origin", "downsample", "box"),
+    [
+        ((0, 0), (16, 16), (0, 0, 1600, 3200)),  # the box covers every pixel whole
+        ((0, 0), (16, 16), (5, 7, 1590, 3000)),  # box edges inside pixels
+        ((3, 1), (4.0003, 3.9997), (0, 0, 400, 800)),  # inexact pyramid downsample
+    ],
+)
+def test_tissue_area_equals_the_cell_by_cell_sum(origin, downsample, box):
+    from napari_slidescope.pipeline import summary
+
+    rng = np.random.default_rng(0)
+    mask = rng.random((100, 200)) < 0.6
+    got = summary.tissue_area_px(mask, origin, downsample, [box])
+    # the area of every mask pixel inside the box, from its overlap with the box
+    ey = origin[0] + downsample[0] * np.arange(101)
+    ex = origin[1] + downsample[1] * np.arange(201)
+    wy = np.clip(np.minimum(ey[1:], box[2]) - np.maximum(ey[:-1], box[0]), 0, None)
+    wx = np.clip(np.minimum(ex[1:], box[3]) - np.maximum(ex[:-1], box[1]), 0, None)
+    assert got == pytest.approx(float(np.outer(wy, wx)[mask].sum()), rel=1e-12)

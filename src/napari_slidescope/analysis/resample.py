@@ -145,7 +145,11 @@ def _divide(
     if np.issubdtype(acc.dtype, np.integer) and np.issubdtype(out.dtype, np.integer):
         # exactly np.rint(acc / count): a half is exact in float64, and any other
         # fraction is at least 1 / (2 count) away from a half
-        q, r = np.divmod(acc, count)
+        if isinstance(count, int) and count & (count - 1) == 0:  # a power of two: shifts
+            shift = count.bit_length() - 1
+            q, r = acc >> shift, acc & (count - 1)  # floor division and its remainder
+        else:
+            q, r = np.divmod(acc, count)
         r <<= 1
         half = r == count
         half &= (q & 1).astype(bool)

@@ -442,7 +442,7 @@ def tissue_mask(
         feature, maybe_bad = _brightfield(image, artifacts=reject_artifacts)
         bad = maybe_bad if maybe_bad is not None else np.zeros(feature.shape, bool)
         if bad.any():
-            bad = ndi.binary_dilation(bad, iterations=1)
+            bad = _dilate(bad, 1)  # scipy's default cross is the disk of radius 1
             # ink must not pull the smoothed feature of its neighbours up
             feature = np.where(bad, np.float32(0.0), feature)
     else:

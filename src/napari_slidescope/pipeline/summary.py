@@ -55,7 +55,13 @@ def _boxes_coverage(
     rx = np.searchsorted(xs, ex[:-1])
     if cell.size == 0:
         return np.zeros(shape)
-    area: np.ndarray = np.add.reduceat(np.add.reduceat(cell, ry, axis=0), rx, axis=1)
+    # (a pixel that is one cell keeps its value: reduceat over one index per row or column
+    # is the identity, skipped as it costs a whole-mask pass)
+    if ry.size != cell.shape[0]:
+        cell = np.add.reduceat(cell, ry, axis=0)
+    if rx.size != cell.shape[1]:
+        cell = np.add.reduceat(cell, rx, axis=1)
+    area: np.ndarray = cell
     return area
 
 

@@ -18,22 +18,19 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from napari_slidescope._types import Box
 from napari_slidescope._warnings import SlidescopeWarning
-from napari_slidescope.analysis import geojson
-from napari_slidescope.analysis.resample import block_mean
+from napari_slidescope.analysis import geojson, geometry
+from napari_slidescope.analysis.tissue import Mode, block_mean, infer_mode, tissue_mask
 from napari_slidescope.options import TissueOptions
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region, split_region
 from napari_slidescope.pipeline.summary import tissue_area_px
 from napari_slidescope.segmenters.stain import slide_is_fluorescence
-
-if TYPE_CHECKING:
-    from napari_slidescope.analysis.tissue import Mode
 
 __all__ = ["DEFAULT_TARGET_MPP", "TissueOptions", "TissueResult", "detect_tissue"]
 
@@ -139,8 +136,6 @@ class TissueResult:
 
     def tiles_with_tissue(self, boxes: Any, *, min_fraction: float = 0.0) -> np.ndarray:
         """Which level-0 boxes ``(K, 4)`` hold tissue (see ``geometry.tiles_with_tissue``)."""
-        from napari_slidescope.analysis import geometry
-
         return geometry.tiles_with_tissue(self, boxes, min_fraction=min_fraction)
 
 
@@ -176,30 +171,6 @@ def _read_working(
             pix = np.moveaxis(pix, 0, -1)
         strips.append(block_mean(pix, factor))
     return strips[0] if len(strips) == 1 else np.concatenate(strips, axis=0)
-
-
-class _Reading(threading.Thread):
-    """:func:`_read_working` on its own thread; :meth:`result` joins it (and re-raises)."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(name="slidescope-tissue-read", daemon=True)
-        self._args = args
-        self._image: np.ndarray | None = None
-        self._error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self._image = _read_working(*self._args)
-        except BaseException as exc:  # re-raised on the caller's thread
-            self._error = exc
-
-    def result(self) -> np.ndarray:
-        self.join()
-        if self._error is not None:
-            raise self._error
-        assert self._image is not None
-        return self._image
 
 
 def _read_working_dask(
@@ -347,14 +318,7 @@ def _detect(
     ly0, lx0 = int(math.floor(y0 / dy)), int(math.floor(x0 / dx))
     lh, lw = _level_shape(slide, level)
     ly1, lx1 = min(int(math.ceil(y1 / dy)), lh), min(int(math.ceil(x1 / dx)), lw)
-    reading = _Reading(slide, level, (ly0, lx0, ly1, lx1), factor, cancel)
-    try:
-        # imported while the working level is read (decoding and block sums release the
-        # GIL): scipy and scikit-image take a fresh process about 0.3 s to import
-        from napari_slidescope.analysis import geometry
-        from napari_slidescope.analysis.tissue import infer_mode, tissue_mask
-    finally:
-        image = reading.result()
+    image = _read_working(slide, level, (ly0, lx0, ly1, lx1), factor, cancel)
     check_cancel(cancel, "tissue detection")
 
     use: Mode

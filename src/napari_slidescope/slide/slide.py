@@ -59,12 +59,22 @@ class _BaseSlide:
 
     axes: str
     mpp: tuple[float, float] | None
-    _level_list: list[da.Array]
+    _level_list: list[da.Array] | None = None
 
     @property
     def levels(self) -> list[da.Array]:
         """Pyramid levels as dask arrays, level 0 first."""
+        if self._level_list is None:
+            self._level_list = self._make_levels()
         return self._level_list
+
+    @levels.setter
+    def levels(self, value: list[da.Array]) -> None:
+        self._level_list = list(value)
+
+    def _make_levels(self) -> list[da.Array]:
+        """Build the levels on first use (a slide that has them from the start has none)."""
+        raise AttributeError(f"{type(self).__name__} has no levels")
 
     @property
     def is_rgb(self) -> bool:
@@ -235,7 +245,8 @@ class Slide(_BaseSlide):
     source : Source
         Where the bytes come from (:mod:`napari_slidescope.slide.source`).
     levels : list of dask.array.Array
-        Pyramid levels, level 0 first, each backed by the tifffile zarr store.
+        Pyramid levels, level 0 first, each reading the file's native tiles; built (and
+        dask.array imported) on first use.
     axes : str
         ``"YXS"`` (RGB), ``"CYX"`` (multichannel) or ``"YX"``.
     mpp : (float, float) or None
@@ -274,7 +285,7 @@ class Slide(_BaseSlide):
         budget = default_chunk_bytes() if chunk_bytes is None else parse_bytes(chunk_bytes)
         self._budget = budget
         self._readers: list[_levels.LevelReader] = []
-        self._level_list = []
+        self._level_list = None
         self._level_lock = threading.Lock()
         self._owner = _levels.new_owner()
         #: Damaged tiles shown blank (``on_error="blank"``), see :class:`DamageLog`.
@@ -477,25 +488,23 @@ class Slide(_BaseSlide):
                 stacklevel=4,
             )
 
-    @property
-    def levels(self) -> list[da.Array]:
-        """Pyramid levels as dask arrays, level 0 first (built on first use).
+    def _make_levels(self) -> list[da.Array]:
+        """Build the dask levels over the readers (and import dask.array) on first use.
 
-        Opening a slide makes one reader per level; the dask arrays over them (and the
-        import of dask.array) wait until something asks for them, so that opening a
-        slide and reading it through :meth:`read_region` or tissue detection stays quick
-        in a fresh process.
+        Opening a slide makes one reader per level; the dask arrays over them wait until
+        something asks for ``slide.levels``, so that opening a slide and reading it through
+        :meth:`read_region`, :meth:`read_level` or tissue detection stays quick in a fresh
+        process.
         """
-        if len(self._level_list) != len(self._readers):
-            with self._level_lock:
-                if len(self._level_list) != len(self._readers):
-                    from napari_slidescope.slide._dask_levels import as_dask
+        with self._level_lock:
+            if self._level_list is None:
+                from napari_slidescope.slide._dask_levels import as_dask
 
-                    self._level_list = [
-                        as_dask(r, self._budget, owner=self._owner, level=i)
-                        for i, r in enumerate(self._readers)
-                    ]
-        return self._level_list
+                self._level_list = [
+                    as_dask(r, self._budget, owner=self._owner, level=i)
+                    for i, r in enumerate(self._readers)
+                ]
+            return self._level_list
 
     @property
     def level_shapes(self) -> list[tuple[int, int]]:

@@ -158,8 +158,10 @@ def _read_working(
     read_level = getattr(slide, "read_level", None)
     if read_level is None:  # another SlideLike: its dask level
         return _read_working_dask(slide, level, box, factor, cancel)
-    first = read_level(level, (ly0, lx0, ly0 + 1, lx1))  # its tiles are cached for the strip
-    per_px = first.nbytes // max(first.shape[yi] * first.shape[xi], 1)
+    empty = read_level(level, (ly0, lx0, ly0, lx1))  # no rows: the dtype and channels only
+    per_px = empty.dtype.itemsize * math.prod(
+        n for i, n in enumerate(empty.shape) if i not in (yi, xi)
+    )
     row_bytes = max(per_px * (lx1 - lx0), 1)
     budget = _READ_BYTES if cancel is None else _CANCEL_READ_BYTES
     step = max(factor, (budget // row_bytes) // factor * factor)

@@ -319,6 +319,44 @@ def test_scipy_flood_fill_and_fill_holes_are_the_models():
     assert filled.sum() == 49
 
 
+def _model_peak_local_max(image, distance, threshold):
+    """InstanSeg's torch_peak_local_max: where the padded max-pool puts each window's maximum."""
+    import torch
+
+    img = torch.from_numpy(image)[None, None]
+    k = 2 * distance + 1
+    pooled, where = torch.nn.functional.max_pool2d_with_indices(img, k, 1, distance)
+    own = torch.arange(img.numel()).reshape(img.shape)
+    return torch.nonzero(((where == own) & (pooled > threshold))[0, 0]).numpy()
+
+
+def test_peak_finding_is_the_models_ties_included():
+    from napari_slidescope.segmenters._instanseg_clustering import peak_local_max
+
+    rng = np.random.default_rng(1)
+    smooth = rng.random((96, 80)).astype(np.float32)
+    plateaus = np.round(rng.random((96, 80)) * 4).astype(np.float32) / 4  # many equal maxima
+    for image in (smooth, plateaus):
+        got = peak_local_max(image, 5, 0.7)
+        np.testing.assert_array_equal(got, _model_peak_local_max(image, 5, 0.7))
+        assert len(got) > 0
+
+
+def test_onnxruntime_clustering_gives_the_models_labels(model, shared_file):
+    """The eager clustering against the model's own TorchScript one, on a real H&E region."""
+    if instanseg.missing_packages("onnxruntime", "onnx"):
+        pytest.skip("onnxruntime / onnx not installed (the [instanseg-onnx] extra)")
+    from napari_slidescope.slide import open_slide
+
+    seg = instanseg.InstanSegSegmenter(runtime="onnxruntime")
+    with open_slide(shared_file("CMU-1-Small-Region.svs")) as slide:
+        tile = slide.read_region((1000, 800, 1400, 1180))[None, ..., :3]
+    eager = seg.predict(tile, mpp=0.5)
+    seg._cluster = None  # the model's TorchScript clustering
+    np.testing.assert_array_equal(eager, seg.predict(tile, mpp=0.5))
+    assert eager.max() > 50
+
+
 def test_unknown_runtime_is_refused(model):
     with pytest.raises(ValueError, match="runtime: expected"):
         instanseg.InstanSegSegmenter(runtime="tensorrt")

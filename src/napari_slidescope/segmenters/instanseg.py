@@ -51,6 +51,7 @@ from skimage import segmentation
 
 from napari_slidescope._io import atomic_copy
 from napari_slidescope.errors import InstallError
+from napari_slidescope.segmenters._instanseg_clustering import Clustering
 from napari_slidescope.segmenters.base import (
     Identity,
     Input,
@@ -463,8 +464,12 @@ class InstanSegSegmenter(ModelSegmenter):
             and missing_packages("onnxruntime", "onnx") is None
         )
         self._ort: Any = None
+        self._cluster: Any = None
         if use_ort:
             self._net, self._ort = _onnx_network(weights, spec, self.device, int8=int8)
+            if self.device.type == "cpu" and Clustering.supports(self._net):
+                # the model's clustering run eagerly: same labels, no TorchScript compilation
+                self._cluster = Clustering(self._net, _flood_fill, _fill_holes)
         else:
             self._net = torch.jit.load(str(weights), map_location=self.device).eval()
         #: What runs the network: ``"torch"``, ``"onnxruntime"`` or ``"onnxruntime-int8"``.
@@ -531,9 +536,11 @@ class InstanSegSegmenter(ModelSegmenter):
         with self._lock, torch.inference_mode():
             # the model writes into its input: give it a tensor of its own
             if self._ort is not None:
-                net_out = self._ort.run(None, {"x": _network_input(x)})[0]
-                args = {"x_full": torch.from_numpy(net_out)}
-                y = self._net(torch.tensor(x, device=self.device), args=args)
+                net_out = torch.from_numpy(self._ort.run(None, {"x": _network_input(x)})[0])
+                if self._cluster is not None:
+                    y = self._cluster(net_out, x.shape[-2], x.shape[-1])
+                else:
+                    y = self._net(torch.tensor(x, device=self.device), args={"x_full": net_out})
             else:
                 y = self._net(torch.tensor(x, device=self.device))
         return np.asarray(y.to("cpu").numpy())

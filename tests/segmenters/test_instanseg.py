@@ -253,11 +253,13 @@ def fluo_model():
     return _model("instanseg-fluorescence")
 
 
-@pytest.fixture(scope="module", params=["torch", "onnxruntime"])
+@pytest.fixture(scope="module", params=["torch", "onnxruntime", "openvino"])
 def each_runtime(request, model):
-    """The brightfield model with its network run by torch, then by ONNX Runtime."""
+    """The brightfield model with its network run by torch, ONNX Runtime, then OpenVINO."""
     if request.param == "onnxruntime" and instanseg.missing_packages("onnxruntime", "onnx"):
         pytest.skip("onnxruntime / onnx not installed (the [instanseg-onnx] extra)")
+    if request.param == "openvino" and instanseg.missing_packages("openvino", "onnx"):
+        pytest.skip("openvino / onnx not installed (the [instanseg-openvino] extra)")
     seg = instanseg.InstanSegSegmenter(runtime=request.param)
     assert seg.runtime == request.param
     return seg
@@ -279,6 +281,12 @@ def test_each_runtime_reproduces_the_model_cards_test_output_exactly(each_runtim
     odd = np.moveaxis(x, 1, -1)[:, :250, :230]
     torch_model = instanseg.InstanSegSegmenter(runtime="torch")
     np.testing.assert_array_equal(model.predict(odd, mpp=0.5), torch_model.predict(odd, mpp=0.5))
+    # what ran is recorded in the result's parameters (and so in a batch's parameter hash)
+    from napari_slidescope import segment_nuclei
+
+    rgb = np.ascontiguousarray(np.moveaxis(x[0], 0, -1)).astype(np.uint8)
+    result = segment_nuclei(rgb, mpp=0.5, segmenter=model, tissue=False, workers=1)
+    assert result.parameters["runtime"] == model.runtime
 
 
 def _model_flood_fill(mask, seed):
@@ -355,6 +363,22 @@ def test_onnxruntime_clustering_gives_the_models_labels(model, shared_file):
     seg._cluster = None  # the model's TorchScript clustering
     np.testing.assert_array_equal(eager, seg.predict(tile, mpp=0.5))
     assert eager.max() > 50
+
+
+def test_a_missing_runtime_names_its_extra(model, monkeypatch):
+    """OpenVINO or ONNX Runtime not installed: the error says which extra to install."""
+    real = instanseg.missing_packages
+
+    def without(*names):
+        gone = [n for n in names if n in ("openvino", "onnxruntime")]
+        return f"{gone[0]} is not installed" if gone else real(*names)
+
+    monkeypatch.setattr(instanseg, "missing_packages", without)
+    with pytest.raises(SegmenterUnavailableError, match=r"\[instanseg-openvino\]"):
+        instanseg.InstanSegSegmenter(runtime="openvino")
+    with pytest.raises(SegmenterUnavailableError, match=r"\[instanseg-onnx\]"):
+        instanseg.InstanSegSegmenter(runtime="onnxruntime")
+    assert instanseg.InstanSegSegmenter(runtime="auto").runtime == "torch"
 
 
 def test_unknown_runtime_is_refused(model):

@@ -112,7 +112,7 @@ _WEIGHTS = "instanseg.pt"
 _KEEP = ("rdf.yaml", "test-input.npy", "test-output_instance_segmentation.npy")
 _DOWNLOAD_TIMEOUT_S = 30.0
 #: What can run InstanSeg's network (``InstanSegSegmenter(runtime=...)``).
-RUNTIMES = ("auto", "torch", "onnxruntime", "onnxruntime-int8")
+RUNTIMES = ("auto", "torch", "onnxruntime", "onnxruntime-int8", "openvino")
 
 
 def models_dir() -> Path:
@@ -377,7 +377,7 @@ class InstanSegSegmenter(ModelSegmenter):
         Fixed input range mapped to 0-1 for every channel (``(0, 255)``: 8-bit pixels as
         they are). Default: the 0.1st-99.9th percentiles of the slide's sample, per
         channel, as the model card scales each tile.
-    runtime : {"auto", "torch", "onnxruntime", "onnxruntime-int8"}
+    runtime : {"auto", "torch", "onnxruntime", "onnxruntime-int8", "openvino"}
         What runs the network (the U-Net, most of the time on a CPU): ``"onnxruntime"``
         (the ``[instanseg-onnx]`` extra) exports it to ONNX once per segmenter and runs it
         with ONNX Runtime, the clustering staying in the TorchScript model but for its flood
@@ -390,6 +390,10 @@ class InstanSegSegmenter(ModelSegmenter):
         on ranges measured on the model card's own test tile): about 2.5x faster again on
         a CPU with AVX-512 VNNI, labels no longer bit-equal to the model's, F1 / AJI on the
         13 MoNuSeg images within 0.001 of ``"onnxruntime"`` (benchmarks/RESULTS.md).
+        ``"openvino"`` (the ``[instanseg-openvino]`` extra): the exported network compiled by
+        OpenVINO for the CPU in full precision (f32): same labels as ``"onnxruntime"`` on
+        the model card's test tile and the 13 MoNuSeg images, about as fast on an AVX-512
+        CPU, so ``"auto"`` does not pick it (benchmarks/RESULTS.md).
         ``"auto"``: ONNX Runtime (full precision) for the brightfield model on a CPU when
         installed, else torch.
 
@@ -457,7 +461,7 @@ class InstanSegSegmenter(ModelSegmenter):
             raise ValueError(
                 f"runtime 'onnxruntime-int8': only for the brightfield model, not {spec.name}"
             )
-        use_ort = runtime.startswith("onnxruntime") or (
+        use_ort = runtime.startswith(("onnxruntime", "openvino")) or (
             runtime == "auto"
             and spec.input == "brightfield"
             and self.device.type == "cpu"
@@ -466,14 +470,18 @@ class InstanSegSegmenter(ModelSegmenter):
         self._ort: Any = None
         self._cluster: Any = None
         if use_ort:
-            self._net, self._ort = _onnx_network(weights, spec, self.device, int8=int8)
+            self._net, self._ort = _onnx_network(
+                weights, spec, self.device, int8=int8, openvino=runtime == "openvino"
+            )
             if self.device.type == "cpu" and Clustering.supports(self._net):
                 # the model's clustering run eagerly: same labels, no TorchScript compilation
                 self._cluster = Clustering(self._net, _flood_fill, _fill_holes)
         else:
             self._net = torch.jit.load(str(weights), map_location=self.device).eval()
-        #: What runs the network: ``"torch"``, ``"onnxruntime"`` or ``"onnxruntime-int8"``.
-        self.runtime = ("onnxruntime-int8" if int8 else "onnxruntime") if use_ort else "torch"
+        #: What runs the network (:data:`RUNTIMES` but ``"auto"``); recorded in the results.
+        self.runtime = "torch"
+        if use_ort:
+            self.runtime = runtime if runtime != "auto" else "onnxruntime"
         self._lock = threading.Lock()
         self.min_area_um2 = float(min_area_um2)
         self._range: tuple[np.ndarray, np.ndarray] | None = None
@@ -715,26 +723,27 @@ def _network_input(x: np.ndarray) -> np.ndarray:
 
 
 def _onnx_network(
-    weights: Path, spec: ModelSpec, device: Any, *, int8: bool = False
+    weights: Path, spec: ModelSpec, device: Any, *, int8: bool = False, openvino: bool = False
 ) -> tuple[Any, Any]:
     """Load the model, its forward able to take the network's output, and an ORT session.
 
     The ONNX Runtime session runs the network, exported here from the same (checked)
     weights. The TorchScript archive's forward gets one change: ``x_full = fcn(x0)``
     becomes "use ``args['x_full']`` when given"; the clustering and its thresholds are
-    unchanged. `int8`: the network quantized (:func:`_quantized`).
+    unchanged. `int8`: the network quantized (:func:`_quantized`). `openvino`: compiled by
+    OpenVINO (:class:`_OpenVINOSession`) instead.
     """
     import io
 
     import torch
 
-    reason = missing_packages("onnxruntime", "onnx")
+    name, extra = ("openvino", "openvino") if openvino else ("onnxruntime", "onnx")
+    reason = missing_packages(name, "onnx")
     if reason is not None:
         raise SegmenterUnavailableError(
-            f"InstanSeg runtime 'onnxruntime' is not available: {reason} "
-            "(pip install 'napari-slidescope[instanseg-onnx]')"
+            f"InstanSeg runtime {name!r} is not available: {reason} "
+            f"(pip install 'napari-slidescope[instanseg-{extra}]')"
         )
-    import onnxruntime
 
     fills = _register_fill_ops()
     buf = io.BytesIO()
@@ -772,7 +781,11 @@ def _onnx_network(
         )
         if int8:
             onnx_file = _quantized(onnx_file, weights.parent / "test-input.npy", spec)
+        if openvino:
+            return net, _OpenVINOSession(onnx_file, torch.get_num_threads())
         onnx_model = onnx_file.read_bytes()
+    import onnxruntime
+
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
     # threads that spin between runs take the cores from the clustering and post-processing
@@ -780,6 +793,31 @@ def _onnx_network(
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = onnxruntime.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
     return net, session
+
+
+class _OpenVINOSession:
+    """The exported network compiled by OpenVINO for the CPU, run as an ORT session is.
+
+    Full precision (OpenVINO's default on a CPU with bf16 is bf16: network outputs up to
+    1.8 apart, benchmarks/RESULTS.md), `threads` threads, latency first. Callers hold the
+    segmenter's lock: one inference request serves them all.
+    """
+
+    def __init__(self, onnx_file: Path, threads: int) -> None:
+        import openvino
+
+        config = {
+            "INFERENCE_PRECISION_HINT": "f32",
+            "INFERENCE_NUM_THREADS": threads,
+            "PERFORMANCE_HINT": "LATENCY",
+        }
+        compiled = openvino.Core().compile_model(str(onnx_file), "CPU", config)
+        self._request = compiled.create_infer_request()
+
+    def run(self, names: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Return ``[y]`` for ``{"x": x}``, as ``onnxruntime.InferenceSession.run`` does."""
+        out = self._request.infer({0: feed["x"]})[0]
+        return [np.array(out, dtype=np.float32, copy=True)]
 
 
 def _quantized(onnx_file: Path, calibration: Path, spec: ModelSpec) -> Path:

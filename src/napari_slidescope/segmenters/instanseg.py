@@ -380,9 +380,11 @@ class InstanSegSegmenter(ModelSegmenter):
     runtime : {"auto", "torch", "onnxruntime", "onnxruntime-int8", "openvino"}
         What runs the network (the U-Net, most of the time on a CPU): ``"onnxruntime"``
         (the ``[instanseg-onnx]`` extra) exports it to ONNX once per segmenter and runs it
-        with ONNX Runtime, the clustering staying in the TorchScript model but for its flood
-        fill and hole filling, which run in scipy (the model's take 3 x 3 max-pool steps:
-        two thirds of the clustering's time); same labels on the model's test tiles and
+        with ONNX Runtime; the clustering's flood fill and hole filling run in scipy (the
+        model's take 3 x 3 max-pool steps), and on a CPU the brightfield model's whole
+        clustering runs eagerly, op for op as its TorchScript but for the peak finding and
+        the merging, in scipy / numpy (no TorchScript compilation in each process:
+        ``benchmarks/instanseg_clustering.py``); same labels on the model's test tiles and
         the MoNuSeg images, several times faster on a CPU
         (``benchmarks/instanseg_runtimes.py``, ``benchmarks/nuclei_throughput.py``).
         ``"torch"`` runs the model as published. ``"onnxruntime-int8"`` (brightfield model

@@ -359,6 +359,7 @@ def test_onnxruntime_clustering_gives_the_models_labels(model, shared_file):
     seg = instanseg.InstanSegSegmenter(runtime="onnxruntime")
     with open_slide(shared_file("CMU-1-Small-Region.svs")) as slide:
         tile = slide.read_region((1000, 800, 1400, 1180))[None, ..., :3]
+    assert seg._cluster is not None  # on a CPU, the brightfield model: the eager clustering
     eager = seg.predict(tile, mpp=0.5)
     seg._cluster = None  # the model's TorchScript clustering
     np.testing.assert_array_equal(eager, seg.predict(tile, mpp=0.5))

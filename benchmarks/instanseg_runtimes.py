@@ -9,14 +9,23 @@ tile as the model card says) under:
 * ``channels_last``: the frozen module on a channels-last input;
 * ``onnxruntime``: the network exported to ONNX (opset 17) and run by ONNX Runtime's CPU
   provider (needs ``onnx`` to export and ``onnxruntime``; skipped, saying so, without them);
+* ``ort_nospin`` (the segmenter's session: threads do not spin between runs),
+  ``ort_1thread``, ``ort_basic`` (graph optimizations: basic only), ``ort_noarena`` (no
+  memory arena): ONNX Runtime's session options;
+* ``openvino_f32`` / ``openvino_bf16``: the same ONNX file compiled by OpenVINO for the CPU
+  with its inference precision hint f32 / its default (bf16 where the CPU has it);
+  skipped without ``openvino``;
 
-interleaved, ``--repeat`` times each, and prints the median per variant, the ratio to
-torch and the largest difference of its output from torch's. It also tries to export the
-whole model (network and clustering) and prints why that fails when it does.
+interleaved, ``--repeat`` times each (``--variants`` picks which, the first is the
+baseline), and prints the median wall and CPU time per variant, the ratio to the baseline
+and the largest difference of its output from it. It also tries to export the whole model
+(network and clustering) and prints why that fails when it does.
 
 Usage::
 
     python benchmarks/instanseg_runtimes.py [--repeat 5] [--threads 2] [--tile 256]
+    python benchmarks/instanseg_runtimes.py --tile 1024 --variants onnxruntime,ort_nospin,\
+        ort_1thread,ort_basic,ort_noarena,openvino_f32,openvino_bf16
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--tile", type=int, default=256, help="tile side (the test tile is tiled)")
+    ap.add_argument("--variants", default="torch,frozen,channels_last,onnxruntime")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     import torch
@@ -79,13 +89,43 @@ def main() -> None:
                 opset_version=17,
                 dynamo=False,
             )
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = args.threads
-            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-            variants["onnxruntime"] = lambda: torch.from_numpy(sess.run(None, {"x": xs})[0])
+            level = ort.GraphOptimizationLevel
+            for name, threads, spin, opt, arena in (
+                ("onnxruntime", args.threads, "1", level.ORT_ENABLE_ALL, True),
+                ("ort_nospin", args.threads, "0", level.ORT_ENABLE_ALL, True),
+                ("ort_1thread", 1, "0", level.ORT_ENABLE_ALL, True),
+                ("ort_basic", args.threads, "0", level.ORT_ENABLE_BASIC, True),
+                ("ort_noarena", args.threads, "0", level.ORT_ENABLE_ALL, False),
+            ):
+                so = ort.SessionOptions()
+                so.intra_op_num_threads = threads
+                so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+                so.graph_optimization_level = opt
+                so.enable_cpu_mem_arena = arena
+                sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+                variants[name] = lambda s=sess: torch.from_numpy(s.run(None, {"x": xs})[0])
         except Exception as exc:  # noqa: BLE001 - reported, the other variants still run
             print(f"onnxruntime: skipped ({type(exc).__name__}: {str(exc)[:200]})")
         try:
+            import openvino as ov
+
+            core = ov.Core()
+            for name, hint in (
+                ("openvino_f32", {"INFERENCE_PRECISION_HINT": "f32"}),
+                ("openvino_bf16", {}),
+            ):
+                compiled = core.compile_model(
+                    str(path), "CPU", {"INFERENCE_NUM_THREADS": args.threads, **hint}
+                )
+                req = compiled.create_infer_request()
+                variants[name] = lambda r=req: torch.from_numpy(r.infer({0: xs})[0].copy())
+        except Exception as exc:  # noqa: BLE001 - reported, the other variants still run
+            print(f"openvino: skipped ({type(exc).__name__}: {str(exc)[:200]})")
+        wanted = args.variants.split(",")
+        variants = {k: variants[k] for k in wanted if k in variants}
+        try:
+            if "torch" not in args.variants.split(","):
+                raise RuntimeError("not tried (torch is not among --variants)")
             torch.onnx.export(
                 net, (t.clone(),), str(Path(tmp) / "all.onnx"), opset_version=17, dynamo=False
             )
@@ -98,21 +138,25 @@ def main() -> None:
             flush=True,
         )
         times: dict[str, list[float]] = {k: [] for k in variants}
+        cpu: dict[str, list[float]] = {k: [] for k in variants}
+        first = wanted[0]
         with torch.inference_mode():
-            ref = variants["torch"]()
+            ref = variants[first]()
             outs = {k: f() for k, f in variants.items()}  # warm-up
             for _ in range(args.repeat):
                 for k, f in variants.items():
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     f()
                     times[k].append(time.perf_counter() - t0)
-    base = statistics.median(times["torch"])
+                    cpu[k].append(time.process_time() - c0)
+    base, base_cpu = statistics.median(times[first]), statistics.median(cpu[first])
     for k in variants:
-        med = statistics.median(times[k])
+        med, med_cpu = statistics.median(times[k]), statistics.median(cpu[k])
         diff = float((outs[k] - ref).abs().max())
         print(
-            f"  {k:14s} median {med * 1000:7.0f} ms  {base / med:5.2f}x torch  "
-            f"max |output - torch| {diff:.1e}"
+            f"  {k:14s} median {med * 1000:7.0f} ms  {base / med:5.2f}x {first}  "
+            f"CPU {med_cpu * 1000:7.0f} ms  {base_cpu / med_cpu:5.2f}x  "
+            f"max |output - {first}| {diff:.1e}"
         )
     print(f"load at the end {_load()}")
 

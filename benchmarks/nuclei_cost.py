@@ -71,8 +71,8 @@ def main() -> None:
         w, c = statistics.median(wall[n]), statistics.median(cpu[n])
         rw, rc = w / statistics.median(wall[base]), c / statistics.median(cpu[base])
         print(
-            f"{n}: {count[n]} nuclei, median wall {w:.2f} s ({rw:.1f}x {base}), "
-            f"median CPU {c:.2f} s ({rc:.1f}x {base})"
+            f"{n}: {count[n]} nuclei, median wall {w:.2f} s ({rw:.2f}x {base}'s time, "
+            f"speed-up {1 / rw:.2f}x), median CPU {c:.2f} s ({rc:.2f}x, speed-up {1 / rc:.2f}x)"
         )
     print(f"load at the end {_load()}")
 

@@ -253,11 +253,13 @@ def fluo_model():
     return _model("instanseg-fluorescence")
 
 
-@pytest.fixture(scope="module", params=["torch", "onnxruntime"])
+@pytest.fixture(scope="module", params=["torch", "onnxruntime", "openvino"])
 def each_runtime(request, model):
-    """The brightfield model with its network run by torch, then by ONNX Runtime."""
+    """The brightfield model with its network run by torch, ONNX Runtime, then OpenVINO."""
     if request.param == "onnxruntime" and instanseg.missing_packages("onnxruntime", "onnx"):
         pytest.skip("onnxruntime / onnx not installed (the [instanseg-onnx] extra)")
+    if request.param == "openvino" and instanseg.missing_packages("openvino", "onnx"):
+        pytest.skip("openvino / onnx not installed (the [instanseg-openvino] extra)")
     seg = instanseg.InstanSegSegmenter(runtime=request.param)
     assert seg.runtime == request.param
     return seg
@@ -279,6 +281,12 @@ def test_each_runtime_reproduces_the_model_cards_test_output_exactly(each_runtim
     odd = np.moveaxis(x, 1, -1)[:, :250, :230]
     torch_model = instanseg.InstanSegSegmenter(runtime="torch")
     np.testing.assert_array_equal(model.predict(odd, mpp=0.5), torch_model.predict(odd, mpp=0.5))
+    # what ran is recorded in the result's parameters (and so in a batch's parameter hash)
+    from napari_slidescope import segment_nuclei
+
+    rgb = np.ascontiguousarray(np.moveaxis(x[0], 0, -1)).astype(np.uint8)
+    result = segment_nuclei(rgb, mpp=0.5, segmenter=model, tissue=False, workers=1)
+    assert result.parameters["runtime"] == model.runtime
 
 
 def _model_flood_fill(mask, seed):
@@ -317,6 +325,61 @@ def test_scipy_flood_fill_and_fill_holes_are_the_models():
     filled = instanseg._fill_holes(ring)
     assert filled[0, 0, 2:9, 2:9].all()
     assert filled.sum() == 49
+
+
+def _model_peak_local_max(image, distance, threshold):
+    """InstanSeg's torch_peak_local_max: where the padded max-pool puts each window's maximum."""
+    import torch
+
+    img = torch.from_numpy(image)[None, None]
+    k = 2 * distance + 1
+    pooled, where = torch.nn.functional.max_pool2d_with_indices(img, k, 1, distance)
+    own = torch.arange(img.numel()).reshape(img.shape)
+    return torch.nonzero(((where == own) & (pooled > threshold))[0, 0]).numpy()
+
+
+def test_peak_finding_is_the_models_ties_included():
+    from napari_slidescope.segmenters._instanseg_clustering import peak_local_max
+
+    rng = np.random.default_rng(1)
+    smooth = rng.random((96, 80)).astype(np.float32)
+    plateaus = np.round(rng.random((96, 80)) * 4).astype(np.float32) / 4  # many equal maxima
+    for image in (smooth, plateaus):
+        got = peak_local_max(image, 5, 0.7)
+        np.testing.assert_array_equal(got, _model_peak_local_max(image, 5, 0.7))
+        assert len(got) > 0
+
+
+def test_onnxruntime_clustering_gives_the_models_labels(model, shared_file):
+    """The eager clustering against the model's own TorchScript one, on a real H&E region."""
+    if instanseg.missing_packages("onnxruntime", "onnx"):
+        pytest.skip("onnxruntime / onnx not installed (the [instanseg-onnx] extra)")
+    from napari_slidescope.slide import open_slide
+
+    seg = instanseg.InstanSegSegmenter(runtime="onnxruntime")
+    with open_slide(shared_file("CMU-1-Small-Region.svs")) as slide:
+        tile = slide.read_region((1000, 800, 1400, 1180))[None, ..., :3]
+    assert seg._cluster is not None  # on a CPU, the brightfield model: the eager clustering
+    eager = seg.predict(tile, mpp=0.5)
+    seg._cluster = None  # the model's TorchScript clustering
+    np.testing.assert_array_equal(eager, seg.predict(tile, mpp=0.5))
+    assert eager.max() > 50
+
+
+def test_a_missing_runtime_names_its_extra(model, monkeypatch):
+    """OpenVINO or ONNX Runtime not installed: the error says which extra to install."""
+    real = instanseg.missing_packages
+
+    def without(*names):
+        gone = [n for n in names if n in ("openvino", "onnxruntime")]
+        return f"{gone[0]} is not installed" if gone else real(*names)
+
+    monkeypatch.setattr(instanseg, "missing_packages", without)
+    with pytest.raises(SegmenterUnavailableError, match=r"\[instanseg-openvino\]"):
+        instanseg.InstanSegSegmenter(runtime="openvino")
+    with pytest.raises(SegmenterUnavailableError, match=r"\[instanseg-onnx\]"):
+        instanseg.InstanSegSegmenter(runtime="onnxruntime")
+    assert instanseg.InstanSegSegmenter(runtime="auto").runtime == "torch"
 
 
 def test_unknown_runtime_is_refused(model):

@@ -51,6 +51,7 @@ from skimage import segmentation
 
 from napari_slidescope._io import atomic_copy
 from napari_slidescope.errors import InstallError
+from napari_slidescope.segmenters._instanseg_clustering import Clustering
 from napari_slidescope.segmenters.base import (
     Identity,
     Input,
@@ -111,7 +112,7 @@ _WEIGHTS = "instanseg.pt"
 _KEEP = ("rdf.yaml", "test-input.npy", "test-output_instance_segmentation.npy")
 _DOWNLOAD_TIMEOUT_S = 30.0
 #: What can run InstanSeg's network (``InstanSegSegmenter(runtime=...)``).
-RUNTIMES = ("auto", "torch", "onnxruntime", "onnxruntime-int8")
+RUNTIMES = ("auto", "torch", "onnxruntime", "onnxruntime-int8", "openvino")
 
 
 def models_dir() -> Path:
@@ -376,12 +377,14 @@ class InstanSegSegmenter(ModelSegmenter):
         Fixed input range mapped to 0-1 for every channel (``(0, 255)``: 8-bit pixels as
         they are). Default: the 0.1st-99.9th percentiles of the slide's sample, per
         channel, as the model card scales each tile.
-    runtime : {"auto", "torch", "onnxruntime", "onnxruntime-int8"}
+    runtime : {"auto", "torch", "onnxruntime", "onnxruntime-int8", "openvino"}
         What runs the network (the U-Net, most of the time on a CPU): ``"onnxruntime"``
         (the ``[instanseg-onnx]`` extra) exports it to ONNX once per segmenter and runs it
-        with ONNX Runtime, the clustering staying in the TorchScript model but for its flood
-        fill and hole filling, which run in scipy (the model's take 3 x 3 max-pool steps:
-        two thirds of the clustering's time); same labels on the model's test tiles and
+        with ONNX Runtime; the clustering's flood fill and hole filling run in scipy (the
+        model's take 3 x 3 max-pool steps), and on a CPU the brightfield model's whole
+        clustering runs eagerly, op for op as its TorchScript but for the peak finding and
+        the merging, in scipy / numpy (no TorchScript compilation in each process:
+        ``benchmarks/instanseg_clustering.py``); same labels on the model's test tiles and
         the MoNuSeg images, several times faster on a CPU
         (``benchmarks/instanseg_runtimes.py``, ``benchmarks/nuclei_throughput.py``).
         ``"torch"`` runs the model as published. ``"onnxruntime-int8"`` (brightfield model
@@ -389,6 +392,10 @@ class InstanSegSegmenter(ModelSegmenter):
         on ranges measured on the model card's own test tile): about 2.5x faster again on
         a CPU with AVX-512 VNNI, labels no longer bit-equal to the model's, F1 / AJI on the
         13 MoNuSeg images within 0.001 of ``"onnxruntime"`` (benchmarks/RESULTS.md).
+        ``"openvino"`` (the ``[instanseg-openvino]`` extra): the exported network compiled by
+        OpenVINO for the CPU in full precision (f32): same labels as ``"onnxruntime"`` on
+        the model card's test tile and the 13 MoNuSeg images, about as fast on an AVX-512
+        CPU, so ``"auto"`` does not pick it (benchmarks/RESULTS.md).
         ``"auto"``: ONNX Runtime (full precision) for the brightfield model on a CPU when
         installed, else torch.
 
@@ -456,19 +463,27 @@ class InstanSegSegmenter(ModelSegmenter):
             raise ValueError(
                 f"runtime 'onnxruntime-int8': only for the brightfield model, not {spec.name}"
             )
-        use_ort = runtime.startswith("onnxruntime") or (
+        use_ort = runtime.startswith(("onnxruntime", "openvino")) or (
             runtime == "auto"
             and spec.input == "brightfield"
             and self.device.type == "cpu"
             and missing_packages("onnxruntime", "onnx") is None
         )
         self._ort: Any = None
+        self._cluster: Any = None
         if use_ort:
-            self._net, self._ort = _onnx_network(weights, spec, self.device, int8=int8)
+            self._net, self._ort = _onnx_network(
+                weights, spec, self.device, int8=int8, openvino=runtime == "openvino"
+            )
+            if self.device.type == "cpu" and Clustering.supports(self._net):
+                # the model's clustering run eagerly: same labels, no TorchScript compilation
+                self._cluster = Clustering(self._net, _flood_fill, _fill_holes)
         else:
             self._net = torch.jit.load(str(weights), map_location=self.device).eval()
-        #: What runs the network: ``"torch"``, ``"onnxruntime"`` or ``"onnxruntime-int8"``.
-        self.runtime = ("onnxruntime-int8" if int8 else "onnxruntime") if use_ort else "torch"
+        #: What runs the network (:data:`RUNTIMES` but ``"auto"``); recorded in the results.
+        self.runtime = "torch"
+        if use_ort:
+            self.runtime = runtime if runtime != "auto" else "onnxruntime"
         self._lock = threading.Lock()
         self.min_area_um2 = float(min_area_um2)
         self._range: tuple[np.ndarray, np.ndarray] | None = None
@@ -531,9 +546,11 @@ class InstanSegSegmenter(ModelSegmenter):
         with self._lock, torch.inference_mode():
             # the model writes into its input: give it a tensor of its own
             if self._ort is not None:
-                net_out = self._ort.run(None, {"x": _network_input(x)})[0]
-                args = {"x_full": torch.from_numpy(net_out)}
-                y = self._net(torch.tensor(x, device=self.device), args=args)
+                net_out = torch.from_numpy(self._ort.run(None, {"x": _network_input(x)})[0])
+                if self._cluster is not None:
+                    y = self._cluster(net_out, x.shape[-2], x.shape[-1])
+                else:
+                    y = self._net(torch.tensor(x, device=self.device), args={"x_full": net_out})
             else:
                 y = self._net(torch.tensor(x, device=self.device))
         return np.asarray(y.to("cpu").numpy())
@@ -708,26 +725,27 @@ def _network_input(x: np.ndarray) -> np.ndarray:
 
 
 def _onnx_network(
-    weights: Path, spec: ModelSpec, device: Any, *, int8: bool = False
+    weights: Path, spec: ModelSpec, device: Any, *, int8: bool = False, openvino: bool = False
 ) -> tuple[Any, Any]:
     """Load the model, its forward able to take the network's output, and an ORT session.
 
     The ONNX Runtime session runs the network, exported here from the same (checked)
     weights. The TorchScript archive's forward gets one change: ``x_full = fcn(x0)``
     becomes "use ``args['x_full']`` when given"; the clustering and its thresholds are
-    unchanged. `int8`: the network quantized (:func:`_quantized`).
+    unchanged. `int8`: the network quantized (:func:`_quantized`). `openvino`: compiled by
+    OpenVINO (:class:`_OpenVINOSession`) instead.
     """
     import io
 
     import torch
 
-    reason = missing_packages("onnxruntime", "onnx")
+    name, extra = ("openvino", "openvino") if openvino else ("onnxruntime", "onnx")
+    reason = missing_packages(name, "onnx")
     if reason is not None:
         raise SegmenterUnavailableError(
-            f"InstanSeg runtime 'onnxruntime' is not available: {reason} "
-            "(pip install 'napari-slidescope[instanseg-onnx]')"
+            f"InstanSeg runtime {name!r} is not available: {reason} "
+            f"(pip install 'napari-slidescope[instanseg-{extra}]')"
         )
-    import onnxruntime
 
     fills = _register_fill_ops()
     buf = io.BytesIO()
@@ -765,7 +783,11 @@ def _onnx_network(
         )
         if int8:
             onnx_file = _quantized(onnx_file, weights.parent / "test-input.npy", spec)
+        if openvino:
+            return net, _OpenVINOSession(onnx_file, torch.get_num_threads())
         onnx_model = onnx_file.read_bytes()
+    import onnxruntime
+
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
     # threads that spin between runs take the cores from the clustering and post-processing
@@ -773,6 +795,31 @@ def _onnx_network(
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = onnxruntime.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
     return net, session
+
+
+class _OpenVINOSession:
+    """The exported network compiled by OpenVINO for the CPU, run as an ORT session is.
+
+    Full precision (OpenVINO's default on a CPU with bf16 is bf16: network outputs up to
+    1.8 apart, benchmarks/RESULTS.md), `threads` threads, latency first. Callers hold the
+    segmenter's lock: one inference request serves them all.
+    """
+
+    def __init__(self, onnx_file: Path, threads: int) -> None:
+        import openvino
+
+        config = {
+            "INFERENCE_PRECISION_HINT": "f32",
+            "INFERENCE_NUM_THREADS": threads,
+            "PERFORMANCE_HINT": "LATENCY",
+        }
+        compiled = openvino.Core().compile_model(str(onnx_file), "CPU", config)
+        self._request = compiled.create_infer_request()
+
+    def run(self, names: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Return ``[y]`` for ``{"x": x}``, as ``onnxruntime.InferenceSession.run`` does."""
+        out = self._request.infer({0: feed["x"]})[0]
+        return [np.array(out, dtype=np.float32, copy=True)]
 
 
 def _quantized(onnx_file: Path, calibration: Path, spec: ModelSpec) -> Path:

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from napari_slidescope._napari.viewport import camera_of
+
 pytest.importorskip("sklearn")
 pytestmark = pytest.mark.gui
 
@@ -99,11 +101,11 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     qtbot.waitUntil(lambda: "Classified" in dock.status.text(), timeout=60_000)
     counts = dock.last_counts
     assert "class" in layer.features
-    assert LEGEND_NAME in viewer.window._dock_widgets
+    assert LEGEND_NAME in viewer.window.dock_widgets
     viewer.reset_view()
     qtbot.wait(200)
     viewer.screenshot(str(tmp_path / "cell_classes.png"), canvas_only=False)
-    viewer.camera.zoom *= 3
+    camera_of(viewer).zoom *= 3
     qtbot.wait(200)
     viewer.screenshot(str(tmp_path / "cell_classes_zoom.png"), canvas_only=True)
     # the whole layer: same classes as classify_cells with the same classifier

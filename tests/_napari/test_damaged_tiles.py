@@ -46,8 +46,11 @@ def _records():
 
 
 def _show(viewer, qtbot, center_px, mpp, screen_px_per_px=1.0):
-    viewer.camera.center = (center_px[0] * mpp, center_px[1] * mpp)
-    viewer.camera.zoom = screen_px_per_px / mpp
+    from napari_slidescope._napari.viewport import camera_of
+
+    camera = camera_of(viewer)
+    camera.center = (center_px[0] * mpp, center_px[1] * mpp)
+    camera.zoom = screen_px_per_px / mpp
     qtbot.wait(300)
     for _ in range(20):  # slicing, then the queued damage report
         qtbot.wait(100)

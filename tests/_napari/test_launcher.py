@@ -61,7 +61,7 @@ def test_launcher_shows_the_scale_bar_and_fits_after_docking(no_event_loop, samp
     path, _ = sample_slide
     assert launcher.main([str(path)]) == 0
     [viewer] = no_event_loop
-    assert viewer.scale_bar.visible
+    assert launcher.scale_bar_of(viewer).visible
     assert tuple(str(u) for u in viewer.layers[0].units) in (("µm", "µm"), ("micrometer",) * 2)
     camera = camera_of(viewer)
     zoom = camera.zoom

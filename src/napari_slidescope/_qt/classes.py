@@ -28,15 +28,26 @@ __all__ = ["add_cells", "class_colormap", "classify", "events", "legend_text", "
 LEGEND_NAME = "Cell classes"
 
 
+def _docked(window: Any) -> dict[str, Any]:
+    """Return the window's docked widgets by name, the inner widgets.
+
+    napari's public ``dock_widgets`` where it has one; the dock wrappers' ``widget()``
+    on older napari.
+    """
+    public = getattr(type(window), "dock_widgets", None)
+    if isinstance(public, property):
+        return dict(window.dock_widgets)
+    return {name: dock.widget() for name, dock in getattr(window, "_dock_widgets", {}).items()}
+
+
 def _legend(viewer: Any, result: Any, area_mm2: float | None) -> Any:
     """Create or update the "Cell classes" dock: a swatch, name and count per class."""
     from qtpy.QtWidgets import QLabel, QVBoxLayout, QWidget
 
     window = getattr(viewer, "window", None)
-    docks = getattr(window, "_dock_widgets", {}) if window is not None else {}
     widget = None
-    if LEGEND_NAME in docks:
-        widget = docks[LEGEND_NAME].widget()
+    if window is not None and LEGEND_NAME in _docked(window):
+        widget = _docked(window)[LEGEND_NAME]
     if widget is None:
         widget = QWidget()
         widget.setObjectName("slidescope_class_legend")

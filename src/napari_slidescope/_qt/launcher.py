@@ -177,13 +177,20 @@ def arrange_window(viewer: Any, screen: Any = None) -> None:
         analysis.raise_()  # its tab is the one shown
 
 
+def scale_bar_of(viewer: Any) -> Any:
+    """Return the viewer's scale bar (``viewer.canvas.overlays`` from napari 0.9, else its own)."""
+    overlays = getattr(getattr(viewer, "canvas", None), "overlays", None)
+    bar = getattr(overlays, "scale_bar", None)
+    return bar if bar is not None else viewer.scale_bar
+
+
 def show_scale_bar(viewer: Any) -> None:
     """Turn napari's scale bar on, in µm.
 
     Slide layers are scaled in µm per pixel and carry ``units=("µm", "µm")``, which
     napari >= 0.6 shows on the bar; older napari takes the unit from the overlay.
     """
-    bar = viewer.scale_bar
+    bar = scale_bar_of(viewer)
     bar.visible = True
     if "unit" in getattr(type(bar), "model_fields", {}):
         bar.unit = "um"

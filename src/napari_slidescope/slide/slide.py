@@ -216,11 +216,55 @@ class _BaseSlide:
         return ly0, lx0, ly1, lx1
 
     def read_level(self, level: int, box: tuple[int, int, int, int]) -> np.ndarray:
-        """Read the box ``(y0, x0, y1, x1)`` of `level` pixels (inside the level).
+        """Read a box of one level's pixels (a file's slide: without dask).
 
-        The result keeps the slide's axes.
+        Parameters
+        ----------
+        level : int
+            Pyramid level, ``0 <= level < len(slide.levels)``.
+        box : (int, int, int, int)
+            ``(y0, x0, y1, x1)`` in that level's pixels, half-open, ``0 <= y0 <= y1``
+            and ``0 <= x0 <= x1``; clipped to the level's size.
+
+        Returns
+        -------
+        ndarray
+            The pixels, in the slide's axes (``(rows, cols, 3)`` for RGB, ``(C, rows,
+            cols)`` for multichannel).
+
+        Raises
+        ------
+        ValueError
+            If the level does not exist or the box is not four integers in that order.
         """
+        return self._read_level(self._level_box(level, box), int(level))
+
+    def _read_level(self, box: tuple[int, int, int, int], level: int) -> np.ndarray:
+        """Read a checked level box (the slide's own way: a file's slide overrides it)."""
         return self._read_level_box(box, level)
+
+    def _level_box(self, level: Any, box: Any) -> tuple[int, int, int, int]:
+        """Check ``read_level``'s arguments; return the box clipped to the level."""
+        name = getattr(getattr(self, "path", None), "name", None) or type(self).__name__
+        shapes = self.level_shapes
+        if isinstance(level, bool) or not isinstance(level, (int, np.integer)):
+            raise ValueError(f"{name}: level must be an integer, got {level!r}")
+        if not 0 <= int(level) < len(shapes):
+            raise ValueError(
+                f"{name}: level {level!r} does not exist (levels 0 to {len(shapes) - 1})"
+            )
+        values = list(box) if isinstance(box, (tuple, list, np.ndarray)) else []
+        if len(values) != 4 or not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
+        ):
+            raise ValueError(f"{name}: box must be four integers (y0, x0, y1, x1), got {box!r}")
+        y0, x0, y1, x1 = (int(v) for v in values)
+        if not (0 <= y0 <= y1 and 0 <= x0 <= x1):
+            raise ValueError(
+                f"{name}: box {tuple(values)!r} must have 0 <= y0 <= y1 and 0 <= x0 <= x1"
+            )
+        h, w = shapes[int(level)]
+        return min(y0, h), min(x0, w), min(y1, h), min(x1, w)
 
     def _read_level_box(self, box: tuple[int, int, int, int], level: int) -> np.ndarray:
         """Read a box of `level` pixels (inside the level) on the calling thread."""
@@ -512,12 +556,11 @@ class Slide(_BaseSlide):
         yi, xi = self._yx
         return [(int(r.shape[yi]), int(r.shape[xi])) for r in self._readers]
 
-    def read_level(self, level: int, box: tuple[int, int, int, int]) -> np.ndarray:
-        """Read the box ``(y0, x0, y1, x1)`` of `level` pixels, clipped to the level.
+    def _read_level(self, box: tuple[int, int, int, int], level: int) -> np.ndarray:
+        """Read a checked level box without dask (nor importing it).
 
         The missing tiles are decoded on the reader's thread pool as well as the calling
-        thread, through the shared tile cache, without dask (nor importing it). The
-        result keeps the slide's axes.
+        thread, through the shared tile cache.
         """
         ly0, lx0, ly1, lx1 = box
         reader = self._readers[level]

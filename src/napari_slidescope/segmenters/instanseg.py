@@ -398,7 +398,10 @@ class InstanSegSegmenter(ModelSegmenter):
         the model card's test tile and the 13 MoNuSeg images, about as fast on an AVX-512
         CPU, so ``"auto"`` does not pick it (benchmarks/RESULTS.md).
         ``"auto"``: ONNX Runtime (full precision) for the brightfield model on a CPU when
-        installed, else torch.
+        installed, else torch. The fluorescence model runs on ``"onnxruntime"`` and
+        ``"openvino"`` when asked (one export for any number of channels; 2.6-3.5x torch on
+        a QPTIFF region), but ``"auto"`` keeps torch for it: its network's floats differ
+        from torch's by up to 3e-4, enough to move a cell pixel there (benchmarks/RESULTS.md).
 
     Raises
     ------

@@ -21,6 +21,9 @@ import statistics
 import time
 import warnings
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from napari_slidescope import segment_nuclei
 from napari_slidescope.segmenters import get_segmenter
@@ -38,6 +41,12 @@ def main() -> None:
     ap.add_argument("--segmenters", default="builtin,instanseg")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument(
+        "--cell-expansion-um",
+        type=float,
+        default=None,
+        help="outline cells too (the fluorescence InstanSeg model: every channel in)",
+    )
     args = ap.parse_args()
     region = None if args.region == "all" else tuple(int(v) for v in args.region.split(","))
     names = args.segmenters.split(",")
@@ -49,6 +58,7 @@ def main() -> None:
     wall: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     count: dict[str, int] = {}
+    labels: dict[str, Any] = {}
     print(
         f"{args.slide.name}, region {region or 'whole slide'}, {os.cpu_count()} CPUs, "
         f"workers {args.workers or 'default'}, load {_load()}",
@@ -60,11 +70,16 @@ def main() -> None:
             for n in names:
                 t0, c0 = time.perf_counter(), time.process_time()
                 res = segment_nuclei(
-                    args.slide, region=region, segmenter=segs[n], workers=args.workers
+                    args.slide,
+                    region=region,
+                    segmenter=segs[n],
+                    workers=args.workers,
+                    cell_expansion_um=args.cell_expansion_um,
                 )
                 wall[n].append(time.perf_counter() - t0)
                 cpu[n].append(time.process_time() - c0)
                 count[n] = res.count
+                labels.setdefault(n, (res.labels, res.cells))
                 print(f"  run {rep + 1} {n}: {wall[n][-1]:.2f} s, load {_load()}", flush=True)
     base = names[0]
     for n in names:
@@ -72,7 +87,9 @@ def main() -> None:
         rw, rc = w / statistics.median(wall[base]), c / statistics.median(cpu[base])
         print(
             f"{n}: {count[n]} nuclei, median wall {w:.2f} s ({rw:.2f}x {base}'s time, "
-            f"speed-up {1 / rw:.2f}x), median CPU {c:.2f} s ({rc:.2f}x, speed-up {1 / rc:.2f}x)"
+            f"speed-up {1 / rw:.2f}x), median CPU {c:.2f} s ({rc:.2f}x, speed-up {1 / rc:.2f}x), "
+            f"labels equal to {base}'s: "
+            f"{all(np.array_equal(a, b) for a, b in zip(labels[n], labels[base], strict=True))}"
         )
     print(f"load at the end {_load()}")
 

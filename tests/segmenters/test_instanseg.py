@@ -416,6 +416,44 @@ def test_int8_runtime_is_refused_for_the_fluorescence_model(fluo_model):
         instanseg.InstanSegSegmenter(model=FL, runtime="onnxruntime-int8")
 
 
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_fluorescence_model_on_an_onnx_runtime_gives_torchs_labels_for_any_channel_count(
+    fluo_model, runtime, tmp_path
+):
+    """The channel-invariant network, exported once: 1, 2 and 3 channels; the runtime recorded."""
+    import tifffile
+
+    from napari_slidescope import segment_nuclei
+
+    extra = "onnx" if runtime == "onnxruntime" else "openvino"
+    if instanseg.missing_packages(runtime, "onnx"):
+        pytest.skip(f"{runtime} / onnx not installed (the [instanseg-{extra}] extra)")
+    seg = instanseg.InstanSegSegmenter(model=FL, runtime=runtime)
+    assert seg.runtime == runtime
+    folder = instanseg.model_folder(FL)
+    x = np.moveaxis(np.load(folder / "test-input.npy"), 1, -1)  # (1, 256, 256, 2)
+    card = np.load(folder / "test-output_instance_segmentation.npy")  # nuclei, cells
+    np.testing.assert_array_equal(seg.raw_forward(seg._scale(x)), card)
+    nuclear = x[..., 1:]
+    for tiles in (nuclear, np.concatenate([x, 0.5 * nuclear], -1), x[:, :250, :230]):
+        got = seg.raw_forward(seg._scale(tiles))
+        assert got.shape == (1, 2, *tiles.shape[1:3])
+        np.testing.assert_array_equal(got, fluo_model.raw_forward(fluo_model._scale(tiles)))
+    # what ran is recorded in the result's parameters; "auto" keeps torch for this model
+    path = tmp_path / "fl.ome.tif"
+    meta = {"axes": "CYX", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5}
+    image = np.moveaxis(x[0], -1, 0).astype(np.uint16)
+    tifffile.imwrite(path, image, metadata={**meta, "Channel": {"Name": ["CK", "DAPI"]}})
+    res = segment_nuclei(path, segmenter=seg, tissue=False, cell_expansion_um=5, workers=1)
+    assert res.parameters["runtime"] == runtime
+    assert res.parameters["cell_outlines"] == "model"
+    ref = segment_nuclei(path, segmenter=fluo_model, tissue=False, cell_expansion_um=5, workers=1)
+    assert ref.parameters["runtime"] == "torch"
+    np.testing.assert_array_equal(res.labels, ref.labels)
+    np.testing.assert_array_equal(res.cells, ref.cells)
+    assert instanseg.InstanSegSegmenter(model=FL).runtime == "torch"
+
+
 def test_fluorescence_model_reproduces_its_test_output_exactly(fluo_model):
     folder = instanseg.model_folder(FL)
     x = np.load(folder / "test-input.npy")  # (1, 2, 256, 256) float32: two channels

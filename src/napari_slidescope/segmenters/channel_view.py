@@ -20,8 +20,9 @@ class ChannelView(SegmenterBase):
         self.name, self.input = segmenter.name, segmenter.input
         self.parallel_predict = segmenter.parallel_predict
 
-    def __getattr__(self, name: str) -> Any:  # the model's own cells (runner.cell_outlines)
-        if name in ("cells_from_model", "postprocess_cells"):
+    def __getattr__(self, name: str) -> Any:
+        # the model's own cells (runner.cell_outlines); what ran its network (the results)
+        if name in ("cells_from_model", "postprocess_cells", "runtime"):
             return getattr(self.inner, name)
         raise AttributeError(name)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -397,7 +398,10 @@ class InstanSegSegmenter(ModelSegmenter):
         the model card's test tile and the 13 MoNuSeg images, about as fast on an AVX-512
         CPU, so ``"auto"`` does not pick it (benchmarks/RESULTS.md).
         ``"auto"``: ONNX Runtime (full precision) for the brightfield model on a CPU when
-        installed, else torch.
+        installed, else torch. The fluorescence model runs on ``"onnxruntime"`` and
+        ``"openvino"`` when asked (one export for any number of channels; 2.6-3.5x torch on
+        a QPTIFF region), but ``"auto"`` keeps torch for it: its network's floats differ
+        from torch's by up to 3e-4, enough to move a cell pixel there (benchmarks/RESULTS.md).
 
     Raises
     ------
@@ -591,8 +595,11 @@ class InstanSegSegmenter(ModelSegmenter):
 
 # -- ONNX Runtime for the network ---------------------------------------------------------------
 
-#: The TorchScript file holding the model's ``forward``, and the line that runs the network.
-_FORWARD_CODE = "code/__torch__/instanseg/utils/loss/instanseg_loss.py"
+#: The TorchScript file holding the model's ``forward`` (the fluorescence model's is a
+#: mangled ``instanseg_loss/___torch_mangle_N.py``), and the line that runs the network.
+_FORWARD_CODE = re.compile(
+    r"code/__torch__/instanseg/utils/loss/instanseg_loss(/___torch_mangle_\d+)?\.py$"
+)
 _NETWORK_CALL = "      x_full = (fcn).forward(x0, )\n"
 #: The same, taking the network's output from ``args["x_full"]`` when given.
 _NETWORK_OR_GIVEN = (
@@ -753,7 +760,7 @@ def _onnx_network(
         changed = 0
         for info in zin.infolist():
             data = zin.read(info)
-            if info.filename.endswith(_FORWARD_CODE):
+            if _FORWARD_CODE.search(info.filename):
                 text = data.decode()
                 changed += text.count(_NETWORK_CALL)
                 data = text.replace(_NETWORK_CALL, _NETWORK_OR_GIVEN).encode()
@@ -767,7 +774,10 @@ def _onnx_network(
         )
     buf.seek(0)
     net = torch.jit.load(buf, map_location=device).eval()
-    sample = torch.zeros((1, 3, 64, 64))
+    # the fluorescence network is channel-invariant: one export for any number of channels
+    channels = 3 if spec.input == "brightfield" else 2
+    dynamic = {0: "b", 2: "h", 3: "w"} if channels == 3 else {0: "b", 1: "c", 2: "h", 3: "w"}
+    sample = torch.zeros((1, channels, 64, 64))
     with tempfile.TemporaryDirectory(prefix="slidescope-onnx-") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         onnx_file = Path(tmp) / "network.onnx"
@@ -777,7 +787,7 @@ def _onnx_network(
             str(onnx_file),
             input_names=["x"],
             output_names=["y"],
-            dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}, "y": {0: "b", 2: "h", 3: "w"}},
+            dynamic_axes={"x": dynamic, "y": {0: "b", 2: "h", 3: "w"}},
             opset_version=17,
             dynamo=False,
         )

@@ -15,7 +15,7 @@ import math
 import os
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,14 +151,27 @@ def _auto_mode(slide: SlideLike) -> Mode | None:
 def _read_working(
     slide: SlideLike, level: int, box: Box, factor: int, cancel: threading.Event | None = None
 ) -> np.ndarray:
-    """Read a level box (channels last) and block-average it, in bounded strips."""
+    """Read a level box (channels last) and block-average it, in bounded strips.
+
+    Through the slide's own ``read_level`` (no dask), else its dask level.
+    """
+    read = getattr(slide, "read_level", None) or _dask_reader(slide)
+    return _read_strips(slide, level, box, factor, cancel, read)
+
+
+def _read_strips(
+    slide: SlideLike,
+    level: int,
+    box: Box,
+    factor: int,
+    cancel: threading.Event | None,
+    read: Callable[[int, Box], np.ndarray],
+) -> np.ndarray:
+    """Block means of a level box read by `read` (a box of a level, in the slide's axes)."""
     ly0, lx0, ly1, lx1 = box
     axes = slide.axes
     yi, xi = axes.index("Y"), axes.index("X")
-    read_level = getattr(slide, "read_level", None)
-    if read_level is None:  # another SlideLike: its dask level
-        return _read_working_dask(slide, level, box, factor, cancel)
-    empty = read_level(level, (ly0, lx0, ly0, lx1))  # no rows: the dtype and channels only
+    empty = read(level, (ly0, lx0, ly0, lx1))  # no rows: the dtype and channels only
     per_px = empty.dtype.itemsize * math.prod(
         n for i, n in enumerate(empty.shape) if i not in (yi, xi)
     )
@@ -168,37 +181,31 @@ def _read_working(
     strips = []
     for y in range(ly0, ly1, step):
         check_cancel(cancel, "tissue detection")
-        pix = read_level(level, (y, lx0, min(y + step, ly1), lx1))
+        pix = read(level, (y, lx0, min(y + step, ly1), lx1))
         if axes == "CYX":
             pix = np.moveaxis(pix, 0, -1)
         strips.append(block_mean(pix, factor))
     return strips[0] if len(strips) == 1 else np.concatenate(strips, axis=0)
 
 
+def _dask_reader(slide: SlideLike) -> Callable[[int, Box], np.ndarray]:
+    """Read a level box through the slide's dask level (a slide with no ``read_level``)."""
+    from napari_slidescope.slide import read_pixels
+
+    def read(level: int, box: Box) -> np.ndarray:
+        y0, x0, y1, x1 = box
+        sl = {"Y": slice(y0, y1), "X": slice(x0, x1)}
+        index = tuple(sl.get(a, slice(None)) for a in slide.axes)
+        return read_pixels(slide.levels[level][index])
+
+    return read
+
+
 def _read_working_dask(
     slide: SlideLike, level: int, box: Box, factor: int, cancel: threading.Event | None = None
 ) -> np.ndarray:
-    """:func:`_read_working` through the slide's dask level (a slide with no ``read_level``)."""
-    from napari_slidescope.slide import read_pixels
-
-    ly0, lx0, ly1, lx1 = box
-    arr = slide.levels[level]
-    axes = slide.axes
-    yi, xi = axes.index("Y"), axes.index("X")
-    per_px = arr.dtype.itemsize * int(np.prod(arr.shape)) // max(arr.shape[yi] * arr.shape[xi], 1)
-    row_bytes = max(per_px * (lx1 - lx0), 1)
-    budget = _READ_BYTES if cancel is None else _CANCEL_READ_BYTES
-    step = max(factor, (budget // row_bytes) // factor * factor)
-    strips = []
-    for y in range(ly0, ly1, step):
-        check_cancel(cancel, "tissue detection")
-        sl = {"Y": slice(y, min(y + step, ly1)), "X": slice(lx0, lx1)}
-        index = tuple(sl.get(a, slice(None)) for a in axes)
-        pix = read_pixels(arr[index])
-        if axes == "CYX":
-            pix = np.moveaxis(pix, 0, -1)
-        strips.append(block_mean(pix, factor))
-    return np.concatenate(strips, axis=0)
+    """:func:`_read_working` through the slide's dask level, even when it has ``read_level``."""
+    return _read_strips(slide, level, box, factor, cancel, _dask_reader(slide))
 
 
 def _level_shape(slide: SlideLike, level: int) -> tuple[int, int]:

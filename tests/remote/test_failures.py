@@ -61,6 +61,17 @@ def test_stall_past_the_timeout(web):
     assert web.url("sample.svs") in str(err)
 
 
+def test_a_silent_server_fails_within_one_timeout(web):
+    """A server that accepts and never answers is not asked again (retries would multiply
+    the wait: 4 x 30 s by default): the open's first round of requests is never sent
+    again. (A stall after the server has answered is retried: see the test below.)"""
+    web.fault = "stall"
+    err = _fails(lambda: _open(web.url("sample.svs")))
+    assert "attempts" not in str(err)
+    assert "SLIDESCOPE_REMOTE_TIMEOUT" in str(err)
+    assert web.log and len(set(web.log)) == len(web.log), web.log
+
+
 def test_transient_cut_is_retried_and_pixels_are_right(web, served):
     web.fault, web.flaky = "flaky", 2
     with open_slide(web.url("sample.svs"), timeout=5) as remote:

@@ -13,6 +13,8 @@ the fetcher the level readers take tile bytes from:
 * Every request runs under a timeout; transient failures (refused or dropped connection,
   a body cut short, a stall past the timeout, HTTP 429 / 5xx) are retried with
   exponential backoff, a bounded number of times: every request is a read, so idempotent.
+  A stall is retried only once the server has answered this file: a server that accepts
+  connections and never answers fails within one timeout, not (retries + 1) of them.
   Anything else (403, 404, ...) fails at once. Every failure is a :class:`SlideError`
   naming the URL without credentials and the problem: no tile is ever made up.
 * The object's ETag at open is remembered; over http(s) and s3 every later ranged read
@@ -111,9 +113,9 @@ def _same_etag(a: str, b: str) -> bool:
 class _Failure(Exception):
     """A classified failure: what to say, and whether trying again may help."""
 
-    def __init__(self, problem: str, transient: bool) -> None:
+    def __init__(self, problem: str, transient: bool, *, stall: bool = False) -> None:
         super().__init__(problem)
-        self.problem, self.transient = problem, transient
+        self.problem, self.transient, self.stall = problem, transient, stall
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -172,7 +174,7 @@ def classify(exc: BaseException, timeout: float) -> _Failure:
         "ConnectTimeoutError",
         "ServerTimeoutError",
     }:
-        return _Failure(f"no answer within the timeout ({timeout:g} s)", True)
+        return _Failure(f"no answer within the timeout ({timeout:g} s)", True, stall=True)
     if any(isinstance(e, ConnectionRefusedError) for e in chain) or names & {
         "ClientConnectorError",
         "EndpointConnectionError",
@@ -243,6 +245,8 @@ class RemoteFile:
         self._pos = 0
         self.closed = False
         self.requests = 0
+        #: Whether any request to this file has been answered (a stall is retried only then).
+        self._answered = False
         #: The ETag the object had when opened: every later read must find the same one
         #: (asked with If-Match and checked in the answer, over http(s) and s3).
         self._etag: str | None = None
@@ -329,10 +333,12 @@ class RemoteFile:
         while True:
             try:
                 self.requests += 1
-                return await asyncio.wait_for(call(), self.timeout)
+                result = await asyncio.wait_for(call(), self.timeout)
+                self._answered = True
+                return result
             except Exception as exc:  # classified below
                 failure = classify(exc, self.timeout)
-                if not failure.transient or attempt >= self.retries:
+                if not self._worth_retrying(failure, attempt):
                     raise self._error(failure, attempt) from exc
             await asyncio.sleep(BACKOFF * 2**attempt)
             attempt += 1
@@ -342,15 +348,33 @@ class RemoteFile:
         while True:
             try:
                 self.requests += 1
-                return call()
+                result = call()
+                self._answered = True
+                return result
             except Exception as exc:  # classified below
                 failure = classify(exc, self.timeout)
-                if not failure.transient or attempt >= self.retries:
+                if not self._worth_retrying(failure, attempt):
                     raise self._error(failure, attempt) from exc
             time.sleep(BACKOFF * 2**attempt)
             attempt += 1
 
+    def _worth_retrying(self, failure: _Failure, attempt: int) -> bool:
+        """Transient failures are retried; a stall only once the server has answered.
+
+        A server that accepts connections and never answers (hung, or not the server meant)
+        would otherwise hold the caller for (retries + 1) timeouts: two minutes by default.
+        """
+        if not failure.transient or attempt >= self.retries:
+            return False
+        return self._answered or not failure.stall
+
     def _error(self, failure: _Failure, retried: int) -> SlideError:
+        if failure.stall and not self._answered:
+            return SlideError(
+                self.display,
+                self.source.scrub(failure.problem)
+                + f"; the server has not answered (`timeout=` or ${TIMEOUT_ENV} allows more)",
+            )
         tries = f" (after {retried + 1} attempts)" if retried else ""
         return SlideError(self.display, self.source.scrub(failure.problem) + tries)
 

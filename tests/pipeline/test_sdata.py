@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -209,3 +210,12 @@ def test_a_result_without_labels_writes_its_outlines(tmp_path):
     assert out["images"] == []
     assert out["joined"] == res.count
     assert out["attrs"]["slidescope"]["image"] == "reference"
+
+
+def test_writing_the_store_warns_nothing(multiplex, tmp_path):
+    """anndata's zarr v3 "autosharding will be the default" warning came once per array."""
+    _, res, _ = multiplex
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res.to_spatialdata(tmp_path / "again.zarr")
+    assert [str(w.message) for w in caught if "shard" in str(w.message)] == []

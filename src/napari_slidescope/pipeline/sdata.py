@@ -208,9 +208,18 @@ def _table(result: Any, compartment: str) -> Any:
 
 
 def _write_table(group: Any, adata: Any, region: str) -> None:
+    import contextlib
+
     import anndata
 
-    anndata.io.write_elem(group, "table", adata)
+    # anndata 0.12 warns, once per array (35 times for a table), that zarr v3 sharding
+    # becomes its default unless told: the table is small, so no shards (as before)
+    quiet: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    with contextlib.suppress(AttributeError):  # an anndata without the setting
+        getattr(anndata.settings, "auto_shard_zarr_v3")  # noqa: B009 - may be missing
+        quiet = anndata.settings.override(auto_shard_zarr_v3=False)
+    with quiet:
+        anndata.io.write_elem(group, "table", adata)
     group["table"].attrs.update(
         {
             "spatialdata-encoding-type": "ngff:regions_table",

@@ -95,6 +95,45 @@ def active_slide_layer(viewer: Any) -> Any:
     return found[-1]
 
 
+def slide_with_results(viewer: Any, kind: str = "nuclei") -> Any:
+    """Return the slide layer whose ``"<slide> <kind>"`` results a console helper should use.
+
+    The selected slide layer when one is selected; else the slide of the selected layer
+    when that is one of a slide's result layers (``"<slide> tissue"`` is selected after
+    ``add_nuclei``); else the only slide with a ``"<slide> <kind>"`` layer; else, when
+    several have one, the last of them, with a :class:`SlidescopeWarning` naming it (pass
+    ``layer=`` to choose); else :func:`active_slide_layer`'s answer.
+
+    Raises
+    ------
+    ValueError
+        No slide in the viewer.
+    """
+    import warnings
+
+    from napari_slidescope.errors import SlidescopeWarning
+
+    active = viewer.layers.selection.active
+    if active is not None and is_slide_layer(active):
+        return active
+    slides = [ly for ly in viewer.layers if is_slide_layer(ly)]
+    if active is not None:
+        owners = [s for s in slides if str(active.name).startswith(f"{s.name} ")]
+        if owners:
+            return max(owners, key=lambda s: len(str(s.name)))  # the most specific name
+    having = [s for s in slides if f"{s.name} {kind}" in viewer.layers]
+    if len(having) > 1:
+        warnings.warn(
+            f"{len(having)} slides have {kind}: using {having[-1].name!r} (select its layer "
+            "or pass layer= to choose)",
+            SlidescopeWarning,
+            stacklevel=3,
+        )
+    if having:
+        return having[-1]
+    return active_slide_layer(viewer)
+
+
 # -- the job: runs on a worker thread -----------------------------------------------------------
 
 

@@ -84,7 +84,8 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
     ----------
     viewer : napari.Viewer
     layer : Labels layer, optional
-        The nuclei layer (``"<slide> nuclei"``); default that of the active slide.
+        The nuclei layer (``"<slide> nuclei"``); default that of the selected slide, else
+        of the slide of the selected result layer, else of the slide that has nuclei.
     **kwargs
         Keyword arguments of :func:`~napari_slidescope.pipeline.classify.classify_cells`
         (``markers``, ``dab``, ``phenotypes``, ``compartment``, ``classifier``, ``rules``).
@@ -104,7 +105,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
     from napari_slidescope.pipeline.classify import classify_cells
 
     if layer is None:
-        image = jobs.active_slide_layer(viewer)
+        image = jobs.slide_with_results(viewer, "nuclei")
         name = f"{image.name} nuclei"
         if name not in viewer.layers:
             raise ValueError(f"{image.name}: no nuclei layer to classify; segment nuclei first")
@@ -118,7 +119,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
     try:
         from napari_slidescope._qt import session
 
-        image = jobs.active_slide_layer(viewer)
+        image = _slide_of(viewer, layer)
         summary = session.controller_for(viewer).summary(image)
         area_um2 = getattr(summary, "tissue_area_um2", None)
         area_mm2 = None if not area_um2 else float(area_um2) / 1e6
@@ -126,6 +127,16 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
         area_mm2 = None
     _legend(viewer, result, area_mm2)
     return result
+
+
+def _slide_of(viewer: Any, nuclei: Any) -> Any:
+    """The slide layer whose ``"<slide> nuclei"`` layer is `nuclei`."""
+    from napari_slidescope._napari import jobs
+
+    for image in jobs.slide_layers(viewer):
+        if f"{image.name} nuclei" == nuclei.name:
+            return image
+    raise LookupError(f"{nuclei.name}: no slide layer of that name")
 
 
 def add_cells(viewer: Any, result: Any, image: Any = None) -> Any:

@@ -200,6 +200,14 @@ def add_nuclei(
 def summary(viewer: Any, layer: Any = None) -> Any:
     """Nuclei count, density per mm² of tissue and mean area of the slide's nuclei layer.
 
+    Parameters
+    ----------
+    viewer : napari.Viewer
+    layer : Image layer, optional
+        The slide. Default: the selected slide, else the slide of the selected result
+        layer, else the slide that has nuclei (the last one, with a warning naming it,
+        when several have).
+
     Returns
     -------
     Summary or None
@@ -208,7 +216,7 @@ def summary(viewer: Any, layer: Any = None) -> Any:
     from napari_slidescope._napari import jobs
     from napari_slidescope._qt import session
 
-    image = layer if layer is not None else jobs.active_slide_layer(viewer)
+    image = layer if layer is not None else jobs.slide_with_results(viewer, "nuclei")
     return session.controller_for(viewer).summary(image)
 
 

@@ -502,6 +502,47 @@ _BANDS: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray]] = (
 )
 
 
+#: What McuStarts wrap at when a file has no McuStartsHighBytes (a test sets it smaller).
+MCU_WRAP = 2**32
+
+
+def mcu_starts(
+    low: np.ndarray, high: np.ndarray | None, strip_bytes: int
+) -> tuple[np.ndarray, bool]:
+    """Return the restart-band starts (from the strip's first byte) and whether they wrapped.
+
+    Parameters
+    ----------
+    low : (N,) ndarray of int64
+        McuStarts (tag 65426): the low 32 bits of each start.
+    high : (N,) ndarray of int64 or None
+        McuStartsHighBytes (tag 65432): the high 32 bits, if the file has the tag.
+    strip_bytes : int
+        The strip's byte count.
+
+    Returns
+    -------
+    starts : (N,) ndarray of int64
+        ``low + high * 2**32``; where the strip is longer than :data:`MCU_WRAP` bytes, the
+        high bytes are missing or all 0 and `low` decreases somewhere, `low` unwrapped
+        (one more :data:`MCU_WRAP` at each decrease: no band is that long).
+    wrapped : bool
+        Whether `low` was unwrapped (the caller verifies the result in the file).
+
+    Examples
+    --------
+    >>> mcu_starts(np.array([10, 2**32 - 5, 7]), None, 2**32 + 100)
+    (array([        10, 4294967291, 4294967303]), True)
+    """
+    starts = low if high is None else low + (high << 32)
+    if strip_bytes <= MCU_WRAP or (high is not None and high.any()):
+        return starts, False
+    down = np.diff(low) < 0
+    if not down.any():
+        return starts, False
+    return low + np.concatenate([[0], np.cumsum(down)]) * MCU_WRAP, True
+
+
 def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
     """Return the file offsets and byte counts of an NDPI page's restart bands, checked.
 
@@ -558,14 +599,7 @@ def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
                 f"its McuStartsHighBytes lists {_n(high.size)} values for {_n(low.size)} "
                 "restart bands"
             )
-    starts = low if high is None else low + (high << 32)
-    wrapped = (
-        strip_cnt > 2**32
-        and (high is None or not high.any())
-        and bool(np.any(np.diff(low) < 0))
-    )
-    if wrapped:
-        starts = low + (np.concatenate([[0], np.cumsum(np.diff(low) < 0)]) << 32)
+    starts, wrapped = mcu_starts(low, high, strip_cnt)
     lengths = np.diff(starts, append=strip_cnt)
     if starts[0] <= 0 or np.any(lengths <= 0) or int(lengths.max()) > MAX_CHUNK_BYTES:
         raise _Damaged(
@@ -573,8 +607,8 @@ def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
             f"({_n(strip_cnt)} bytes at byte {_n(strip_off)}), are out of order or make "
             f"a band longer than {_size(MAX_CHUNK_BYTES)}"
         )
-    gb = starts >> 32
-    crossings = np.flatnonzero(gb[1:] != gb[:-1])[:MAX_MCU_CROSSINGS] + 1
+    wraps = starts // MCU_WRAP
+    crossings = np.flatnonzero(wraps[1:] != wraps[:-1])[:MAX_MCU_CROSSINGS] + 1
     spread = np.linspace(1, nbands - 1, min(MCU_SAMPLES, nbands - 1)).astype(np.int64)
     check = np.unique(np.concatenate([crossings, spread]))
     offsets = strip_off + starts

@@ -215,3 +215,16 @@ def test_ifd_high_bytes_cut_off_is_reported_truncated(tmp_path, ndpi_writer, pix
     layout = _check.walk(str(path), os.path.getsize(path))
     assert layout.ifds == [ifd]
     assert "cut off by the end of the file" in (layout.truncated or "")
+
+
+def test_ndpi_past_4gib_in_a_batch_run(tmp_path, ndpi_writer, pixels):
+    distributed = pytest.importorskip("distributed")
+    from napari_slidescope.batch.engine import analyze_slides
+
+    levels, _ = pixels
+    path = _write(ndpi_writer, tmp_path / "past4g.ndpi", levels, hole=G4 + 8)
+    with distributed.Client(
+        processes=False, n_workers=1, threads_per_worker=1, dashboard_address=":0"
+    ) as client:
+        (row,) = analyze_slides([path], tmp_path / "out", tasks=("tissue",), client=client)
+    assert (row["slide"], row["status"], row["error"]) == ("past4g.ndpi", "done", None)

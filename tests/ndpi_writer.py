@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image
 
 SHORT, LONG, RATIONAL, ASCII, SLONG, FLOAT = 3, 4, 5, 2, 9, 11
+_IFD_ROOM = 64 * 1024  # bytes kept for the IFDs before the image data (``ifds_first``)
 _FMT = {SHORT: "H", LONG: "I", SLONG: "i", FLOAT: "f"}
 
 
@@ -138,6 +139,7 @@ def write_ndpi(
     mcu_high: bool = False,
     wrap: int | None = None,
     edit_mcu=None,
+    ifds_first: bool = False,
 ) -> Path:
     """Write ``levels`` (RGB uint8, level 0 first) as an NDPI-like file; return its path.
 
@@ -152,6 +154,7 @@ def write_ndpi(
     writes McuStartsHighBytes (65432). `wrap` stores McuStarts modulo `wrap` with no
     high bytes (wrapped McuStarts; the tests shrink the 2**32 the reader unwraps at).
     ``edit_mcu(level, low, high) -> (low, high)`` changes the stored arrays (damage).
+    `ifds_first` puts the IFDs before the image data (a cut copy then keeps them).
     """
     path = Path(path)
     pages = []
@@ -170,7 +173,7 @@ def write_ndpi(
         pages.append((jpeg, w, h, magnification / 2**k, 2**k, starts))
     with open(path, "wb") as fh:
         fh.write(b"II" + struct.pack("<H", 42) + struct.pack("<Q", 0) + b"\0" * 4)
-        fh.seek(16 + hole)
+        fh.seek(16 + hole + (_IFD_ROOM if ifds_first else 0))
         offsets = []
         for jpeg, *_ in pages:
             offsets.append(fh.tell())
@@ -214,12 +217,15 @@ def write_ndpi(
                     _entry(65426, LONG, np.asarray(low, np.uint32)),
                 ]
             )
-        pos = fh.tell()
+        pos = 16 + hole if ifds_first else fh.tell()
         at = []
         for e in entries:
             at.append(pos)
             size = len(_ifd(e, 0, 0))
             pos += size + size % 2
+        if ifds_first and pos > 16 + hole + _IFD_ROOM:
+            raise ValueError("the IFDs do not fit before the image data")
+        fh.seek(at[0])
         for k, e in enumerate(entries):
             block = _ifd(e, at[k], at[k + 1] if k + 1 < len(at) else 0)
             fh.write(block + b"\0" * (len(block) % 2))

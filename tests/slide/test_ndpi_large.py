@@ -228,3 +228,21 @@ def test_ndpi_past_4gib_in_a_batch_run(tmp_path, ndpi_writer, pixels):
     ) as client:
         (row,) = analyze_slides([path], tmp_path / "out", tasks=("tissue",), client=client)
     assert (row["slide"], row["status"], row["error"]) == ("past4g.ndpi", "done", None)
+
+
+def test_ndpi_past_4gib_cut_short_shows_the_cut_bands_blank(tmp_path, ndpi_writer, pixels):
+    levels, expected = pixels
+    path = _write(ndpi_writer, tmp_path / "cut.ndpi", levels, hole=G4, ifds_first=True)
+    with tifffile.TiffFile(path) as tif:
+        page = tif.pages.first
+        cut_at = int(page.dataoffsets[20]) + 5  # level 0 from band 20 on, and level 1
+    rows = 20 // 4 * 8  # bands 0-19: the first five rows of four bands
+    with open(path, "r+b") as fh:
+        fh.truncate(cut_at)
+    with pytest.raises(SlideError, match=r"cut\.ndpi: is truncated: 12 of 32 level-0 tiles"):
+        _open(path)
+    with _open(path, on_error="blank") as slide:
+        with pytest.warns(SlidescopeWarning, match=r"level 0: damaged tile.*file is truncated"):
+            got = np.asarray(slide.levels[0][:, :])
+    assert not got[rows:].any()  # blank, and said so
+    np.testing.assert_array_equal(got[:rows], expected[0][:rows])

@@ -497,15 +497,13 @@ class _Damaged(ValueError):
 MCU_SAMPLES = 16
 #: Bands where the offsets cross a 4 GiB boundary that are checked (a 1 TiB strip has 256).
 MAX_MCU_CROSSINGS = 1024
+#: What McuStarts wrap at when a file has no McuStartsHighBytes (a test sets it smaller).
+MCU_WRAP = 2**32
 
 # Checked bands per page (pages are checked when opened and again per pyramid level).
 _BANDS: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray]] = (
     weakref.WeakKeyDictionary()
 )
-
-
-#: What McuStarts wrap at when a file has no McuStartsHighBytes (a test sets it smaller).
-MCU_WRAP = 2**32
 
 
 def mcu_starts(
@@ -614,6 +612,8 @@ def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
     spread = np.linspace(1, nbands - 1, min(MCU_SAMPLES, nbands - 1)).astype(np.int64)
     check = np.unique(np.concatenate([crossings, spread]))
     offsets = strip_off + starts
+    # bands past the end of a truncated copy are counted as cut by the caller
+    check = check[offsets[check] <= int(page.parent.filehandle.size)]
     found = _read_ranges(page, (offsets[check] - 2).tolist(), 2)
     for band, got in zip(check.tolist(), found, strict=True):
         want = bytes((0xFF, 0xD0 + (band - 1) % 8))

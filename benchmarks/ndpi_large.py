@@ -193,7 +193,7 @@ def main() -> int:
         for run in range(args.runs):
             boxes = boxes_for(path, args.tools, args.boxes, seed=run)
             order = readers[run % len(readers) :] + readers[: run % len(readers)]
-            run_worker("openslide", path, boxes, args)  # untimed: the viewports' bytes cached
+            run_worker("ours", path, boxes, args)  # untimed: the viewports' bytes cached
             for name in order:
                 results[name].append(run_worker(name, path, boxes, args))
         print(

@@ -229,7 +229,7 @@ def test_ndpi_past_4gib_in_a_batch_run(tmp_path, ndpi_writer, pixels):
     levels, _ = pixels
     path = _write(ndpi_writer, tmp_path / "past4g.ndpi", levels, hole=G4 + 8)
     with distributed.Client(
-        processes=False, n_workers=1, threads_per_worker=1, dashboard_address=":0"
+        processes=False, n_workers=1, threads_per_worker=1, dashboard_address="127.0.0.1:0"
     ) as client:
         (row,) = analyze_slides([path], tmp_path / "out", tasks=("tissue",), client=client)
     assert (row["slide"], row["status"], row["error"]) == ("past4g.ndpi", "done", None)

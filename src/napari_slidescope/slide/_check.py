@@ -8,6 +8,12 @@ has built the series, :func:`check_page` compares every pyramid level's header w
 data layout (dimensions, bit depth, sample count, tile grid, every tile's offset and byte
 count, NDPI restart-band offsets) using numpy over the offset arrays.
 
+Hamamatsu NDPI is read as tifffile reads it: a classic TIFF with a 64-bit first-IFD offset
+and, in every IFD, the high 32 bits of each entry's value after the 64-bit next-IFD offset.
+Its restart bands (:func:`ndpi_bands`) take McuStartsHighBytes into account; McuStarts that
+wrap past 2**32 without it are repaired, and every band layout is checked against the
+restart markers in the file before a pixel is decoded.
+
 The limits sit far above the largest real slides (about 200,000 x 100,000 pixels, a few
 hundred IFDs).
 """

@@ -20,6 +20,7 @@ hundred IFDs).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import struct
@@ -462,11 +463,11 @@ def check_page(page: Any, size: int) -> PageReport:
             rep.errors.append(f"one restart band decodes to {_size(band)}")
             return rep
         try:
-            offsets, counts = ndpi_bands(frame)
+            offsets, counts = ndpi_bands(page)
         except _Damaged as exc:
             rep.errors.append(str(exc))
             return rep
-    else:
+    if frame is not page or not mcu:  # tiles, strips, and a TiffFrame's own offsets
         offsets = np.asarray(frame.dataoffsets, np.int64)
         counts = np.asarray(frame.databytecounts, np.int64)
     rep.total = int(offsets.size)
@@ -477,7 +478,7 @@ def check_page(page: Any, size: int) -> PageReport:
     ends = offsets + counts
     rep.cut = int(np.count_nonzero(present & (ends > size)))
     rep.empty = int(offsets.size - np.count_nonzero(present))
-    if mcu:  # restart bands follow each other in the strip (checked): none overlaps
+    if mcu and frame is page:  # restart bands follow each other (checked): none overlaps
         return rep
     # partial overlaps (identical duplicates are a legitimate way to share a blank tile)
     order = np.argsort(offsets[present], kind="stable")
@@ -580,9 +581,10 @@ def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
         A sentence saying what is damaged (the band offsets contradict the strip, the
         image size or the markers in the file).
     """
-    done = _BANDS.get(page)
-    if done is not None:
-        return done
+    with contextlib.suppress(TypeError):
+        done = _BANDS.get(page)
+        if done is not None:
+            return done
     tags = page.tags
     strip_off, strip_cnt = (
         int(np.ravel(tags[code].value)[0]) for code in ("StripOffsets", "StripByteCounts")
@@ -639,7 +641,8 @@ def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
     if wrapped:
         page.dataoffsets = tuple(offsets.tolist())
         page.databytecounts = tuple(lengths.tolist())
-    _BANDS[page] = offsets, lengths
+    with contextlib.suppress(TypeError):  # an object without weak references: not kept
+        _BANDS[page] = offsets, lengths
     return offsets, lengths
 
 

@@ -14,7 +14,8 @@ Every reader keeps its default cache, cold at the start of a run (ours 256 MiB, 
 Runs alternate quiet and ``--busy`` (a process spinning a pure-Python loop at the same
 priority, i.e. one of the two cores taken). Reported: per reader the median over runs of
 the run medians (lowest-highest run median in brackets), and ours over the fastest peer
-*per run* (median and range over runs).
+*per run* (median and range over runs); the same for the process CPU time per read (all
+threads: robust to a machine that other jobs keep busy).
 
 Readers (``_readers.py``): **ours** (``np.asarray(slide.levels[0][y0:y1, x0:x1])``, the
 napari / dask path), **ours-region** (``Slide.read_region``, on the calling thread),
@@ -39,14 +40,24 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import pan_path, table, timed, warm_page_cache  # noqa: E402
+from _common import pan_path, table, warm_page_cache  # noqa: E402
 from _readers import READERS  # noqa: E402
 
 PEERS = ("fastslide", "tiffslide", "openslide", "napari-tiff")
+
+
+def timed(reader: Any, y: int, x: int, s: int, cpu: list[float]) -> float:
+    """Wall seconds of one level-0 read; its CPU seconds (all threads) go to `cpu`."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    reader.read(0, y, x, s, s)
+    t1, c1 = time.perf_counter(), time.process_time()
+    cpu.append(c1 - c0)
+    return t1 - t0
 DEFAULT_READERS = "ours,ours-region,fastslide,tiffslide,openslide,napari-tiff"
 
 
@@ -62,12 +73,14 @@ def one_run(path: Path, names: list[str], args: argparse.Namespace, seed: int) -
             y, x = int(rng.integers(0, h - s)), int(rng.integers(0, w - s))
             r.read(0, y, x, s, s)
     rnd: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
     for i in range(args.regions):
         y, x = int(rng.integers(0, h - s)), int(rng.integers(0, w - s))
         k = i % len(names)
         for n in names[k:] + names[:k]:
-            rnd[n].append(timed(readers[n], 0, y, x, s, s))
+            rnd[n].append(timed(readers[n], y, x, s, cpu[n]))
     pan: dict[str, list[float]] = {n: [] for n in names}
+    pan_cpu: dict[str, list[float]] = {n: [] for n in names}
     span = 8 * (s // 4)
     for p in range(args.pans):
         y0, x0 = int(rng.integers(0, h - s - span)), int(rng.integers(0, w - s - span))
@@ -77,10 +90,10 @@ def one_run(path: Path, names: list[str], args: argparse.Namespace, seed: int) -
         for i, (y, x) in enumerate(steps[1:]):
             k = (i + p) % len(names)
             for n in names[k:] + names[:k]:
-                pan[n].append(timed(readers[n], 0, y, x, s, s))
+                pan[n].append(timed(readers[n], y, x, s, pan_cpu[n]))
     for r in readers.values():
         r.close()
-    return {"random": rnd, "pan": pan}
+    return {"random": rnd, "pan": pan, "random-cpu": cpu, "pan-cpu": pan_cpu}
 
 
 def child(args: argparse.Namespace) -> int:
@@ -126,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--readers", default=DEFAULT_READERS)
     ap.add_argument("--baseline", default=None, help="folder holding napari_slidescope_base")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None, help="write every run's times here")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -139,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         if "baseline" not in names:
             names.insert(1, "baseline")
     busy_levels = [int(b) for b in args.busy.split(",")]
+    everything: dict[str, dict[int, list[dict]]] = {}
     for slide in args.slides:
         warm_page_cache(Path(slide))
         results: dict[int, list[dict]] = {b: [] for b in busy_levels}
@@ -160,20 +175,27 @@ def main(argv: list[str] | None = None) -> int:
                         p.wait()
                 results[b].append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(f"# {Path(slide).name} run {run} busy {b} done", file=sys.stderr)
+        everything[slide] = results
+        if args.json:
+            args.json.write_text(json.dumps(everything))
         print(f"\n### `{Path(slide).name}`\n")
         print(
             f"{time.strftime('%H:%M UTC', time.gmtime())}, load average during the runs "
             f"{min(loads):.1f}-{max(loads):.1f}; {args.runs} runs per condition, each "
             f"{args.regions} random viewports + {24 * args.pans} pan steps of "
             f"{args.size} px; ms, median of run medians (range of run medians); "
-            "`/ fastest peer` is ours over the fastest peer of the same run.\n"
+            "`/ fastest peer` is ours over the fastest peer of the same run; "
+            "CPU ms: process CPU time (all threads) per read.\n"
         )
         for b in busy_levels:
-            for kind in ("random", "pan"):
+            for kind in ("random", "pan") if args.pans else ("random",):
                 label = "quiet" if b == 0 else f"{b} core busy"
                 print(f"{kind}, {label}:\n")
                 rows = summarise(results[b], kind, names)
-                print(table(rows, ["reader", f"{kind} ms", "/ fastest peer"]) + "\n")
+                cpu = summarise(results[b], f"{kind}-cpu", names)
+                rows = [r + c[1:] for r, c in zip(rows, cpu, strict=True)]
+                head = ["reader", f"{kind} ms", "/ fastest peer", "CPU ms", "/ fastest peer"]
+                print(table(rows, head) + "\n")
     return 0
 
 

@@ -671,6 +671,7 @@ class _PageChunks:
             and int(self._keyframe.planarconfig) == 1
             and not self._keyframe.extrasamples
             and not self._keyframe.is_jfif
+            and self._keyframe.jpegheader is None
             and all(rgb_tables_ok(getattr(p, "jpegtables", None)) for p in pages)
         )
         kf = self._keyframe

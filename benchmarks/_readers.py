@@ -56,6 +56,36 @@ class Ours(Reader):
         self.slide.close()
 
 
+class OursRegion(Ours):
+    """Ours through ``Slide.read_region`` (level-0 box, read on the calling thread)."""
+
+    name = "ours-region"
+
+    def read(self, level: int, y: int, x: int, h: int, w: int) -> Any:
+        dy, dx = self.slide.downsamples[level]
+        y0, x0 = round(y * dy), round(x * dx)
+        return self.slide.read_region((y0, x0, y0 + round(h * dy), x0 + round(w * dx)), level=level)
+
+
+class Baseline(Ours):
+    """Ours as it is on ``main`` (levels + ``np.asarray``), imported as ``napari_slidescope_base``.
+
+    Made by ``reader_fair.py --baseline DIR`` from a copy of main's ``src/napari_slidescope``
+    with the package renamed, so both versions (and their tile caches) live in one process.
+    """
+
+    name = "baseline"
+
+    def __init__(self, path: Path) -> None:
+        Reader.__init__(self, path)
+        from napari_slidescope_base import open_slide  # type: ignore[import-not-found]
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.slide = open_slide(path)
+        self.cyx = tuple(self.slide.levels[0].shape[1:]) == tuple(self.slide.level_shapes[0])
+
+
 class OursLayer(Ours):
     """Ours through the napari layer path: the npe2 reader's layer data, sliced and read
     inside napari's own dask context (``configure_dask``), as napari's slice request does."""
@@ -248,6 +278,8 @@ class Floor(Reader):
 READERS: dict[str, Callable[[Path], Reader]] = {
     "ours": Ours,
     "ours-layer": OursLayer,
+    "ours-region": OursRegion,
+    "baseline": Baseline,
     "openslide": OpenSlideReader,
     "tiffslide": TiffSlideReader,
     "fastslide": FastSlideReader,

@@ -49,7 +49,7 @@ growing, full = [], []
 for i in range(n):
     y, x = int(rng.integers(0, h - s - 2 * s)), int(rng.integers(0, w - s - 2 * s))
     for yy, xx in rs.pan_path(y, x, s)[:9]:
-        was_full = tile_cache().nbytes >= 0.98 * bound
+        was_full = tile_cache().nbytes >= 0.98 * tile_cache().limit  # full at its limit
         t0 = time.perf_counter()
         np.asarray(lv[yy:yy + s, xx:xx + s])
         (full if was_full else growing).append(time.perf_counter() - t0)

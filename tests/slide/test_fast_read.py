@@ -481,3 +481,31 @@ def test_tile_with_no_bytes_on_the_zarr_path_is_damage_too(tmp_path, monkeypatch
         slide = open_slide(path, on_error="blank")
     with slide:
         assert not slide._readers[0]._source.fast
+
+
+def test_tile_cache_grows_only_when_an_evicted_chunk_is_asked_for_again(monkeypatch):
+    from napari_slidescope.slide import cache as cache_module
+
+    unit = 1000
+    monkeypatch.setattr(cache_module, "GROW_START_BYTES", 3 * unit)
+    cache = TileCache(8 * unit)
+    assert cache.limit == 3 * unit
+    for k in range(6):  # chunks never asked for again: the cache stays at its start
+        assert cache.get(k) is None
+        cache.put(k, np.full(unit, k, np.uint8))
+    assert cache.nbytes == 3 * unit
+    assert cache.limit == 3 * unit
+    assert cache.get(0) is None  # evicted, asked for again: a larger cache would have hit
+    assert cache.limit == 5 * unit
+    cache.put(0, np.zeros(unit, np.uint8))
+    cache.put(6, np.zeros(unit, np.uint8))
+    assert cache.nbytes == 5 * unit  # 0, 3, 4, 5, 6
+    for k in (1, 2, 1, 2):  # ...up to the bound, never past it
+        cache.get(k)
+        cache.put(k, np.zeros(unit, np.uint8))
+    assert cache.limit == 8 * unit
+    assert cache.nbytes + cache.free_nbytes <= cache.maxbytes
+    cache.resize(4 * unit)
+    assert cache.limit == 4 * unit
+    assert cache.nbytes <= 4 * unit
+    assert TileCache(2 * unit).limit == 2 * unit  # a bound below the start: the bound

@@ -278,6 +278,124 @@ def _jpeg_stream(data: bytes, tables: bytes | None, header: bytes | None) -> byt
     return data
 
 
+#: An APP14 "Adobe" segment with transform 0: tells libjpeg that the three components are
+#: R, G and B, to be decoded with no colour transform (what tifffile asks libjpeg for,
+#: explicitly, on a photometric-RGB page without JFIF markers: Aperio's encoding).
+_ADOBE_RGB = b"\xff\xee\x00\x0eAdobe\x00\x64\x00\x00\x00\x00\x00"
+
+#: JPEG markers that carry no length (SOI, EOI, RSTn, TEM).
+_BARE_MARKERS = frozenset((0x01, 0xD8, 0xD9, *range(0xD0, 0xD8)))
+
+
+def _jpeg_header(data: bytes, start: int, *, stop_at_sos: bool) -> tuple[int, int, int] | None:
+    """Walk a JPEG stream's markers from `start`: the frame's (rows, cols, components).
+
+    Returns None when a marker says how its colours are coded (a JFIF APP0 or an Adobe
+    APP14 segment), when the markers do not parse, or (with `stop_at_sos`) when no start
+    of scan follows a frame header. Without `stop_at_sos` (a table stream) the walk ends
+    at EOI and the frame is (0, 0, 0).
+    """
+    frame = (0, 0, 0)
+    i, n = start, len(data)
+    while i + 2 <= n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _BARE_MARKERS:
+            if marker == 0xD9 and not stop_at_sos:
+                return frame
+            i += 2
+            continue
+        if i + 4 > n:
+            return None
+        length = (data[i + 2] << 8) | data[i + 3]
+        if length < 2 or i + 2 + length > n:
+            return None
+        seg = data[i + 4 : i + 2 + length]
+        if (marker == 0xE0 and seg[:4] == b"JFIF") or (marker == 0xEE and seg[:5] == b"Adobe"):
+            return None
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and len(seg) >= 6:
+            frame = ((seg[1] << 8) | seg[2], (seg[3] << 8) | seg[4], seg[5])
+        elif marker == 0xDA:
+            return frame if stop_at_sos and frame[2] else None
+        i += 2 + length
+    return None
+
+
+def rgb_tables_ok(tables: bytes | None) -> bool:
+    """Return True when a page's JPEGTables leave the colour coding to the tiles.
+
+    That is: no tables, or an SOI .. EOI stream of tables without a JFIF or Adobe
+    marker. Only then can :func:`decode_rgb_jpeg_strict` mark a tile's stream as RGB.
+    """
+    if tables is None:
+        return True
+    if len(tables) < 4 or tables[:2] != b"\xff\xd8" or tables[-2:] != b"\xff\xd9":
+        return False
+    return _jpeg_header(tables, 2, stop_at_sos=False) is not None
+
+
+def decode_rgb_jpeg_strict(
+    data: bytes, tables: bytes | None, *, frame: tuple[int, int] | None
+) -> np.ndarray | None:
+    """Decode an RGB-coded JPEG segment (no colour transform) once, strictly, or return None.
+
+    Aperio writes RGB JPEG tiles (TIFF photometric 2) whose component identifiers (0, 1, 2)
+    and missing JFIF / Adobe markers would make libjpeg infer YCbCr; tifffile therefore
+    tells libjpeg the stream is RGB. Here the stream is spliced with the page's tables and
+    an Adobe APP14 segment with transform 0 (libjpeg's own signal for "RGB, no transform")
+    after its SOI, so that libjpeg-turbo in strict mode (simplejpeg) decodes it in one
+    pass into tifffile's pixels (same library, islow DCT, fancy upsampling), and corrupt
+    entropy data raises instead of decoding into wrong pixels.
+
+    Parameters
+    ----------
+    data : bytes
+        The tile as stored (an abbreviated JPEG stream when the page has tables).
+    tables : bytes, optional
+        The page's JPEGTables, already accepted by :func:`rgb_tables_ok`.
+    frame : (int, int), optional
+        The native tile's (rows, cols): a larger JPEG frame is refused before decoding.
+
+    Returns
+    -------
+    (rows, cols, 3) ndarray of uint8, or None
+        None when the tile's markers do not allow the splice (a JFIF or Adobe marker of
+        its own, not three components, unparsable markers): the caller then decodes it
+        the general way (strict check, then tifffile).
+
+    Raises
+    ------
+    ChunkError
+        The frame is larger than `frame`, or the data is corrupt.
+    """
+    import simplejpeg
+
+    if data[:2] != b"\xff\xd8":
+        return None
+    head = _jpeg_header(data, 2, stop_at_sos=True)
+    if head is None or head[2] != 3:
+        return None
+    rows, cols = head[0], head[1]
+    if frame is not None and (rows > frame[0] or cols > frame[1]):
+        raise ChunkError(
+            f"its JPEG frame is {cols:,} x {rows:,} px, larger than the "
+            f"{frame[1]:,} x {frame[0]:,} px tile it should hold"
+        )
+    if tables is not None and len(tables) > 4:
+        stream = b"".join((tables[:-2], _ADOBE_RGB, data[2:]))
+    else:
+        stream = b"".join((data[:2], _ADOBE_RGB, data[2:]))
+    try:
+        out: np.ndarray = simplejpeg.decode_jpeg(stream, colorspace="RGB", strict=True)
+    except ValueError as exc:
+        raise ChunkError(f"its JPEG data is corrupt ({exc})") from exc
+    return out
+
+
 def _check_frame(simplejpeg: Any, stream: bytes, frame: tuple[int, int] | None) -> None:
     if frame is not None:
         rows, cols = simplejpeg.decode_jpeg_header(stream)[:2]
@@ -302,8 +420,9 @@ def check_jpeg(
     decodes the segment once more with libjpeg-turbo in strict mode (simplejpeg), which
     raises on those warnings, at 1/8 scale (the whole entropy-coded stream is decoded,
     the inverse DCT mostly skipped: about half the time of a full decode). Segments whose
-    colours libjpeg infers right (YCbCr and grey) skip this: :func:`decode_jpeg_strict`
-    decodes them once, strictly.
+    colours libjpeg infers right (YCbCr and grey) or can be told in the stream (RGB-coded
+    tiles without JFIF or Adobe markers, Aperio's encoding) skip this:
+    :func:`decode_jpeg_strict` and :func:`decode_rgb_jpeg_strict` decode them once, strictly.
 
     Parameters
     ----------
@@ -542,6 +661,19 @@ class _PageChunks:
             if self._jpeg and photometric == 1 and nsamples == 1
             else None
         )
+        # an RGB-coded JPEG (photometric 2, no JFIF: Aperio's encoding) is decoded in one
+        # strict pass too, its stream marked RGB (decode_rgb_jpeg_strict); a tile whose
+        # markers do not allow that falls back to the check + tifffile's decode
+        self._rgb_coded = (
+            self._jpeg
+            and photometric == 2
+            and nsamples == 3
+            and int(self._keyframe.planarconfig) == 1
+            and not self._keyframe.extrasamples
+            and not self._keyframe.is_jfif
+            and self._keyframe.jpegheader is None
+            and all(rgb_tables_ok(getattr(p, "jpegtables", None)) for p in pages)
+        )
         kf = self._keyframe
         self._frame = (
             (int(kf.tilelength), int(kf.tilewidth))
@@ -728,6 +860,11 @@ class _PageChunks:
                 colorspace=self._strict_colorspace,
                 frame=self._frame,
             )
+        elif self._rgb_coded and (
+            (rgb := decode_rgb_jpeg_strict(data, kwargs.get("jpegtables"), frame=self._frame))
+            is not None
+        ):
+            tile = rgb
         else:
             if self._jpeg:  # before decoding: a forged frame size must not allocate anything
                 check_jpeg(

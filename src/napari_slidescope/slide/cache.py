@@ -27,6 +27,10 @@ from napari_slidescope.slide.chunking import parse_bytes
 #: (the worst case: a band is decoded whole, 3840 px wide) is about 50 MiB.
 DEFAULT_CACHE_BYTES = 256 * 2**20
 
+#: What the cache may hold before it has seen a chunk it evicted asked for again (it then
+#: grows towards its bound): a 4K screen of 256 x 256 RGB tiles is about 30 MiB.
+GROW_START_BYTES = 32 * 2**20
+
 #: Environment variable that overrides the default bound (bytes, or with a KiB/MiB suffix).
 CACHE_BYTES_ENV = "SLIDESCOPE_CACHE_BYTES"
 
@@ -52,12 +56,24 @@ class TileCache:
     them, where a chunk decoded on another thread cannot reuse them: with several decoding
     threads the process then held freed tiles well beyond the bound.) Resident memory is the
     bound plus what callers still hold, plus the decoding threads' scratch.
+
+    The cache grows towards the bound only as far as it pays: it starts at
+    :data:`GROW_START_BYTES` (its *limit*) and remembers the keys of the chunks it evicts;
+    asking again for a chunk it evicted (a chunk a larger cache would have held: zooming
+    back, panning back) raises the limit by twice that chunk's size, up to the bound. A new
+    slab costs a page fault per 4 KiB page the first time it is written (several times a
+    tile's copy, and on a virtual machine up to half a tile's decode), which a workload that
+    never comes back to a chunk (random viewports over a slide much larger than the cache)
+    would otherwise pay for every chunk until the bound is full, for no hit.
     """
 
     def __init__(self, maxbytes: int) -> None:
         if maxbytes < 0:
             raise ValueError(f"cache size must be >= 0 bytes, got {maxbytes!r}")
         self._maxbytes = int(maxbytes)
+        self._limit = min(self._maxbytes, GROW_START_BYTES)
+        self._ghosts: OrderedDict[Hashable, int] = OrderedDict()
+        self._ghost_nbytes = 0
         self._nbytes = 0
         self._items: OrderedDict[Hashable, np.ndarray] = OrderedDict()
         self._free: dict[int, list[np.ndarray]] = {}
@@ -78,6 +94,11 @@ class TileCache:
         return self._nbytes
 
     @property
+    def limit(self) -> int:
+        """Bytes the cache may hold now: grows from :data:`GROW_START_BYTES` to the bound."""
+        return self._limit
+
+    @property
     def free_nbytes(self) -> int:
         """Bytes of free slabs kept for reuse (``nbytes + free_nbytes <= maxbytes``)."""
         return self._free_nbytes
@@ -91,6 +112,11 @@ class TileCache:
             value = self._items.get(key)
             if value is None:
                 self.misses += 1
+                size = self._ghosts.pop(key, None)
+                if size is not None:  # evicted earlier: a larger cache would have hit
+                    self._ghost_nbytes -= size
+                    self._limit = min(self._maxbytes, self._limit + 2 * size)
+                    self._trim_ghosts()
                 return None
             self._items.move_to_end(key)
             self.hits += 1
@@ -107,13 +133,15 @@ class TileCache:
             if old is not None:
                 self._release(old)
                 del old
+            self._limit = max(self._limit, size)
             slab = self._take(size)
-            while slab is None and self._nbytes + self._free_nbytes + size > self._maxbytes:
+            while slab is None and self._nbytes + self._free_nbytes + size > self._limit:
                 other = next((n for n in self._free if n != size), None)
                 if other is not None:  # free slabs of other sizes make room first
                     self._pop_free(other)  # and are unmapped
                 elif self._items:  # then least recently used chunks
-                    _, evicted = self._items.popitem(last=False)
+                    gone, evicted = self._items.popitem(last=False)
+                    self._remember(gone, int(evicted.nbytes))
                     self._release(evicted)
                     del evicted
                     slab = self._take(size)
@@ -130,6 +158,20 @@ class TileCache:
                 self._nbytes -= size
             else:
                 self._items[key] = stored
+
+    def _remember(self, key: Hashable, size: int) -> None:
+        """Keep the key of an evicted chunk while the cache may still grow (lock held)."""
+        if self._limit < self._maxbytes:
+            self._ghosts[key] = size
+            self._ghost_nbytes += size
+            self._trim_ghosts()
+
+    def _trim_ghosts(self) -> None:
+        """Forget the oldest evicted keys beyond what the cache could still grow by."""
+        room = self._maxbytes - self._limit
+        while self._ghosts and self._ghost_nbytes > room:
+            _, size = self._ghosts.popitem(last=False)
+            self._ghost_nbytes -= size
 
     def _take(self, size: int) -> np.ndarray | None:
         """Pop a free slab of `size` bytes for reuse, or None (lock held)."""
@@ -172,7 +214,9 @@ class TileCache:
             raise ValueError(f"cache size must be >= 0 bytes, got {maxbytes!r}")
         with self._lock:
             self._maxbytes = int(maxbytes)
-            while self._items and self._nbytes > self._maxbytes:
+            self._limit = min(self._maxbytes, max(self._limit, GROW_START_BYTES))
+            self._trim_ghosts()
+            while self._items and self._nbytes > self._limit:
                 _, evicted = self._items.popitem(last=False)
                 self._release(evicted)
                 del evicted
@@ -189,6 +233,8 @@ class TileCache:
                 arr = self._items.pop(key)
                 self._release(arr)
                 del arr
+            for key in [k for k in self._ghosts if isinstance(k, tuple) and k[:1] == (owner,)]:
+                self._ghost_nbytes -= self._ghosts.pop(key)
             if not self._items:
                 self._free.clear()
                 self._free_nbytes = 0
@@ -203,8 +249,8 @@ class TileCache:
             self.hits = self.misses = self.reused = 0
 
     def _trim_free(self) -> None:
-        """Unmap free slabs until chunks and free slabs fit the bound (lock held)."""
-        while self._free and self._nbytes + self._free_nbytes > self._maxbytes:
+        """Unmap free slabs until chunks and free slabs fit the limit (lock held)."""
+        while self._free and self._nbytes + self._free_nbytes > self._limit:
             self._pop_free(next(iter(self._free)))
 
     def __repr__(self) -> str:
@@ -220,11 +266,24 @@ class TileCache:
 SLAB_MIN_BYTES = 64 * 2**10
 
 
+#: Flags of a slab's memory map: private, anonymous, and (Linux) populated at once, so that
+#: the kernel maps all its pages in one call instead of one page fault per 4 KiB page when
+#: the chunk is copied in (about 40 % less time per new 192 KiB slab while the cache grows,
+#: on the 2-core VM of ``benchmarks/RESULTS.md``).
+_SLAB_FLAGS: int | None = (
+    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    if hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS")
+    else None  # Windows: the default anonymous map
+)
+
+
 def _new_slab(size: int) -> np.ndarray:
     """Return `size` bytes of fresh uint8 memory the cache can hand back to the system."""
     if size < SLAB_MIN_BYTES:
         return np.empty(size, np.uint8)
-    return np.frombuffer(mmap.mmap(-1, size), np.uint8)
+    if _SLAB_FLAGS is None:
+        return np.frombuffer(mmap.mmap(-1, size), np.uint8)
+    return np.frombuffer(mmap.mmap(-1, size, flags=_SLAB_FLAGS), np.uint8)
 
 
 _cache: TileCache | None = None

@@ -725,7 +725,8 @@ def open_slide(
     decoding its native tiles on every core, whatever the number of dask chunks in the level.
     Decoded tiles are kept in one cache shared by all open slides, bounded in bytes (256 MiB
     by default; ``$SLIDESCOPE_CACHE_BYTES`` or
-    :func:`napari_slidescope.slide.cache.set_cache_bytes` changes it).
+    :func:`napari_slidescope.slide.cache.set_cache_bytes` changes it); it grows towards
+    that bound as tiles it evicted are read again.
 
     Raises
     ------

@@ -11,7 +11,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import numpy as np
 
@@ -24,6 +24,12 @@ __all__ = [
     "write_features",
     "write_geojson",
 ]
+
+class _BinaryOut(Protocol):
+    """A binary file open for writing (a file, a ``gzip.GzipFile``, ``io.BytesIO``)."""
+
+    def write(self, data: bytes, /) -> int: ...  # noqa: D102
+
 
 #: QuPath's default colour of the "Tissue" class is not fixed; this is a readable green.
 TISSUE_COLOR = (0, 200, 0)
@@ -226,3 +232,303 @@ def read_geojson(path: str | os.PathLike[str]) -> list[np.ndarray]:
         Level-0 ``(row, col)`` open rings.
     """
     return read_geojson_rings(path)[0]
+
+
+# -- many features at once ---------------------------------------------------------------------
+#
+# ``json.dumps`` of one dict per feature costs ~100 µs a nucleus (102 s per million). The
+# functions below write the same text (``json.dumps`` of :func:`polygon_feature`'s dict,
+# through :func:`write_features`) from arrays: outlines become text in bulk with numpy,
+# measurements are formatted one column at a time, and a feature is a join of ready pieces.
+
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+_DIGITS = np.frombuffer(b"0123456789", np.uint8)
+
+
+def _ring_order(lens: np.ndarray, reverse: np.ndarray, *, close: np.ndarray | None = None) -> Any:
+    """Indices into the concatenated rings that give each ring (reversed where asked), closed.
+
+    A ring is closed by repeating its (new) first point; `close` (per ring, default all)
+    says which rings get the repeat. Returns ``(index, out_lens)``.
+    """
+    starts = np.cumsum(lens) - lens
+    extra = np.ones(len(lens), np.int64) if close is None else close.astype(np.int64)
+    out_lens = lens + extra
+    total = int(out_lens.sum())
+    out_starts = np.cumsum(out_lens) - out_lens
+    ring = np.repeat(np.arange(len(lens)), out_lens)
+    j = np.arange(total, dtype=np.int64) - out_starts[ring]
+    n = lens[ring]
+    j = np.where(j >= n, 0, j)  # the closing point: the first one
+    src = starts[ring] + np.where(reverse[ring], n - 1 - j, j)
+    return src, out_lens
+
+
+def _signed_areas(xy: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Shoelace sum of each ring of the concatenated ``(x, y)`` points (open rings)."""
+    starts = np.cumsum(lens) - lens
+    nxt = np.arange(1, len(xy) + 1)
+    ends = starts + lens - 1
+    nxt[ends[lens > 0]] = starts[lens > 0]
+    nxt = nxt[: len(xy)] if len(xy) else nxt[:0]
+    terms = xy[:, 0] * xy[nxt, 1] - xy[:, 1] * xy[nxt, 0]
+    out = np.zeros(len(lens))
+    nonempty = lens > 0
+    if nonempty.any():
+        out[nonempty] = np.add.reduceat(terms, starts[nonempty])
+    return out
+
+
+def _thousandths(values: np.ndarray) -> np.ndarray:
+    """``round(v, 3) * 1000`` as int64 for every value, exactly as Python's ``round``.
+
+    numpy rounds ``v * 1000``, whose product may itself be rounded across a half; those
+    few values are redone with Python's correctly rounded ``round``.
+    """
+    scaled = np.abs(values) * 1000.0
+    k = np.rint(scaled)
+    near = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5) < 1e-6
+    out: np.ndarray = k.astype(np.int64)
+    for i in np.flatnonzero(near):
+        out[i] = int(round(abs(round(float(values[i]), 3)) * 1000))
+    return out
+
+
+def _number_chars(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value as ``repr(round(v, 3))`` text, in fixed-width ASCII fields and a mask.
+
+    Returns ``(chars, keep)`` of shape ``(len(values), width)``: ``chars[keep]`` row by
+    row is the text of each value (``-12.5``, ``3.0``, ``0.125``).
+    """
+    k = _thousandths(values)
+    neg = np.signbit(values)
+    ip, frac = k // 1000, k % 1000
+    top = int(ip.max()) if len(ip) else 0
+    digits = max(1, len(str(top)))
+    width = 1 + digits + 1 + 3
+    chars = np.empty((len(values), width), np.uint8)
+    keep = np.ones((len(values), width), bool)
+    chars[:, 0] = ord("-")
+    keep[:, 0] = neg
+    rest = ip.copy()
+    for d in range(digits):  # integer digits, right to left
+        col = digits - d
+        chars[:, col] = _DIGITS[rest % 10]
+        rest //= 10
+    # leading zeros go, the units digit stays
+    if digits > 1:
+        place = 10 ** np.arange(digits - 1, 0, -1)  # 10^(digits-1) .. 10
+        keep[:, 1:digits] = ip[:, None] >= place[None, :]
+    chars[:, digits + 1] = ord(".")
+    f2, f1, f0 = frac // 100, (frac // 10) % 10, frac % 10
+    chars[:, digits + 2] = _DIGITS[f2]
+    chars[:, digits + 3] = _DIGITS[f1]
+    chars[:, digits + 4] = _DIGITS[f0]
+    # trailing zeros go, the first decimal stays: 3.0, 3.5, 3.25, 3.125
+    keep[:, digits + 3] = (f1 != 0) | (f0 != 0)
+    keep[:, digits + 4] = f0 != 0
+    return chars, keep
+
+
+def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[bytes]:
+    """The GeoJSON ``coordinates`` of a one-ring Polygon for each ring, as text.
+
+    Equals ``json.dumps([ring_xy])`` for the closed, RFC 7946-wound, 3-decimal ring
+    :func:`polygon_feature` writes for an exterior, for many rings at once (numpy, no
+    per-vertex Python).
+
+    Parameters
+    ----------
+    rings : sequence of (N, 2) ndarray
+        Level-0 ``(row, col)`` open rings, N >= 1.
+
+    Returns
+    -------
+    list of bytes
+        ``b"[[[x, y], [x, y], ...]]"`` per ring (ASCII).
+    """
+    if not len(rings):
+        return []
+    lens = np.fromiter((len(r) for r in rings), np.int64, len(rings))
+    xy = np.concatenate([np.asarray(r, float).reshape(-1, 2) for r in rings])[:, ::-1]
+    reverse = _signed_areas(xy, lens) < 0  # exteriors counter-clockwise
+    src, out_lens = _ring_order(lens, reverse)
+    pts = xy[src]
+    q = len(pts)
+    xc, xk = _number_chars(pts[:, 0])
+    yc, yk = _number_chars(pts[:, 1])
+    wx, wy = xc.shape[1], yc.shape[1]
+    # one row per point: "[[[" (ring start) "[" x ", " y "]" ", " (not last) "]]]" (last)
+    width = 3 + 1 + wx + 2 + wy + 1 + 2 + 3
+    chars = np.empty((q, width), np.uint8)
+    keep = np.ones((q, width), bool)
+    out_starts = np.cumsum(out_lens) - out_lens
+    first = np.zeros(q, bool)
+    first[out_starts] = True
+    last = np.zeros(q, bool)
+    last[out_starts + out_lens - 1] = True
+    c = 0
+    chars[:, c : c + 3] = np.frombuffer(b"[[[", np.uint8)
+    keep[:, c : c + 3] = np.stack([first, first, np.zeros(q, bool)], axis=1)
+    c += 3
+    chars[:, c] = ord("[")
+    c += 1
+    chars[:, c : c + wx], keep[:, c : c + wx] = xc, xk
+    c += wx
+    chars[:, c : c + 2] = np.frombuffer(b", ", np.uint8)
+    c += 2
+    chars[:, c : c + wy], keep[:, c : c + wy] = yc, yk
+    c += wy
+    chars[:, c] = ord("]")
+    c += 1
+    chars[:, c : c + 2] = np.frombuffer(b", ", np.uint8)
+    keep[:, c : c + 2] = ~last[:, None]
+    c += 2
+    chars[:, c : c + 3] = np.frombuffer(b"]]]", np.uint8)
+    keep[:, c : c + 3] = np.stack([np.zeros(q, bool), last, last], axis=1)
+    blob = chars[keep].tobytes()
+    ends = np.cumsum(keep.sum(axis=1))[out_starts + out_lens - 1]
+    begins = np.r_[0, ends[:-1]]
+    return [blob[a:b] for a, b in zip(begins.tolist(), ends.tolist(), strict=True)]
+
+
+def random_uuids(n: int) -> list[bytes]:
+    """`n` random (version 4) UUIDs as text, as ``str(uuid.uuid4())`` gives them."""
+    raw = np.frombuffer(os.urandom(16 * n), np.uint8).reshape(n, 16).copy()
+    raw[:, 6] = (raw[:, 6] & 0x0F) | 0x40
+    raw[:, 8] = (raw[:, 8] & 0x3F) | 0x80
+    hexed = np.empty((n, 32), np.uint8)
+    hexed[:, 0::2], hexed[:, 1::2] = _HEX[raw >> 4], _HEX[raw & 15]
+    out = np.full((n, 36), ord("-"), np.uint8)
+    for a, b, o in ((0, 8, 0), (8, 12, 9), (12, 16, 14), (16, 20, 19), (20, 32, 24)):
+        out[:, o : o + b - a] = hexed[:, a:b]
+    blob = out.tobytes()
+    return [blob[36 * i : 36 * i + 36] for i in range(n)]
+
+
+def measurements_text(columns: dict[str, np.ndarray]) -> list[bytes]:
+    """Each row's ``measurements`` object as JSON text, the finite numbers only.
+
+    Equals ``json.dumps({name: float(v) for finite v})`` row by row (ASCII), one column
+    formatted at a time.
+
+    Parameters
+    ----------
+    columns : dict of str to (K,) ndarray
+        Numeric columns (booleans and integers are written as floats).
+
+    Returns
+    -------
+    list of bytes
+        ``b'{"name": 1.5, ...}'`` per row.
+    """
+    n = len(next(iter(columns.values()))) if columns else 0
+    parts: list[list[str]] = []
+    for name, col in columns.items():
+        values = np.asarray(col, dtype=float)
+        key = json.dumps(name) + ": "
+        text = [key + s for s in map(float.__repr__, values.tolist())]
+        bad = np.flatnonzero(~np.isfinite(values))
+        for i in bad.tolist():
+            text[i] = ""
+        parts.append(text)
+    if not parts:
+        return [b"{}"] * n
+    if any("" in p for p in parts):
+        rows = (", ".join(filter(None, r)) for r in zip(*parts, strict=True))
+    else:
+        rows = (", ".join(r) for r in zip(*parts, strict=True))
+    return [("{" + r + "}").encode("ascii") for r in rows]
+
+
+def write_polygon_features(
+    fh: _BinaryOut,
+    rings: Sequence[np.ndarray],
+    *,
+    names: Sequence[str],
+    colors: dict[str, Sequence[int]],
+    object_type: str = "detection",
+    measurements: dict[str, np.ndarray] | None = None,
+    nuclei: Sequence[np.ndarray | None] | None = None,
+    chunk: int = 20000,
+    progress: Any = None,
+) -> int:
+    """Write many polygons as one QuPath GeoJSON FeatureCollection, in bulk.
+
+    The text is what :func:`write_features` writes for the features
+    :func:`polygon_feature` makes of the same arguments (random ids), at a small fraction
+    of the time: a million nuclei in seconds.
+
+    Parameters
+    ----------
+    fh : binary file
+        Open for writing (a gzip file object gives ``.geojson.gz``).
+    rings : sequence of (N, 2) ndarray
+        Level-0 ``(row, col)`` open exteriors, one feature each.
+    names : sequence of str
+        Each feature's classification name.
+    colors : dict of str to (int, int, int)
+        Colour of each name.
+    object_type : str
+        QuPath object type of every feature.
+    measurements : dict of str to (len(rings),) ndarray, optional
+        Numeric columns, one row per feature (non-finite values left out).
+    nuclei : sequence of (K, 2) ndarray or None, optional
+        A cell's nucleus per feature (``nucleusGeometry``; None or fewer than 3 points:
+        none).
+    chunk : int
+        Features formatted at once (memory grows with it).
+    progress : callable, optional
+        Called with ``(done, total)`` features after each chunk.
+
+    Returns
+    -------
+    int
+        Number of features written.
+    """
+    total = len(rings)
+    if len(names) != total or (nuclei is not None and len(nuclei) != total):
+        raise ValueError("write_polygon_features: expected one name (and nucleus) per ring")
+    classification = {
+        name: json.dumps({"name": name, "color": [int(v) for v in colors[name]]}).encode()
+        for name in set(names)
+    }
+    head = b'{"type": "Feature", "id": "'
+    geom = b'", "geometry": {"type": "Polygon", "coordinates": '
+    nuc = b'}, "nucleusGeometry": {"type": "Polygon", "coordinates": '
+    props = b'}, "properties": {"objectType": ' + json.dumps(object_type).encode()
+    props += b', "classification": '
+    locked = b', "isLocked": false'
+    meas_key = b', "measurements": '
+    fh.write(b'{"type": "FeatureCollection", "features": [')
+    for start in range(0, total, chunk):
+        stop = min(total, start + chunk)
+        coords = polygon_coordinates_text(rings[start:stop])
+        ids = random_uuids(stop - start)
+        meas = None
+        if measurements is not None:
+            meas = measurements_text(
+                {k: np.asarray(v)[start:stop] for k, v in measurements.items()}
+            )
+        nuc_text: list[bytes | None] = [None] * (stop - start)
+        if nuclei is not None:
+            have = [
+                (j, r) for j, r in enumerate(nuclei[start:stop]) if r is not None and len(r) >= 3
+            ]
+            texts = polygon_coordinates_text([r for _, r in have])
+            for (j, _), t in zip(have, texts, strict=True):
+                nuc_text[j] = t
+        pieces: list[bytes] = []
+        for j in range(stop - start):
+            pieces += (b",\n" if start + j else b"\n", head, ids[j], geom, coords[j])
+            if nuc_text[j] is not None:
+                pieces += (nuc, nuc_text[j])  # type: ignore[arg-type]
+            pieces += (props, classification[names[start + j]], locked)
+            if meas is not None:
+                pieces += (meas_key, meas[j])
+            pieces.append(b"}}")
+        fh.write(b"".join(pieces))
+        if progress is not None:
+            progress(stop, total)
+    fh.write(b"\n]}\n")
+    return total

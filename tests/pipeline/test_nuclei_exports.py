@@ -49,7 +49,7 @@ def _rings(n: int, seed: int = 0) -> list[np.ndarray]:
 
 def test_coordinates_text_is_json_of_the_features_rings():
     rings = _rings(400)
-    expected = [json.dumps(polygon_feature(r)["geometry"]["coordinates"]).encode() for r in rings]
+    expected = [json.dumps(polygon_feature(r)["geometry"]["coordinates"]) for r in rings]
     assert polygon_coordinates_text(rings) == expected
 
 

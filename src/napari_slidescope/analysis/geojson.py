@@ -8,6 +8,7 @@ Polygons are ``(N, 2)`` level-0 ``(row, col)`` arrays (see
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
 from collections.abc import Iterable, Sequence
@@ -330,7 +331,7 @@ def _number_chars(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return chars, keep
 
 
-def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[bytes]:
+def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[str]:
     """The GeoJSON ``coordinates`` of a one-ring Polygon for each ring, as text.
 
     Equals ``json.dumps([ring_xy])`` for the closed, RFC 7946-wound, 3-decimal ring
@@ -344,8 +345,8 @@ def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[bytes]:
 
     Returns
     -------
-    list of bytes
-        ``b"[[[x, y], [x, y], ...]]"`` per ring (ASCII).
+    list of str
+        ``"[[[x, y], [x, y], ...]]"`` per ring.
     """
     if not len(rings):
         return []
@@ -386,13 +387,13 @@ def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[bytes]:
     c += 2
     chars[:, c : c + 3] = np.frombuffer(b"]]]", np.uint8)
     keep[:, c : c + 3] = np.stack([np.zeros(q, bool), last, last], axis=1)
-    blob = chars[keep].tobytes()
+    blob = chars[keep].tobytes().decode("ascii")
     ends = np.cumsum(keep.sum(axis=1))[out_starts + out_lens - 1]
     begins = np.r_[0, ends[:-1]]
     return [blob[a:b] for a, b in zip(begins.tolist(), ends.tolist(), strict=True)]
 
 
-def random_uuids(n: int) -> list[bytes]:
+def random_uuids(n: int) -> list[str]:
     """`n` random (version 4) UUIDs as text, as ``str(uuid.uuid4())`` gives them."""
     raw = np.frombuffer(os.urandom(16 * n), np.uint8).reshape(n, 16).copy()
     raw[:, 6] = (raw[:, 6] & 0x0F) | 0x40
@@ -402,15 +403,16 @@ def random_uuids(n: int) -> list[bytes]:
     out = np.full((n, 36), ord("-"), np.uint8)
     for a, b, o in ((0, 8, 0), (8, 12, 9), (12, 16, 14), (16, 20, 19), (20, 32, 24)):
         out[:, o : o + b - a] = hexed[:, a:b]
-    blob = out.tobytes()
+    blob = out.tobytes().decode("ascii")
     return [blob[36 * i : 36 * i + 36] for i in range(n)]
 
 
-def measurements_text(columns: dict[str, np.ndarray]) -> list[bytes]:
+def measurements_text(columns: dict[str, np.ndarray]) -> list[str]:
     """Each row's ``measurements`` object as JSON text, the finite numbers only.
 
-    Equals ``json.dumps({name: float(v) for finite v})`` row by row (ASCII), one column
-    formatted at a time.
+    Equals ``json.dumps({name: float(v) for finite v})`` row by row: a row of finite
+    numbers is one ``%``-format of a template (``repr`` of each float, as ``json``
+    writes them), a row with gaps is joined from its finite fields.
 
     Parameters
     ----------
@@ -419,26 +421,31 @@ def measurements_text(columns: dict[str, np.ndarray]) -> list[bytes]:
 
     Returns
     -------
-    list of bytes
-        ``b'{"name": 1.5, ...}'`` per row.
+    list of str
+        ``'{"name": 1.5, ...}'`` per row.
     """
-    n = len(next(iter(columns.values()))) if columns else 0
-    parts: list[list[str]] = []
-    for name, col in columns.items():
-        values = np.asarray(col, dtype=float)
-        key = json.dumps(name) + ": "
-        text = [key + s for s in map(float.__repr__, values.tolist())]
-        bad = np.flatnonzero(~np.isfinite(values))
-        for i in bad.tolist():
-            text[i] = ""
-        parts.append(text)
-    if not parts:
-        return [b"{}"] * n
-    if any("" in p for p in parts):
-        rows = (", ".join(filter(None, r)) for r in zip(*parts, strict=True))
-    else:
-        rows = (", ".join(r) for r in zip(*parts, strict=True))
-    return [("{" + r + "}").encode("ascii") for r in rows]
+    if not columns:
+        return []
+    values = [np.asarray(col, dtype=float) for col in columns.values()]
+    keys = [json.dumps(name) + ": " for name in columns]
+    n = len(values[0])
+    template = "{" + ", ".join(k.replace("%", "%%") + "%r" for k in keys) + "}"
+    lists = [v.tolist() for v in values]
+    finite = np.ones(n, bool)
+    for v in values:
+        finite &= np.isfinite(v)
+    if finite.all():
+        return [template % row for row in zip(*lists, strict=True)]
+    out = [""] * n
+    good = np.flatnonzero(finite).tolist()
+    for i in good:
+        out[i] = template % tuple(col[i] for col in lists)
+    for i in np.flatnonzero(~finite).tolist():
+        fields = (
+            k + repr(col[i]) for k, col in zip(keys, lists, strict=True) if math.isfinite(col[i])
+        )
+        out[i] = "{" + ", ".join(fields) + "}"
+    return out
 
 
 def write_polygon_features(
@@ -490,16 +497,16 @@ def write_polygon_features(
     if len(names) != total or (nuclei is not None and len(nuclei) != total):
         raise ValueError("write_polygon_features: expected one name (and nucleus) per ring")
     classification = {
-        name: json.dumps({"name": name, "color": [int(v) for v in colors[name]]}).encode()
+        name: json.dumps({"name": name, "color": [int(v) for v in colors[name]]})
         for name in set(names)
     }
-    head = b'{"type": "Feature", "id": "'
-    geom = b'", "geometry": {"type": "Polygon", "coordinates": '
-    nuc = b'}, "nucleusGeometry": {"type": "Polygon", "coordinates": '
-    props = b'}, "properties": {"objectType": ' + json.dumps(object_type).encode()
-    props += b', "classification": '
-    locked = b', "isLocked": false'
-    meas_key = b', "measurements": '
+    head = '{"type": "Feature", "id": "'
+    geom = '", "geometry": {"type": "Polygon", "coordinates": '
+    nuc = '}, "nucleusGeometry": {"type": "Polygon", "coordinates": '
+    props = '}, "properties": {"objectType": ' + json.dumps(object_type)
+    props += ', "classification": '
+    locked = ', "isLocked": false'
+    meas_key = ', "measurements": '
     fh.write(b'{"type": "FeatureCollection", "features": [')
     for start in range(0, total, chunk):
         stop = min(total, start + chunk)
@@ -510,7 +517,7 @@ def write_polygon_features(
             meas = measurements_text(
                 {k: np.asarray(v)[start:stop] for k, v in measurements.items()}
             )
-        nuc_text: list[bytes | None] = [None] * (stop - start)
+        nuc_text: list[str | None] = [None] * (stop - start)
         if nuclei is not None:
             have = [
                 (j, r) for j, r in enumerate(nuclei[start:stop]) if r is not None and len(r) >= 3
@@ -518,16 +525,17 @@ def write_polygon_features(
             texts = polygon_coordinates_text([r for _, r in have])
             for (j, _), t in zip(have, texts, strict=True):
                 nuc_text[j] = t
-        pieces: list[bytes] = []
+        pieces: list[str] = []
         for j in range(stop - start):
-            pieces += (b",\n" if start + j else b"\n", head, ids[j], geom, coords[j])
+            pieces += (",\n" if start + j else "\n", head, ids[j], geom, coords[j])
             if nuc_text[j] is not None:
                 pieces += (nuc, nuc_text[j])  # type: ignore[arg-type]
             pieces += (props, classification[names[start + j]], locked)
             if meas is not None:
                 pieces += (meas_key, meas[j])
-            pieces.append(b"}}")
-        fh.write(b"".join(pieces))
+            pieces.append("}}")
+        # json.dumps escapes every non-ASCII character: the text is ASCII
+        fh.write("".join(pieces).encode("ascii"))
         if progress is not None:
             progress(stop, total)
     fh.write(b"\n]}\n")

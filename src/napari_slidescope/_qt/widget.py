@@ -251,15 +251,12 @@ class SlideAnalysisWidget(Container):
                 self.export_dir,
                 self.export_note,
                 Container(
-                    widgets=[self.export_tissue, self.export_nuclei],
+                    widgets=[self.export_tissue, self.export_nuclei, self.export_csv],
                     layout="horizontal",
                     labels=False,
                 ),
-                Container(
-                    widgets=[self.export_csv, self.export_parquet],
-                    layout="horizontal",
-                    labels=False,
-                ),
+                # its own row: the dock keeps its width (the canvas its visible region)
+                Container(widgets=[self.export_parquet], layout="horizontal", labels=False),
                 self.export_progress,
                 self.export_status,
                 Container(

@@ -107,9 +107,7 @@ def test_a_canvas_without_kept_outlines_is_traced_again(
     assert len(feats) == canvas.to_result().count > 0
 
 
-def test_erased_nuclei_leave_the_kept_result(
-    dock_slide, small_slide, qtbot, threshold_segmenter
-):
+def test_erased_nuclei_leave_the_kept_result(dock_slide, small_slide, qtbot, threshold_segmenter):
     viewer, [image], widget = dock_slide(small_slide)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     _run(widget, image, qtbot, seg, region=(0, 0, 512, 768))

@@ -157,7 +157,7 @@ class _Canvas:
         return np.ones(np.shape(ids), bool)
 
     def _kept(self, region: Box, origin: tuple[int, int]) -> Any:
-        """The ``NucleiResult`` of the kept outlines and table (None when not traced)."""
+        """Return the ``NucleiResult`` of the kept outlines and table (None when not traced)."""
         if not self.traced:
             return None
         table = self.table()
@@ -264,7 +264,7 @@ class ResultCanvas(_Canvas):
         return present[np.clip(ids, 0, len(present) - 1)] & (ids >= 0)
 
     def kept_result(self) -> Any:
-        """The nuclei as the runs found them: their own outlines and table, no tracing.
+        """Return the nuclei as the runs found them: their own outlines and table, untraced.
 
         A ``NucleiResult`` with ``labels=None`` and the outlines the worker traced from
         each tile at the working resolution (what ``segment_nuclei(labels=False)``
@@ -348,7 +348,7 @@ class PyramidCanvas(_Canvas):
         return self
 
     def kept_result(self) -> Any:
-        """The nuclei as the runs found them: their own outlines and table, no tracing.
+        """Return the nuclei as the runs found them: their own outlines and table, untraced.
 
         See :meth:`ResultCanvas.kept_result` (a multiscale layer cannot be painted, so
         every nucleus of the table is kept). None when some nuclei came without outlines.

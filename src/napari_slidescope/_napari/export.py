@@ -54,7 +54,7 @@ def default_export_path(image: Any, kind: ExportKind, folder: str | os.PathLike[
 
 
 def export_source(viewer: Any, image: Any, kind: ExportKind) -> Any:
-    """What an export of `kind` of `image` writes (main thread), or None when there is none.
+    """Return what an export of `kind` of `image` writes (main thread), or None.
 
     Tissue: the ``"<slide> tissue"`` layer's shapes (or result). Nuclei: the kept result
     of the ``"<slide> nuclei"`` layer's runs (a ``NucleiResult``), else its canvas (whose

@@ -26,6 +26,7 @@ __all__ = [
     "write_geojson",
 ]
 
+
 class _BinaryOut(Protocol):
     """A binary file open for writing (a file, a ``gzip.GzipFile``, ``io.BytesIO``)."""
 
@@ -247,7 +248,7 @@ _DIGITS = np.frombuffer(b"0123456789", np.uint8)
 
 
 def _ring_order(lens: np.ndarray, reverse: np.ndarray, *, close: np.ndarray | None = None) -> Any:
-    """Indices into the concatenated rings that give each ring (reversed where asked), closed.
+    """Index the concatenated rings to give each ring (reversed where asked), closed.
 
     A ring is closed by repeating its (new) first point; `close` (per ring, default all)
     says which rings get the repeat. Returns ``(index, out_lens)``.
@@ -268,10 +269,9 @@ def _ring_order(lens: np.ndarray, reverse: np.ndarray, *, close: np.ndarray | No
 def _signed_areas(xy: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Shoelace sum of each ring of the concatenated ``(x, y)`` points (open rings)."""
     starts = np.cumsum(lens) - lens
-    nxt = np.arange(1, len(xy) + 1)
+    nxt = np.arange(1, len(xy) + 1)  # each point's successor in its ring
     ends = starts + lens - 1
     nxt[ends[lens > 0]] = starts[lens > 0]
-    nxt = nxt[: len(xy)] if len(xy) else nxt[:0]
     terms = xy[:, 0] * xy[nxt, 1] - xy[:, 1] * xy[nxt, 0]
     out = np.zeros(len(lens))
     nonempty = lens > 0
@@ -332,7 +332,7 @@ def _number_chars(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[str]:
-    """The GeoJSON ``coordinates`` of a one-ring Polygon for each ring, as text.
+    """Return the GeoJSON ``coordinates`` of a one-ring Polygon for each ring, as text.
 
     Equals ``json.dumps([ring_xy])`` for the closed, RFC 7946-wound, 3-decimal ring
     :func:`polygon_feature` writes for an exterior, for many rings at once (numpy, no

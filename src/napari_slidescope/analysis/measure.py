@@ -306,7 +306,7 @@ def write_csv(
 ) -> Path:
     """Write a table of 1-D columns as CSV with a header row.
 
-    The text is :func:`csv.writer`'s (``excel`` dialect: ``\\r\\n`` line ends, fields
+    The text is :func:`csv.writer`'s (``excel`` dialect: CR LF line ends, fields
     quoted only when they need it), written a column at a time in chunks of rows: a
     million rows in seconds.
 
@@ -351,7 +351,7 @@ def write_csv(
 
 
 def _csv_text(value: str) -> str:
-    """A text field as :func:`csv.writer` writes it (``QUOTE_MINIMAL``, excel dialect)."""
+    """Quote a text field as :func:`csv.writer` does (``QUOTE_MINIMAL``, excel dialect)."""
     if any(ch in value for ch in ',"\r\n'):
         return '"' + value.replace('"', '""') + '"'
     return value

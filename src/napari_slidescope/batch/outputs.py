@@ -54,7 +54,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True)
 class SummaryRow:
     """One slide's row of ``summary.csv`` (and of what ``analyze_slides`` returns).

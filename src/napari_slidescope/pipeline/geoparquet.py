@@ -58,14 +58,12 @@ def require_pyarrow(what: str) -> Any:
         import pyarrow
         import pyarrow.parquet  # noqa: F401
     except ImportError as e:
-        raise ImportError(
-            f'{what} needs pyarrow: pip install "napari-slidescope[batch]"'
-        ) from e
+        raise ImportError(f'{what} needs pyarrow: pip install "napari-slidescope[batch]"') from e
     return pyarrow
 
 
 def file_metadata(slidescope: dict[str, Any], *, cells: bool) -> dict[str, str]:
-    """The Parquet file metadata: ``geo`` (GeoParquet) and ``slidescope`` (provenance JSON).
+    """Return the Parquet file metadata: ``geo`` (GeoParquet), ``slidescope`` (provenance).
 
     With `cells`, ``cell_geometry`` is a second WKB geometry column.
     """

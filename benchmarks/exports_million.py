@@ -10,7 +10,7 @@ whole-slide run gives). Each write runs in its own subprocess (the code under te
 and the baseline (``--baseline``, e.g. ``/work/main/src``) at ``--baseline-nuclei``
 (today's GeoJSON writer takes ~100 s per million) and ours at that size too, for a
 same-size ratio. Prints per code, format and size the median seconds of ``--runs`` runs,
-seconds per million nuclei, the median peak RSS growth during the write (sampled every
+seconds per million nuclei (wall and CPU: the machine is shared), the median peak RSS growth during the write (sampled every
 10 ms) and the file size; the ratios baseline / ours; and the load average.
 
 Usage::
@@ -123,13 +123,13 @@ def child(seed: Path, n: int, fmt: str, out: Path) -> None:
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     getattr(res, FORMATS[fmt])(out)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     done.set()
     t.join()
     peak[0] = max(peak[0], _rss())
-    print(json.dumps({"s": seconds, "peak_mib": (peak[0] - start) / 2**20,
+    print(json.dumps({"s": seconds, "cpu": cpu, "peak_mib": (peak[0] - start) / 2**20,
                       "mib": out.stat().st_size / 2**20}))  # fmt: skip
     out.unlink()
 
@@ -175,21 +175,25 @@ def main() -> None:
                   flush=True)  # fmt: skip
     print(f"\nload average (1, 5, 15 min): {os.getloadavg()}")
     print(f"{'code':8s} {'format':10s} {'nuclei':>9s} {'median s':>9s} {'s/million':>9s} "
-          f"{'peak MiB':>9s} {'file MiB':>9s}")  # fmt: skip
-    per_million = {}
+          f"{'CPU s/M':>9s} {'peak MiB':>9s} {'file MiB':>9s}")  # fmt: skip
+    per_million, cpu_million = {}, {}
     for (name, n, fmt), runs in results.items():
         s = statistics.median(x["s"] for x in runs)
+        cpu = statistics.median(x["cpu"] for x in runs)
         mem = statistics.median(x["peak_mib"] for x in runs)
         per_million[(name, n, fmt)] = s / n * 1e6
-        print(f"{name:8s} {fmt:10s} {n:>9,} {s:9.2f} {s / n * 1e6:9.2f} {mem:9.0f} "
-              f"{runs[0]['mib']:9.0f}")  # fmt: skip
+        cpu_million[(name, n, fmt)] = cpu / n * 1e6
+        print(f"{name:8s} {fmt:10s} {n:>9,} {s:9.2f} {s / n * 1e6:9.2f} {cpu / n * 1e6:9.2f} "
+              f"{mem:9.0f} {runs[0]['mib']:9.0f}")  # fmt: skip
     for fmt in formats:
         base = per_million.get(("baseline", a.baseline_nuclei, fmt))
+        base_cpu = cpu_million.get(("baseline", a.baseline_nuclei, fmt))
         for n in sorted({a.nuclei, a.baseline_nuclei}):
             mine = per_million.get(("ours", n, fmt))
-            if base and mine:
-                print(f"{fmt}: baseline at {a.baseline_nuclei:,} / ours at {n:,} "
-                      f"(s per million): {base / mine:.1f}x")  # fmt: skip
+            if base and base_cpu and mine:
+                mine_cpu = cpu_million[("ours", n, fmt)]
+                print(f"{fmt}: baseline at {a.baseline_nuclei:,} / ours at {n:,} per million: "
+                      f"{base / mine:.1f}x wall, {base_cpu / mine_cpu:.1f}x CPU")  # fmt: skip
 
 
 if __name__ == "__main__":

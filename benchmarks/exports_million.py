@@ -10,8 +10,9 @@ whole-slide run gives). Each write runs in its own subprocess (the code under te
 and the baseline (``--baseline``, e.g. ``/work/main/src``) at ``--baseline-nuclei``
 (today's GeoJSON writer takes ~100 s per million) and ours at that size too, for a
 same-size ratio. Prints per code, format and size the median seconds of ``--runs`` runs,
-seconds per million nuclei (wall and CPU: the machine is shared), the median peak RSS growth during the write (sampled every
-10 ms) and the file size; the ratios baseline / ours; and the load average.
+seconds per million nuclei (wall and CPU: the machine is shared), the median peak RSS
+growth during the write (sampled every 10 ms) and the file size; the ratios baseline /
+ours; and the load average.
 
 Usage::
 

@@ -99,7 +99,10 @@ def test_a_canvas_without_kept_outlines_is_traced_again(
     canvas = canvas_of(viewer.layers[f"{image.name} nuclei"])
     canvas.traced = False  # as for nuclei that came without outlines
     assert canvas.kept_result() is None
-    assert export_mod.export_source(viewer, image, "nuclei") is canvas
+    snapshot = export_mod.export_source(viewer, image, "nuclei")
+    assert snapshot.data is canvas.data
+    assert all(a is b for a, b in zip(snapshot.tables, canvas.tables, strict=True))
+    assert snapshot.tables is not canvas.tables  # a run going on adds nothing to it
     widget.export_dir.value = tmp_path
     widget.export("nuclei")
     qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)

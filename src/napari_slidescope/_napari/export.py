@@ -12,12 +12,14 @@ never writes into it (opening a slide writes nothing next to it).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from napari_slidescope._napari.canvases import PyramidCanvas, ResultCanvas
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.shapes import tissue_export
 
@@ -56,9 +58,10 @@ def default_export_path(image: Any, kind: ExportKind, folder: str | os.PathLike[
 def export_source(viewer: Any, image: Any, kind: ExportKind) -> Any:
     """Return what an export of `kind` of `image` writes (main thread), or None.
 
-    Tissue: the ``"<slide> tissue"`` layer's shapes (or result). Nuclei: the kept result
-    of the ``"<slide> nuclei"`` layer's runs (a ``NucleiResult``), else its canvas (whose
-    ``to_result()`` :func:`write_export` calls), else None.
+    Tissue: the ``"<slide> tissue"`` layer's shapes (or result). Nuclei: a snapshot of
+    the ``"<slide> nuclei"`` layer's canvas (its lists of tables and outlines copied, so
+    a run that goes on adds nothing to the export), whose result :func:`write_export`
+    makes on the worker thread; None when there is neither.
     """
     if kind == "tissue":
         name = f"{image.name} tissue"
@@ -69,8 +72,13 @@ def export_source(viewer: Any, image: Any, kind: ExportKind) -> Any:
     canvas = canvas_of(layer) if layer is not None else None
     if canvas is None:
         return None
-    kept = canvas.kept_result()
-    return kept if kept is not None else canvas
+    return dataclasses.replace(
+        canvas,
+        regions=list(canvas.regions),
+        tables=list(canvas.tables),
+        outline_parts=list(canvas.outline_parts),
+        cell_outline_parts=list(canvas.cell_outline_parts),
+    )
 
 
 def write_export(
@@ -91,8 +99,10 @@ def write_export(
     ImportError
         GeoParquet without pyarrow (the message names the extra).
     """
-    if hasattr(source, "to_result") and not hasattr(source, "to_geojson"):
-        source = source.to_result()  # a canvas without kept outlines: traced again
+    if isinstance(source, ResultCanvas | PyramidCanvas):
+        # the runs' own nuclei; a canvas with nuclei that came without outlines is traced
+        kept = source.kept_result()
+        source = kept if kept is not None else source.to_result()
     if kind == "tissue":
         source.to_geojson(target)
     elif kind == "csv":

@@ -138,6 +138,7 @@ def child(seed: Path, n: int, fmt: str, out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--baseline", default="/work/main/src", help="today's src folder")
+    ap.add_argument("--ours", default=str(HERE.parent / "src"), help="our src folder")
     ap.add_argument("--nuclei", type=int, default=1_000_000)
     ap.add_argument("--baseline-nuclei", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=5)
@@ -153,7 +154,7 @@ def main() -> None:
     seed = work / "seed.npz"
     if not seed.exists():
         make_seed(seed)
-    ours = str((HERE.parent / "src").resolve())
+    ours = str(Path(a.ours).resolve())
     formats = a.formats.split(",")
     cases = []
     for fmt in formats:

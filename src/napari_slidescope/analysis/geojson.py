@@ -295,40 +295,36 @@ def _thousandths(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _number_chars(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each value as ``repr(round(v, 3))`` text, in fixed-width ASCII fields and a mask.
+def _put_numbers(
+    chars: np.ndarray, keep: np.ndarray, row: int, values: np.ndarray, digits: int
+) -> int:
+    """Write each value as ``repr(round(v, 3))`` into rows ``row ..`` of a char matrix.
 
-    Returns ``(chars, keep)`` of shape ``(len(values), width)``: ``chars[keep]`` row by
-    row is the text of each value (``-12.5``, ``3.0``, ``0.125``).
+    `chars` and `keep` are ``(width, count)``: column ``i`` holds value ``i``, and
+    ``chars[keep]`` column by column is its text (``-12.5``, ``3.0``, ``0.125``).
+    Takes ``digits + 5`` rows (sign, integer digits, point, three decimals); returns the
+    next free row.
     """
     k = _thousandths(values)
-    neg = np.signbit(values)
-    ip, frac = k // 1000, k % 1000
-    top = int(ip.max()) if len(ip) else 0
-    digits = max(1, len(str(top)))
-    width = 1 + digits + 1 + 3
-    chars = np.empty((len(values), width), np.uint8)
-    keep = np.ones((len(values), width), bool)
-    chars[:, 0] = ord("-")
-    keep[:, 0] = neg
-    rest = ip.copy()
-    for d in range(digits):  # integer digits, right to left
-        col = digits - d
-        chars[:, col] = _DIGITS[rest % 10]
-        rest //= 10
+    ip, frac = np.divmod(k, 1000)
+    if digits < 10:  # int32 divides faster than int64
+        ip, frac = ip.astype(np.int32), frac.astype(np.int32)
+    chars[row] = ord("-")
+    keep[row] = np.signbit(values)
+    place = 10 ** np.arange(digits - 1, -1, -1, dtype=ip.dtype)
+    chars[row + 1 : row + 1 + digits] = (ip[None, :] // place[:, None]) % 10 + 48
     # leading zeros go, the units digit stays
-    if digits > 1:
-        place = 10 ** np.arange(digits - 1, 0, -1)  # 10^(digits-1) .. 10
-        keep[:, 1:digits] = ip[:, None] >= place[None, :]
-    chars[:, digits + 1] = ord(".")
-    f2, f1, f0 = frac // 100, (frac // 10) % 10, frac % 10
-    chars[:, digits + 2] = _DIGITS[f2]
-    chars[:, digits + 3] = _DIGITS[f1]
-    chars[:, digits + 4] = _DIGITS[f0]
+    keep[row + 1 : row + digits] = ip[None, :] >= place[:-1, None]
+    keep[row + digits] = True
+    at = row + 1 + digits
+    chars[at] = ord(".")
+    keep[at] = True
+    chars[at + 1 : at + 4] = (frac[None, :] // np.array([[100], [10], [1]], frac.dtype)) % 10 + 48
     # trailing zeros go, the first decimal stays: 3.0, 3.5, 3.25, 3.125
-    keep[:, digits + 3] = (f1 != 0) | (f0 != 0)
-    keep[:, digits + 4] = f0 != 0
-    return chars, keep
+    keep[at + 1] = True
+    keep[at + 2] = frac % 100 != 0
+    keep[at + 3] = frac % 10 != 0
+    return at + 4
 
 
 def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[str]:
@@ -356,39 +352,30 @@ def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[str]:
     src, out_lens = _ring_order(lens, reverse)
     pts = xy[src]
     q = len(pts)
-    xc, xk = _number_chars(pts[:, 0])
-    yc, yk = _number_chars(pts[:, 1])
-    wx, wy = xc.shape[1], yc.shape[1]
-    # one row per point: "[[[" (ring start) "[" x ", " y "]" ", " (not last) "]]]" (last)
-    width = 3 + 1 + wx + 2 + wy + 1 + 2 + 3
-    chars = np.empty((q, width), np.uint8)
-    keep = np.ones((q, width), bool)
+    top = float(np.abs(pts).max()) if q else 0.0
+    digits = max(1, len(str(int(top) + 1)))
+    # one column per point: "[[" (ring start) "[" x ", " y "]" ", " (not last) "]]" (last)
+    width = 2 + 1 + (digits + 5) + 2 + (digits + 5) + 1 + 2 + 2
+    chars = np.empty((width, q), np.uint8)
+    keep = np.ones((width, q), bool)
     out_starts = np.cumsum(out_lens) - out_lens
     first = np.zeros(q, bool)
     first[out_starts] = True
     last = np.zeros(q, bool)
     last[out_starts + out_lens - 1] = True
-    c = 0
-    chars[:, c : c + 3] = np.frombuffer(b"[[[", np.uint8)
-    keep[:, c : c + 3] = np.stack([first, first, np.zeros(q, bool)], axis=1)
-    c += 3
-    chars[:, c] = ord("[")
-    c += 1
-    chars[:, c : c + wx], keep[:, c : c + wx] = xc, xk
-    c += wx
-    chars[:, c : c + 2] = np.frombuffer(b", ", np.uint8)
-    c += 2
-    chars[:, c : c + wy], keep[:, c : c + wy] = yc, yk
-    c += wy
-    chars[:, c] = ord("]")
-    c += 1
-    chars[:, c : c + 2] = np.frombuffer(b", ", np.uint8)
-    keep[:, c : c + 2] = ~last[:, None]
-    c += 2
-    chars[:, c : c + 3] = np.frombuffer(b"]]]", np.uint8)
-    keep[:, c : c + 3] = np.stack([np.zeros(q, bool), last, last], axis=1)
-    blob = chars[keep].tobytes().decode("ascii")
-    ends = np.cumsum(keep.sum(axis=1))[out_starts + out_lens - 1]
+    chars[0:3] = ord("[")
+    keep[0:2] = first
+    r = _put_numbers(chars, keep, 3, pts[:, 0], digits)
+    chars[r], chars[r + 1] = ord(","), ord(" ")
+    r = _put_numbers(chars, keep, r + 2, pts[:, 1], digits)
+    chars[r] = ord("]")
+    chars[r + 1], chars[r + 2] = ord(","), ord(" ")
+    keep[r + 1 : r + 3] = ~last
+    chars[r + 3 : r + 5] = ord("]")
+    keep[r + 3 : r + 5] = last
+    order = np.ascontiguousarray(keep.T)
+    blob = np.ascontiguousarray(chars.T)[order].tobytes().decode("ascii")
+    ends = np.cumsum(order.sum(axis=1))[out_starts + out_lens - 1]
     begins = np.r_[0, ends[:-1]]
     return [blob[a:b] for a, b in zip(begins.tolist(), ends.tolist(), strict=True)]
 
@@ -500,42 +487,38 @@ def write_polygon_features(
         name: json.dumps({"name": name, "color": [int(v) for v in colors[name]]})
         for name in set(names)
     }
-    head = '{"type": "Feature", "id": "'
-    geom = '", "geometry": {"type": "Polygon", "coordinates": '
-    nuc = '}, "nucleusGeometry": {"type": "Polygon", "coordinates": '
-    props = '}, "properties": {"objectType": ' + json.dumps(object_type)
-    props += ', "classification": '
-    locked = ', "isLocked": false'
-    meas_key = ', "measurements": '
+    # one %-format per feature (ids, outline, nucleus, class, measurements)
+    template = (
+        ',\n{"type": "Feature", "id": "%s", "geometry": {"type": "Polygon", "coordinates": %s}'
+        '%s, "properties": {"objectType": ' + json.dumps(object_type).replace("%", "%%")
+        + ', "classification": %s, "isLocked": false'
+        + (', "measurements": %s}}' if measurements is not None else "%s}}")
+    )  # fmt: skip
+    nuc = ', "nucleusGeometry": {"type": "Polygon", "coordinates": %s}'
     fh.write(b'{"type": "FeatureCollection", "features": [')
     for start in range(0, total, chunk):
         stop = min(total, start + chunk)
         coords = polygon_coordinates_text(rings[start:stop])
         ids = random_uuids(stop - start)
-        meas = None
+        meas: list[str] = [""] * (stop - start)
         if measurements is not None:
             meas = measurements_text(
                 {k: np.asarray(v)[start:stop] for k, v in measurements.items()}
             )
-        nuc_text: list[str | None] = [None] * (stop - start)
+        nuc_text: list[str] = [""] * (stop - start)
         if nuclei is not None:
             have = [
                 (j, r) for j, r in enumerate(nuclei[start:stop]) if r is not None and len(r) >= 3
             ]
             texts = polygon_coordinates_text([r for _, r in have])
             for (j, _), t in zip(have, texts, strict=True):
-                nuc_text[j] = t
-        pieces: list[str] = []
-        for j in range(stop - start):
-            pieces += (",\n" if start + j else "\n", head, ids[j], geom, coords[j])
-            if nuc_text[j] is not None:
-                pieces += (nuc, nuc_text[j])  # type: ignore[arg-type]
-            pieces += (props, classification[names[start + j]], locked)
-            if meas is not None:
-                pieces += (meas_key, meas[j])
-            pieces.append("}}")
+                nuc_text[j] = nuc % t
+        cls = [classification[n] for n in names[start:stop]]
+        text = "".join([template % f for f in zip(ids, coords, nuc_text, cls, meas, strict=True)])
+        if start == 0:
+            text = text[1:]  # the first feature follows the "[" directly
         # json.dumps escapes every non-ASCII character: the text is ASCII
-        fh.write("".join(pieces).encode("ascii"))
+        fh.write(text.encode("ascii"))
         if progress is not None:
             progress(stop, total)
     fh.write(b"\n]}\n")

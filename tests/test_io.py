@@ -164,19 +164,22 @@ CHILD = textwrap.dedent(
     from napari_slidescope.analysis import measure, geojson
     kind, target = sys.argv[1], sys.argv[2]
     if kind == "csv":
-        real = measure.csv.writer
-        class Slow:
-            def __init__(self, fh):
-                self.w, self.n, self.fh = real(fh), 0, fh
-            def writerow(self, row):
-                self.w.writerow(row)
-                self.n += 1
-                if self.n == 5000:
-                    self.fh.flush()
-                    print("ready", flush=True)
-                    time.sleep(60)
-        measure.csv.writer = Slow
-        measure.write_csv({"a": np.arange(10000.0), "b": np.arange(10000.0)}, target)
+        import contextlib
+        real, opened = measure.atomic_write, []
+        @contextlib.contextmanager
+        def keep(*args, **kwargs):
+            with real(*args, **kwargs) as fh:
+                opened.append(fh)
+                yield fh
+        def stall(done, total):  # half the rows written (in chunks): stop there
+            if done == 5000:
+                opened[0].flush()
+                print("ready", flush=True)
+                time.sleep(60)
+        measure.atomic_write = keep
+        measure.write_csv(
+            {"a": np.arange(10000.0), "b": np.arange(10000.0)}, target, chunk=1000, progress=stall
+        )
     elif kind == "geojson":
         real = geojson.json.dump
         def slow(obj, fh):

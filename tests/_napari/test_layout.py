@@ -168,8 +168,9 @@ def _read_only(folder, monkeypatch):
 
 
 def test_export_folder_falls_back_when_the_slides_folder_is_read_only(
-    dock_slide, tmp_path, monkeypatch, qtbot
+    dock_slide, tmp_path, monkeypatch, qtbot, threshold_segmenter
 ):
+    """The folder is decided when exporting (opening the slide probes nothing)."""
     from napari_slidescope.sample_data import write_sample_slide
 
     slides, work = tmp_path / "slides", tmp_path / "work"
@@ -180,6 +181,13 @@ def test_export_folder_falls_back_when_the_slides_folder_is_read_only(
     _read_only(slides, monkeypatch)
     try:
         viewer, [image], widget = dock_slide(slides / "ro.svs")
+        seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
+        widget.controller.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_options=seg)
+        qtbot.waitUntil(lambda: not widget.controller.busy, timeout=20_000)
+        assert widget.export("csv") is not None
+        qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
+        assert (work / "ro_nuclei.csv").is_file()
+        assert list(slides.iterdir()) == [slides / "ro.svs"]
         assert str(widget.export_dir.value) == str(work)
         assert widget.export_note.visible
         assert str(slides) in widget.export_note.value

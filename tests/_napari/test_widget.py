@@ -259,16 +259,22 @@ def test_export_buttons_write_geojson_and_csv(
     widget.controller.run(image, "nuclei", scope="slide", nuclei_options=seg)
     _wait_ready(qtbot, widget)
     widget.export_dir.value = tmp_path
-    widget.export_tissue.clicked.emit()  # no tissue layer for a nuclei run: a warning only
+    widget.export_tissue.clicked.emit()
+    qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
     widget.controller.run(image, "tissue", scope="slide")
     _wait_ready(qtbot, widget)
-    for button in (widget.export_tissue, widget.export_nuclei, widget.export_csv):
+    buttons = (widget.export_tissue, widget.export_nuclei, widget.export_csv, widget.export_parquet)
+    for button in buttons:  # each written in the background, one at a time
         button.clicked.emit()
+        qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
+        assert widget.export_status.value.startswith("Wrote "), widget.export_status.value
     count = viewer.layers[f"{image.name} nuclei"].features.shape[0]
     doc = json.loads((tmp_path / "small_nuclei.geojson").read_text())
     assert len(doc["features"]) == count > 0
     assert (tmp_path / "small_nuclei.csv").read_text().count("\n") == count + 1
     assert json.loads((tmp_path / "small_tissue.geojson").read_text())["features"]
+    pq = pytest.importorskip("pyarrow.parquet")
+    assert pq.read_table(tmp_path / "small_nuclei.parquet").num_rows == count
 
 
 def test_tile_work_runs_off_the_main_thread_while_the_event_loop_turns(

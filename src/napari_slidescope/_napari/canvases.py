@@ -24,12 +24,15 @@ from napari_slidescope._types import Box
 from napari_slidescope.analysis.resample import resample_nearest
 
 Pair = tuple[float, float]
+#: Level-0 ``(row, col)`` outlines and their ids.
+Outlines = tuple[list[np.ndarray], np.ndarray]
 #: An analysed area: a level-0 box, or a polygon's level-0 ``(row, col)`` ring.
 Area = Box | np.ndarray
 
 __all__ = [
     "MAX_CANVAS_PIXELS",
     "Area",
+    "Outlines",
     "Pair",
     "Patch",
     "PyramidCanvas",
@@ -61,6 +64,10 @@ class Patch:
         The new nuclei's cells over ``box`` (same ids as ``labels``) when the run grows
         cells; None without cells, or when the worker already pasted them into the
         canvas's cell pyramid.
+    outlines, cell_outlines : (list of (K, 2) ndarray, ndarray) or None
+        The new nuclei's (and cells') level-0 ``(row, col)`` outlines and final ids,
+        traced on the worker thread from the tile's own labels at the working
+        resolution, as ``segment_nuclei(labels=False)`` keeps them: what an export writes.
     """
 
     box: Box
@@ -69,6 +76,8 @@ class Patch:
     done: int
     total: int
     cells: np.ndarray | None = None
+    outlines: Outlines | None = None
+    cell_outlines: Outlines | None = None
 
 
 @dataclass(eq=False)
@@ -106,6 +115,12 @@ class _Canvas:
     next_id: int = field(default=0, kw_only=True)
     identity: dict[str, Any] | None = field(default=None, kw_only=True)
     cells: Any = field(default=None, repr=False, kw_only=True)
+    #: The nuclei's (and cells') outlines as the runs traced them, one entry per table
+    #: chunk; ``traced`` is False once a chunk came without them (then exports trace the
+    #: canvas again).
+    outline_parts: list[Outlines] = field(default_factory=list, repr=False, kw_only=True)
+    cell_outline_parts: list[Outlines] = field(default_factory=list, repr=False, kw_only=True)
+    traced: bool = field(default=True, kw_only=True)
     #: Weak reference to the layer last uploaded whole (a strong one would keep a deleted
     #: layer alive: ``layers._CANVASES`` maps layer -> canvas, and a weak key whose value refers
     #: back to it is never released).
@@ -123,6 +138,45 @@ class _Canvas:
         from napari_slidescope.analysis.measure import concat_tables, empty_table
 
         return concat_tables(self.tables) if self.tables else empty_table()
+
+    def keep(self, patch: Patch) -> None:
+        """Record a patch's table rows and outlines (main thread)."""
+        if not (patch.table and "id" in patch.table and patch.table["id"].size):
+            return
+        self.tables.append(patch.table)
+        self.next_id = max(self.next_id, int(patch.table["id"].max()))
+        if patch.outlines is None or (self.cells is not None and patch.cell_outlines is None):
+            self.traced = False
+            return
+        self.outline_parts.append(patch.outlines)
+        if patch.cell_outlines is not None:
+            self.cell_outline_parts.append(patch.cell_outlines)
+
+    def _shown(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` the canvas still shows (all, unless a subclass can tell)."""
+        return np.ones(np.shape(ids), bool)
+
+    def _kept(self, region: Box, origin: tuple[int, int]) -> Any:
+        """Return the ``NucleiResult`` of the kept outlines and table (None when not traced)."""
+        if not self.traced:
+            return None
+        table = self.table()
+        shown = self._shown(table["id"])
+        if not shown.all():
+            table = {k: np.asarray(v)[shown] for k, v in table.items()}
+
+        def joined(parts: list[Outlines]) -> Outlines:
+            polys = [p for ps, _ in parts for p in ps]
+            ids = np.concatenate([i for _, i in parts]) if parts else np.zeros(0, np.int64)
+            keep = np.isin(ids, table["id"])
+            if keep.all():
+                return polys, ids
+            return [polys[j] for j in np.flatnonzero(keep).tolist()], ids[keep]
+
+        return self._result(
+            table, region, labels=None, origin=origin, outlines=joined(self.outline_parts),
+            cell_outlines=joined(self.cell_outline_parts) if self.cells is not None else None,
+        )  # fmt: skip
 
     def _result(self, table: dict[str, np.ndarray], region: Box, **fields: Any) -> Any:
         """Return a ``NucleiResult`` on this grid with `table` (its rows are the count)."""
@@ -196,8 +250,30 @@ class ResultCanvas(_Canvas):
         return ResultCanvas(
             (oy + r0 * dy, ox + c0 * dx), self.downsample, self.mpp, data,
             regions=list(self.regions), tables=list(self.tables), next_id=self.next_id,
-            identity=self.identity, cells=cells,
+            identity=self.identity, cells=cells, outline_parts=list(self.outline_parts),
+            cell_outline_parts=list(self.cell_outline_parts), traced=self.traced,
         )  # fmt: skip
+
+    def _shown(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` are still painted (the user may erase nuclei from a dense layer)."""
+        ids = np.asarray(ids, np.int64)
+        if ids.size == 0:
+            return np.zeros(0, bool)
+        top = max(int(ids.max()), self.next_id) + 1
+        present = np.bincount(self.data.ravel(), minlength=top) > 0
+        return present[np.clip(ids, 0, len(present) - 1)] & (ids >= 0)
+
+    def kept_result(self) -> Any:
+        """Return the nuclei as the runs found them: their own outlines and table, untraced.
+
+        A ``NucleiResult`` with ``labels=None`` and the outlines the worker traced from
+        each tile at the working resolution (what ``segment_nuclei(labels=False)``
+        keeps); nuclei erased from the layer are left out. None when some nuclei came
+        without outlines (then :meth:`to_result` traces the canvas).
+        """
+        (oy, ox), (y0, x0, y1, x1) = self.origin, self.box0
+        region = (int(y0), int(x0), int(math.ceil(y1)), int(math.ceil(x1)))
+        return self._kept(region, (int(round(oy)), int(round(ox))))
 
     def to_result(self) -> Any:
         """Return the canvas as a ``NucleiResult`` (for export) of what the layer shows.
@@ -270,6 +346,16 @@ class PyramidCanvas(_Canvas):
     def grown(self, region: Box, **_: Any) -> PyramidCanvas:
         """Return self: the pyramid spans the whole slide already."""
         return self
+
+    def kept_result(self) -> Any:
+        """Return the nuclei as the runs found them: their own outlines and table, untraced.
+
+        See :meth:`ResultCanvas.kept_result` (a multiscale layer cannot be painted, so
+        every nucleus of the table is kept). None when some nuclei came without outlines.
+        """
+        h, w = self.shape
+        region = (0, 0, math.ceil(h * self.downsample[0]), math.ceil(w * self.downsample[1]))
+        return self._kept(region, (0, 0))
 
     def to_result(self) -> Any:
         """Return the nuclei as a ``NucleiResult`` with outlines (no dense labels).
@@ -392,15 +478,21 @@ def tile_patch(
             if cells is not None:
                 cells = np.where(np.isin(cells, gone), 0, cells)
             table = {k: np.asarray(v)[~dup] for k, v in table.items()}
+    (dy, dx), box = plan.downsample, res.tile.box
+    tile_origin = (plan.origin[0] + box[0] * dy, plan.origin[1] + box[1] * dx)
+    ids = np.asarray(table.get("id", np.zeros(0, np.int64)))
+    outlines = _traced(labels, ids, tile_origin, plan.downsample, id_offset)
+    cell_lines = None
+    if cells is not None:
+        cell_lines = _traced(cells, ids, tile_origin, plan.downsample, id_offset)
     if id_offset:
         labels = np.where(labels > 0, labels + np.int32(id_offset), 0).astype(np.int32)
         if cells is not None:
             cells = np.where(cells > 0, cells + np.int32(id_offset), 0).astype(np.int32)
         if "id" in table:
             table["id"] = np.asarray(table["id"]) + id_offset
-    (dy, dx), box = plan.downsample, res.tile.box
     grid: dict[str, Any] = {
-        "src_origin": (plan.origin[0] + box[0] * dy, plan.origin[1] + box[1] * dx),
+        "src_origin": tile_origin,
         "src_downsample": plan.downsample,
         "dst_origin": origin,
         "dst_downsample": downsample,
@@ -419,5 +511,26 @@ def tile_patch(
             cell_out = None
     if pyramid is not None:
         pyramid.paste(out[0], labels)
-        return Patch(out[0], None, table, step.done, step.total, cell_out)
-    return Patch(out[0], labels, table, step.done, step.total, cell_out)
+        return Patch(out[0], None, table, step.done, step.total, cell_out, outlines, cell_lines)
+    return Patch(out[0], labels, table, step.done, step.total, cell_out, outlines, cell_lines)
+
+
+def _traced(
+    labels: np.ndarray, ids: np.ndarray, origin: Pair, downsample: Pair, id_offset: int
+) -> Outlines:
+    """Level-0 outlines of the nuclei `ids` of a tile's labels; ids shifted by `id_offset`.
+
+    The ids are made compact first, so tracing costs the tile's nuclei, not the run's
+    largest id.
+    """
+    from napari_slidescope.analysis.geometry import labels_to_polygons
+
+    if ids.size == 0:
+        return [], np.zeros(0, np.int64)
+    uniq, inv = np.unique(np.where(np.isin(labels, ids), labels, 0), return_inverse=True)
+    compact = inv.reshape(labels.shape).astype(np.int32)  # 0 stays 0: uniq[0] == 0
+    if uniq[0] != 0:
+        compact += 1
+        uniq = np.r_[0, uniq]
+    polys, i = labels_to_polygons(compact, downsample=downsample, origin=origin)
+    return polys, uniq[i].astype(np.int64) + id_offset

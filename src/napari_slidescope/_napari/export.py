@@ -1,28 +1,52 @@
 """What the "Slide analysis" widget exports, and where: napari layers to files.
 
-:func:`export_result` writes a slide's tissue outlines or nuclei (QuPath GeoJSON) or its
-nuclei table (CSV) through the analysis results' own writers; :func:`default_export_folder`
-says where exports go when the user has not chosen.
+:func:`export_source` picks, on the main thread, what an export of a slide writes: its
+tissue outlines, or the nuclei the runs found (the kept result: the runs' own outlines
+and table, :meth:`~napari_slidescope._napari.canvases.ResultCanvas.kept_result`; the
+label canvas is traced again only for nuclei that came without outlines).
+:func:`write_export` writes it through the analysis results' own writers (QuPath GeoJSON,
+CSV, GeoParquet) and may run on a worker thread. :func:`export_folder` decides where an
+export goes when it is written; :func:`default_export_folder` only proposes a folder and
+never writes into it (opening a slide writes nothing next to it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from napari_slidescope._napari.canvases import PyramidCanvas, ResultCanvas
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.shapes import tissue_export
 
-__all__ = ["ExportKind", "default_export_folder", "default_export_path", "export_result"]
+__all__ = [
+    "ExportKind",
+    "default_export_folder",
+    "default_export_path",
+    "export_folder",
+    "export_result",
+    "export_source",
+    "write_export",
+]
 
-ExportKind = Literal["tissue", "nuclei", "csv"]
+ExportKind = Literal["tissue", "nuclei", "csv", "geoparquet"]
 #: File-name ending of each kind of export, after the slide's name.
 SUFFIXES: dict[str, str] = {
     "tissue": "_tissue.geojson",
     "nuclei": "_nuclei.geojson",
     "csv": "_nuclei.csv",
+    "geoparquet": "_nuclei.parquet",
+}
+#: Each kind in words, for messages.
+WORDS: dict[str, str] = {
+    "tissue": "tissue GeoJSON",
+    "nuclei": "nuclei GeoJSON",
+    "csv": "nuclei CSV",
+    "geoparquet": "nuclei GeoParquet",
 }
 
 
@@ -31,50 +55,132 @@ def default_export_path(image: Any, kind: ExportKind, folder: str | os.PathLike[
     return Path(folder) / f"{Path(image.name).stem}{SUFFIXES[kind]}"
 
 
+def export_source(viewer: Any, image: Any, kind: ExportKind) -> Any:
+    """Return what an export of `kind` of `image` writes (main thread), or None.
+
+    Tissue: the ``"<slide> tissue"`` layer's shapes (or result). Nuclei: a snapshot of
+    the ``"<slide> nuclei"`` layer's canvas (its lists of tables and outlines copied, so
+    a run that goes on adds nothing to the export), whose result :func:`write_export`
+    makes on the worker thread; None when there is neither.
+    """
+    if kind == "tissue":
+        name = f"{image.name} tissue"
+        layer = viewer.layers[name] if name in viewer.layers else None
+        return tissue_export(layer) if layer is not None else None
+    name = f"{image.name} nuclei"
+    layer = viewer.layers[name] if name in viewer.layers else None
+    canvas = canvas_of(layer) if layer is not None else None
+    if canvas is None:
+        return None
+    return dataclasses.replace(
+        canvas,
+        regions=list(canvas.regions),
+        tables=list(canvas.tables),
+        outline_parts=list(canvas.outline_parts),
+        cell_outline_parts=list(canvas.cell_outline_parts),
+    )
+
+
+def write_export(
+    source: Any,
+    kind: ExportKind,
+    target: Path,
+    *,
+    progress: Callable[[int, int], object] | None = None,
+) -> Path:
+    """Write `source` (from :func:`export_source`) as `kind` to `target`; any thread.
+
+    `progress` is called with ``(done, total)`` rows or features as they are written.
+
+    Raises
+    ------
+    OSError
+        When the file cannot be written (a full disk: nothing written, an earlier file kept).
+    ImportError
+        GeoParquet without pyarrow (the message names the extra).
+    """
+    if isinstance(source, ResultCanvas | PyramidCanvas):
+        # the runs' own nuclei; a canvas with nuclei that came without outlines is traced
+        kept = source.kept_result()
+        source = kept if kept is not None else source.to_result()
+    if kind == "tissue":
+        source.to_geojson(target)
+    elif kind == "csv":
+        source.to_csv(target, progress=progress)
+    elif kind == "geoparquet":
+        source.to_geoparquet(target, progress=progress)
+    else:
+        source.to_geojson(target, progress=progress)
+    return target
+
+
 def export_result(viewer: Any, image: Any, kind: ExportKind, target: Path) -> Path | None:
-    """Write `image`'s ``"tissue"`` (GeoJSON), ``"nuclei"`` (GeoJSON) or ``"csv"`` to `target`.
+    """Write `image`'s export of `kind` to `target` now, on the calling thread.
 
     Returns the path written, or None when the viewer holds nothing of that kind for the
-    slide (no ``"<slide> tissue"`` / ``"<slide> nuclei"`` layer).
+    slide (no ``"<slide> tissue"`` / ``"<slide> nuclei"`` layer). The dock writes on a
+    worker thread instead (:func:`export_source` then :func:`write_export`).
 
     Raises
     ------
     OSError
         When the file cannot be written (a full disk: nothing written, an earlier file kept).
     """
-    result: Any = None
-    if kind == "tissue":
-        name = f"{image.name} tissue"
-        layer = viewer.layers[name] if name in viewer.layers else None
-        result = tissue_export(layer) if layer is not None else None
-    else:
-        name = f"{image.name} nuclei"
-        layer = viewer.layers[name] if name in viewer.layers else None
-        canvas = canvas_of(layer) if layer is not None else None
-        result = canvas.to_result() if canvas is not None else None
-    if result is None:
+    source = export_source(viewer, image, kind)
+    if source is None:
         return None
-    if kind == "csv":
-        result.to_csv(target)
-    else:
-        result.to_geojson(target)
-    return target
+    return write_export(source, kind, target)
 
 
-def default_export_folder(slide_path: str | None) -> tuple[Path, str]:
+def _slide_folder(slide_path: str | None) -> Path:
+    return Path(slide_path).parent if slide_path else Path.cwd()
+
+
+def default_export_folder(slide_path: str | None, *, probe: bool = True) -> tuple[Path, str]:
     """Return the folder exports go to by default, and a note when it is not the slide's.
 
-    The slide's own folder when a file can be written there (see
-    :func:`napari_slidescope._io.is_writable_folder`); else the first writable one of
-    the current folder, the home folder and the temporary folder, with a note saying
+    The slide's own folder when a file can be written there; else the first writable one
+    of the current folder, the home folder and the temporary folder, with a note saying
     so (``""`` when the slide's folder is used).
-    """
-    from napari_slidescope._io import is_writable_folder
 
-    own = Path(slide_path).parent if slide_path else Path.cwd()
-    if is_writable_folder(own):
+    Parameters
+    ----------
+    slide_path : str or None
+        The slide (None: the current folder is its folder).
+    probe : bool
+        Check by creating (and removing) a hidden file
+        (:func:`napari_slidescope._io.is_writable_folder`), which changes the folder's
+        modification time; False checks the permission bits only and writes nothing,
+        what the dock does when a slide is opened (:func:`export_folder` decides for
+        real when an export is written).
+    """
+    own = _slide_folder(slide_path)
+    if _writable(own, probe):
         return own, ""
     for other in (Path.cwd(), Path.home(), Path(tempfile.gettempdir())):
-        if is_writable_folder(other):
+        if other != own and _writable(other, probe):
             return other, f"{own} is read-only: exports go to {other}"
     return own, f"{own} is read-only: choose a folder to export to"
+
+
+def export_folder(chosen: str | os.PathLike[str]) -> tuple[Path, str]:
+    """Decide, when exporting, the folder an export goes to: `chosen`, or a fallback.
+
+    `chosen` when a file can be created there now (probed); else as
+    :func:`default_export_folder` falls back, with a note saying where the export went.
+    """
+    folder = Path(chosen)
+    if _writable(folder, True):
+        return folder, ""
+    for other in (Path.cwd(), Path.home(), Path(tempfile.gettempdir())):
+        if other != folder and _writable(other, True):
+            return other, f"{folder} is read-only: exports go to {other}"
+    return folder, f"{folder} is read-only: choose a folder to export to"
+
+
+def _writable(folder: Path, probe: bool) -> bool:
+    from napari_slidescope._io import is_writable_folder
+
+    if probe:
+        return is_writable_folder(folder)
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)

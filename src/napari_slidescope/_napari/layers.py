@@ -240,6 +240,9 @@ def _copy_into(pyramid: PyramidCanvas, old: ResultCanvas) -> None:
             pyramid.cells.paste(out[0], out[1])
     pyramid.regions = list(old.regions)
     pyramid.tables = list(old.tables)
+    pyramid.outline_parts = list(old.outline_parts)
+    pyramid.cell_outline_parts = list(old.cell_outline_parts)
+    pyramid.traced = old.traced
     pyramid.next_id = old.next_id
     pyramid.identity = old.identity
 
@@ -251,18 +254,14 @@ def paint_patch(layer: Any, canvas: ResultCanvas | PyramidCanvas, patch: Patch) 
     the displayed tile it covers is read back and uploaded.
     """
     if isinstance(canvas, PyramidCanvas) or patch.labels is None:
-        if patch.table and "id" in patch.table and patch.table["id"].size:
-            canvas.tables.append(patch.table)
-            canvas.next_id = max(canvas.next_id, int(patch.table["id"].max()))
+        canvas.keep(patch)
         if isinstance(canvas, PyramidCanvas):
             _refresh_pyramid_box(layer, canvas, patch.box)
         return
     y0, x0, y1, x1 = patch.box
     dst = canvas.data[y0:y1, x0:x1]
     new = (patch.labels > 0) & (dst == 0)
-    if patch.table and "id" in patch.table and patch.table["id"].size:
-        canvas.tables.append(patch.table)
-        canvas.next_id = max(canvas.next_id, int(patch.table["id"].max()))
+    canvas.keep(patch)
     if not new.any():
         return
     dst[new] = patch.labels[new]

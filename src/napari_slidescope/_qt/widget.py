@@ -40,10 +40,13 @@ from magicgui.widgets import (
 from qtpy.QtWidgets import QBoxLayout, QComboBox, QFrame, QScrollArea, QSizePolicy
 
 from napari_slidescope._napari.export import (
+    WORDS,
     ExportKind,
     default_export_folder,
     default_export_path,
-    export_result,
+    export_folder,
+    export_source,
+    write_export,
 )
 from napari_slidescope._napari.viewport import camera_of
 from napari_slidescope._qt import session
@@ -214,6 +217,16 @@ class SlideAnalysisWidget(Container):
         self.export_tissue = PushButton(text="Tissue GeoJSON")
         self.export_nuclei = PushButton(text="Nuclei GeoJSON")
         self.export_csv = PushButton(text="Nuclei CSV")
+        self.export_parquet = PushButton(text="Nuclei GeoParquet")
+        self.export_parquet.tooltip = "GeoParquet (WKB outlines), as slidescope batch writes"
+        # an export runs on a worker thread: its progress and how it ended show here
+        self.export_progress = ProgressBar(value=0, min=0, max=1, visible=False)
+        self.export_progress.native.setSizePolicy(
+            QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed
+        )
+        self.export_status = Label(label="", value="", visible=False)
+        wrap(self.export_status)
+        self._export: _Export | None = None
         self.show_table = PushButton(text="Measurements table")
         self.show_table.tooltip = "One row per nucleus, a range filter and a histogram"
         self.restore_defaults = PushButton(text="Restore defaults")
@@ -242,6 +255,10 @@ class SlideAnalysisWidget(Container):
                     layout="horizontal",
                     labels=False,
                 ),
+                # its own row: the dock keeps its width (the canvas its visible region)
+                Container(widgets=[self.export_parquet], layout="horizontal", labels=False),
+                self.export_progress,
+                self.export_status,
                 Container(
                     widgets=[self.show_table, self.restore_defaults],
                     layout="horizontal",
@@ -264,6 +281,7 @@ class SlideAnalysisWidget(Container):
         self.export_tissue.clicked.connect(self._on_export_tissue)
         self.export_nuclei.clicked.connect(self._on_export_nuclei)
         self.export_csv.clicked.connect(self._on_export_csv)
+        self.export_parquet.clicked.connect(self._on_export_parquet)
         for widget in self._setting_widgets():
             widget.changed.connect(self._on_setting_changed)
         self.controller.started.connect(self._on_started)
@@ -479,7 +497,9 @@ class SlideAnalysisWidget(Container):
         self.channel.reset_choices()
         self.channel.value = "auto"
         self._on_segmenter(self.segmenter.value)
-        folder, note = default_export_folder(src.path)
+        # a proposal only: nothing is written into the slide's folder until an export
+        # goes there (export() decides the folder for real)
+        folder, note = default_export_folder(src.path, probe=False)
         self.export_dir.value = folder
         self.export_dir.tooltip = note or f"Exports are written to this folder ({folder})"
         self.export_note.value = note
@@ -648,31 +668,141 @@ class SlideAnalysisWidget(Container):
     def _on_export_csv(self) -> None:
         self.export("csv")
 
-    def export(self, kind: ExportKind, path: str | os.PathLike[str] | None = None) -> Path | None:
-        """Write ``"tissue"`` (GeoJSON), ``"nuclei"`` (GeoJSON) or ``"csv"`` (nuclei table).
+    def _on_export_parquet(self) -> None:
+        self.export("geoparquet")
 
-        Uses the analysis functions' writers (:func:`~napari_slidescope._napari.export.
-        export_result`); default file names follow the slide in the export folder.
-        Returns the path written, or None (with a notification).
+    @property
+    def exporting(self) -> bool:
+        """True while an export is being written."""
+        return self._export is not None
+
+    def export(self, kind: ExportKind, path: str | os.PathLike[str] | None = None) -> Any:
+        """Write the chosen slide's tissue or nuclei to a file, in the background.
+
+        `kind` is ``"tissue"`` (GeoJSON), or for the nuclei ``"nuclei"`` (GeoJSON),
+        ``"csv"`` (their table) or ``"geoparquet"``. The nuclei written are those the runs
+        found, with their own outlines
+        (:func:`~napari_slidescope._napari.export.export_source`); the file is written on
+        a worker thread (the GUI stays responsive) with a progress bar, and a
+        notification and :attr:`export_status` say where it went or why it failed.
+        The folder is decided now: the export folder when a file can be created there,
+        else a writable fallback (said in the note). Default file names follow the slide.
+
+        Returns
+        -------
+        worker or None
+            The worker writing the file (its ``returned`` signal carries the path), or
+            None when nothing was started (a notification says why).
         """
-        from napari.utils.notifications import show_info, show_warning
+        from napari.qt.threading import create_worker
+        from napari.utils.notifications import show_warning
+        from qtpy.QtCore import QTimer
 
         layer = self.image.value
         if layer is None:
             show_warning("Slide analysis: nothing to export")
             return None
-        folder = str(self.export_dir.value)
-        target = Path(path) if path else default_export_path(layer, kind, folder)
-        try:
-            written = export_result(self._viewer, layer, kind, target)
-        except OSError as exc:  # a full disk: nothing written, an earlier file kept
-            show_warning(f"Slide analysis: export failed: {exc}")
+        if self._export is not None:
+            show_warning("Slide analysis: an export is being written; wait for it to finish")
             return None
-        if written is None:
-            show_warning(f"Slide analysis: no {kind if kind != 'csv' else 'nuclei'} to export")
+        source = export_source(self._viewer, layer, kind)
+        if source is None:
+            what = "tissue" if kind == "tissue" else "nuclei"
+            show_warning(f"Slide analysis: no {what} to export")
             return None
+        if path:
+            target = Path(path)
+        else:
+            folder, note = export_folder(str(self.export_dir.value))
+            if note:
+                self.export_dir.value = folder
+                self.export_note.value = note
+                self.export_note.visible = True
+            target = default_export_path(layer, kind, folder)
+        job = _Export(kind, target)
+        job.worker = create_worker(
+            write_export, source, kind, target, progress=job.report,
+            _start_thread=False, _ignore_errors=True,  # errored: said by _on_export_failed
+        )  # fmt: skip
+        job.worker.returned.connect(lambda written, job=job: self._on_export_done(job, written))
+        job.worker.errored.connect(lambda exc, job=job: self._on_export_failed(job, exc))
+        job.worker.finished.connect(lambda job=job: self._on_export_finished(job))
+        job.timer = QTimer()
+        job.timer.setInterval(100)
+        job.timer.timeout.connect(lambda job=job: self._show_export_progress(job))
+        self._export = job
+        for button in self._export_buttons:
+            button.enabled = False
+        self.export_progress.visible = True
+        self.export_status.visible = True
+        self.export_status.value = f"Writing {WORDS[kind]} to {target}…"
+        self._show_export_progress(job)
+        job.timer.start()
+        job.worker.start()
+        return job.worker
+
+    @property
+    def _export_buttons(self) -> list[PushButton]:
+        return [self.export_tissue, self.export_nuclei, self.export_csv, self.export_parquet]
+
+    def _show_export_progress(self, job: _Export) -> None:
+        done, total = job.done, job.total
+        bar = self.export_progress
+        if total:
+            bar.max, bar.value = total, done
+            bar.native.setFormat(f"{WORDS[job.kind]}: {done:,} / {total:,}")
+        else:
+            bar.native.setRange(0, 1)
+            bar.native.setValue(0)
+            bar.native.setFormat(f"{WORDS[job.kind]}…")
+
+    def _on_export_done(self, job: _Export, written: Any) -> None:
+        from napari.utils.notifications import show_info
+
+        seconds = time.monotonic() - job.started
+        self.export_status.value = f"Wrote {written} ({duration(seconds)})"
         show_info(f"Slide analysis: wrote {written}")
-        return written
+
+    def _on_export_failed(self, job: _Export, exc: BaseException) -> None:
+        from napari.utils.notifications import show_warning
+
+        from napari_slidescope._io import one_line
+
+        self.export_status.value = f"Export failed: {one_line(exc)}"
+        show_warning(f"Slide analysis: export failed: {one_line(exc)}")
+
+    def _on_export_finished(self, job: _Export) -> None:
+        """Clean up after every export, written or failed (``finished`` always comes)."""
+        if job.timer is not None:
+            job.timer.stop()
+            job.timer.deleteLater()
+        if job.worker is not None:
+            for signal in (job.worker.returned, job.worker.errored, job.worker.finished):
+                try:
+                    signal.disconnect()
+                except (TypeError, RuntimeError):
+                    pass
+        job.worker = job.timer = None
+        if self._export is job:
+            self._export = None
+        self.export_progress.visible = False
+        for button in self._export_buttons:
+            button.enabled = True
+
+
+class _Export:
+    """One export being written: its kind, target, worker and progress (set by the worker)."""
+
+    def __init__(self, kind: ExportKind, target: Path) -> None:
+        self.kind, self.target = kind, target
+        self.done = self.total = 0
+        self.started = time.monotonic()
+        self.worker: Any = None
+        self.timer: Any = None
+
+    def report(self, done: int, total: int) -> None:
+        """Progress from the worker thread: read by the main thread's timer."""
+        self.done, self.total = done, total
 
 
 def _spin(label: str, value: float, step: float) -> FloatSpinBox:

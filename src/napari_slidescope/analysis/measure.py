@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -296,8 +297,18 @@ def concat_tables(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {name: np.concatenate([t[name] for t in rows]) for name in rows[0]}
 
 
-def write_csv(table: dict[str, np.ndarray], path: str | os.PathLike[str]) -> Path:
+def write_csv(
+    table: dict[str, np.ndarray],
+    path: str | os.PathLike[str],
+    *,
+    chunk: int = 100_000,
+    progress: Callable[[int, int], object] | None = None,
+) -> Path:
     """Write a table of 1-D columns as CSV with a header row.
+
+    The text is :func:`csv.writer`'s (``excel`` dialect: CR LF line ends, fields
+    quoted only when they need it), written a column at a time in chunks of rows: a
+    million rows in seconds.
 
     Parameters
     ----------
@@ -305,6 +316,10 @@ def write_csv(table: dict[str, np.ndarray], path: str | os.PathLike[str]) -> Pat
         Columns of equal length.
     path : str or PathLike
         Output file.
+    chunk : int
+        Rows formatted at once.
+    progress : callable, optional
+        Called with ``(rows done, rows)`` after each chunk.
 
     Returns
     -------
@@ -313,9 +328,30 @@ def write_csv(table: dict[str, np.ndarray], path: str | os.PathLike[str]) -> Pat
     path = Path(path)
     names = list(table)
     cols = [np.asarray(table[n]) for n in names]
+    total = len(cols[0]) if cols else 0
+    # (one column: csv quotes an empty field alone on its row; the writer says so)
+    fast = len(cols) > 1 and all(c.ndim == 1 and c.dtype.kind in "biufU" for c in cols)
     with atomic_write(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(names)
-        for row in zip(*(c.tolist() for c in cols), strict=True):
-            writer.writerow(row)
+        for start in range(0, total, chunk):
+            part = [c[start : start + chunk] for c in cols]
+            if fast:  # str() per value, as csv.writer does (repr for floats, the same)
+                texts = [
+                    list(map(_csv_text, c.tolist())) if c.dtype.kind == "U" else
+                    list(map(str, c.tolist()))
+                    for c in part
+                ]  # fmt: skip
+                fh.write("\r\n".join(map(",".join, zip(*texts, strict=True))) + "\r\n")
+            else:
+                writer.writerows(zip(*(c.tolist() for c in part), strict=True))
+            if progress is not None:
+                progress(min(total, start + chunk), total)
     return path
+
+
+def _csv_text(value: str) -> str:
+    """Quote a text field as :func:`csv.writer` does (``QUOTE_MINIMAL``, excel dialect)."""
+    if any(ch in value for ch in ',"\r\n'):
+        return '"' + value.replace('"', '""') + '"'
+    return value

@@ -35,6 +35,8 @@ import numpy as np
 from napari_slidescope._io import atomic_write
 from napari_slidescope.analysis.phenotypes import NUCLEUS_COLOR
 from napari_slidescope.batch.tasks import TileOut, wkb_ring
+from napari_slidescope.pipeline import geoparquet
+from napari_slidescope.pipeline.geoparquet import NUCLEI_COLUMNS, nuclei_table
 
 __all__ = [
     "NUCLEI_COLUMNS",
@@ -50,17 +52,6 @@ __all__ = [
     "write_part",
     "write_summary",
 ]
-
-#: Columns of ``nuclei.parquet`` besides the measurements (and their units).
-NUCLEI_COLUMNS: dict[str, str] = {
-    "id": "slide-unique nucleus id (as segment_nuclei numbers them)",
-    "tile": "index of the tile that owns the nucleus",
-    "geometry": "outline, WKB polygon in level-0 pixel (x, y)",
-    "bbox_row0": "level-0 px",
-    "bbox_col0": "level-0 px",
-    "bbox_row1": "level-0 px",
-    "bbox_col1": "level-0 px",
-}
 
 
 @dataclass(frozen=True)
@@ -557,10 +548,8 @@ def write_nuclei(
 
     summary = SlideSummary()
     ns = uuid.uuid5(uuid.NAMESPACE_URL, feature_ns)
-    geo: dict[str, Any] = json.loads(json.dumps(_GEO))
-    if file_metadata.get("parameters", {}).get("nuclei", {}).get("cell_expansion_um") is not None:
-        geo["columns"]["cell_geometry"] = dict(geo["columns"]["geometry"])
-    file_meta = {"geo": json.dumps(geo), "slidescope": json.dumps(file_metadata, sort_keys=True)}
+    cells = file_metadata.get("parameters", {}).get("nuclei", {}).get("cell_expansion_um")
+    file_meta = geoparquet.file_metadata(file_metadata, cells=cells is not None)
     pq_path, gj_path = slide_dir / "nuclei.parquet", slide_dir / "nuclei.geojson.gz"
     with atomic_write(pq_path, "wb") as pq_fh, atomic_write(gj_path, "wb") as gj_fh:
         writer: Any = None
@@ -624,8 +613,6 @@ def _nuclei_table(
     part: Any, index: int, offset: int, units: dict[str, str]
 ) -> tuple[Any, list[np.ndarray], dict[str, np.ndarray]]:
     """One tile's rows of ``nuclei.parquet``, its outlines ``(x, y)`` and measurements."""
-    import pyarrow as pa
-
     n = part.num_rows
     wkb = part.column("geometry")
     rings = [wkb_ring(b) for b in wkb.to_pylist()]
@@ -637,22 +624,18 @@ def _nuclei_table(
         for c in part.column_names
         if c not in ("id", "geometry", "cell_geometry")
     }
-    cols: dict[str, Any] = {
-        "id": pa.array(part.column("id").to_numpy().astype(np.int64) + offset),
-        "tile": pa.array(np.full(n, index, np.int32)),
-    }
-    cols.update({c: pa.array(v) for c, v in measures.items()})
-    for j, c in enumerate(("bbox_row0", "bbox_col0", "bbox_row1", "bbox_col1")):
-        cols[c] = pa.array(box[:, j])
-    cols["geometry"] = wkb
-    if "cell_geometry" in part.column_names:
-        cols["cell_geometry"] = part.column("cell_geometry")
-    fields = []
-    for name, col in cols.items():
-        unit = units.get(name) or NUCLEI_COLUMNS.get(name)
-        f = pa.field(name, col.type)
-        fields.append(f.with_metadata({"unit": unit}) if unit else f)
-    return pa.Table.from_arrays(list(cols.values()), schema=pa.schema(fields)), rings, measures
+    table = nuclei_table(
+        part.column("id").to_numpy().astype(np.int64) + offset,
+        np.full(n, index, np.int32),
+        measures,
+        wkb,
+        box,
+        units=units,
+        cell_geometry=(
+            part.column("cell_geometry") if "cell_geometry" in part.column_names else None
+        ),
+    )
+    return table, rings, measures
 
 
 def _with_classes(table: Any, classes: SlideClasses, offset: int, n: int) -> Any:
@@ -678,21 +661,6 @@ def _empty_part() -> Any:
     cols = {c: pa.array(v) for c, v in empty_table().items()}
     cols["geometry"] = pa.array([], pa.binary())
     return pa.table(cols)
-
-
-#: GeoParquet metadata of ``nuclei.parquet``: outlines in slide pixels, no geographic CRS.
-_GEO: dict[str, Any] = {
-    "version": "1.1.0",
-    "primary_column": "geometry",
-    "columns": {
-        "geometry": {
-            "encoding": "WKB",
-            "geometry_types": ["Polygon"],
-            # level-0 pixels of the slide (x right, y down): explicitly no CRS
-            "crs": None,
-        }
-    },
-}
 
 
 def write_tissue(

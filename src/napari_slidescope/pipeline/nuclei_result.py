@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import numpy as np
 from napari_slidescope._types import Box
 from napari_slidescope.analysis.measure import write_csv
 from napari_slidescope.analysis.phenotypes import NUCLEUS_COLOR
+from napari_slidescope.pipeline.progress import ProgressCallback, progress_caller
 
 __all__ = ["NucleiResult"]
 
@@ -110,9 +113,17 @@ class NucleiResult:
 
         return pd.DataFrame(self.table)
 
-    def to_csv(self, path: str | os.PathLike[str]) -> Path:
-        """Write the table as CSV (header row of column names); return the path."""
-        return write_csv(self.table, path)
+    def to_csv(
+        self, path: str | os.PathLike[str], *, progress: ProgressCallback | None = None
+    ) -> Path:
+        """Write the table as CSV (header row of column names); return the path.
+
+        `progress` is called with a :class:`~napari_slidescope.pipeline.progress.Progress`
+        of rows written (or ``(done, total)``, see
+        :func:`~napari_slidescope.pipeline.progress.progress_caller`).
+        """
+        call = None if progress is None else progress_caller(progress)
+        return write_csv(self.table, path, progress=call)
 
     def outlines_of(self, what: str = "nuclei") -> tuple[list[np.ndarray], np.ndarray]:
         """Level-0 ``(row, col)`` outlines and ids of the nuclei, or of the cells.
@@ -188,14 +199,21 @@ class NucleiResult:
 
         return to_spatialdata(self, path, image=image, compartment=compartment, overwrite=overwrite)
 
-    def to_geojson(self, path: str | os.PathLike[str]) -> Path:
+    def to_geojson(
+        self, path: str | os.PathLike[str], *, progress: ProgressCallback | None = None
+    ) -> Path:
         """Write the nuclei (or cells) as a GeoJSON FeatureCollection QuPath imports.
 
         Parameters
         ----------
         path : str or PathLike
             Output ``.geojson`` file (``.geojson.gz``: gzip-compressed, which QuPath
-            opens too). Features are streamed, one at a time.
+            opens too). Features are formatted in bulk and written in chunks
+            (:func:`~napari_slidescope.analysis.geojson.write_polygon_features`): a
+            million nuclei in seconds.
+        progress : callable, optional
+            Called with a :class:`~napari_slidescope.pipeline.progress.Progress` of
+            features written (or ``(done, total)``).
 
         Returns
         -------
@@ -210,37 +228,163 @@ class NucleiResult:
         import gzip
 
         from napari_slidescope._io import atomic_write
-        from napari_slidescope.analysis.geojson import polygon_feature, write_features
+        from napari_slidescope.analysis.geojson import write_polygon_features
 
         polys, ids = self.outlines_of("nuclei")
-        nucleus_of = {int(i): polys[j] for j, i in enumerate(ids)}
-        cells = self.has_cells
-        if cells:
+        nuclei: list[np.ndarray | None] | None = None
+        if self.has_cells:
+            nucleus_of = dict(zip(np.asarray(ids).tolist(), polys, strict=True))
             polys, ids = self.outlines_of("cells")
-        rows = {int(i): k for k, i in enumerate(self.table["id"])}
+        found, rows = _rows_of(self.table, ids)
+        rings = [polys[j] for j in found.tolist()]
+        if self.has_cells:
+            nuclei = [nucleus_of.get(i) for i in np.asarray(ids)[found].tolist()]
         classes = self.table.get("class")
-
-        def features() -> Any:
-            for j, i in enumerate(ids):
-                k = rows.get(int(i))
-                if k is None:
-                    continue
-                name = "Nucleus" if classes is None else str(classes[k])
-                color = self.classes.get(name, NUCLEUS_COLOR)
-                yield polygon_feature(
-                    polys[j],
-                    name=name,
-                    color=color,
-                    object_type="cell" if cells else "detection",
-                    measurements=self.measurements(k),
-                    nucleus=nucleus_of.get(int(i)) if cells else None,
-                )
-
+        if classes is None:
+            names = ["Nucleus"] * len(rows)
+        else:
+            names = np.asarray(classes)[rows].astype(str).tolist()
+        colors = {n: self.classes.get(n, NUCLEUS_COLOR) for n in set(names)}
+        numeric = {
+            c: np.asarray(col)[rows]
+            for c, col in self.table.items()
+            if np.asarray(col).dtype.kind in "biuf"
+        }
+        call = None if progress is None else progress_caller(progress)
+        kw: dict[str, Any] = {
+            "names": names,
+            "colors": colors,
+            "object_type": "cell" if self.has_cells else "detection",
+            "measurements": numeric,
+            "nuclei": nuclei,
+            "progress": call,
+        }
         path = Path(path)
         if path.name.endswith(".gz"):
-            with atomic_write(path, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as gz:
-                write_features(gz, features())
+            with (
+                atomic_write(path, "wb") as raw,
+                gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6) as gz,
+            ):
+                write_polygon_features(gz, rings, **kw)
         else:
-            with atomic_write(path, "w", encoding="utf-8") as fh:
-                write_features(fh, features())
+            with atomic_write(path, "wb") as fh:
+                write_polygon_features(fh, rings, **kw)
         return path
+
+    def to_geoparquet(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        progress: ProgressCallback | None = None,
+        row_group: int = 65536,
+    ) -> Path:
+        """Write the nuclei as GeoParquet, the ``nuclei.parquet`` ``slidescope batch`` writes.
+
+        Needs pyarrow (the ``batch`` extra). The rows, columns and metadata are those of
+        batch's (:mod:`~napari_slidescope.pipeline.geoparquet`): ``id``, ``tile`` (-1: a
+        result does not record its tiles), the table's numeric columns, the outline's
+        ``bbox_*``, the text columns (``class``), ``geometry`` (WKB polygon, level-0
+        pixel ``(x, y)``) and, with cells, ``cell_geometry``; the file metadata ``geo``
+        (GeoParquet 1.1) and ``slidescope`` (source, region, mpp, segmenter,
+        parameters, column descriptions). One row per nucleus with an outline, in table
+        order.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            Output ``.parquet`` file (written atomically).
+        progress : callable, optional
+            Called with a :class:`~napari_slidescope.pipeline.progress.Progress` of rows
+            written (or ``(done, total)``).
+        row_group : int
+            Rows per Parquet row group.
+
+        Returns
+        -------
+        path : Path
+
+        Raises
+        ------
+        ImportError
+            If pyarrow is not installed (naming the extra that installs it).
+        """
+        from napari_slidescope._io import atomic_write
+        from napari_slidescope.analysis.measure import COLUMNS
+        from napari_slidescope.pipeline import geoparquet
+
+        geoparquet.require_pyarrow("NucleiResult.to_geoparquet")
+        import pyarrow.parquet as pq
+
+        polys, ids = self.outlines_of("nuclei")
+        by_id = dict(zip(np.asarray(ids).tolist(), polys, strict=True))
+        table_ids = np.asarray(self.table["id"])
+        keep = np.flatnonzero([i in by_id for i in table_ids.tolist()])
+        nuclei = [by_id[i] for i in table_ids[keep].tolist()]
+        cells = None
+        if self.has_cells:  # a nucleus without a cell outline is its own cell
+            cpolys, cids = self.outlines_of("cells")
+            cell_of = dict(zip(np.asarray(cids).tolist(), cpolys, strict=True))
+            kept = table_ids[keep].tolist()
+            cells = [cell_of.get(i, n) for i, n in zip(kept, nuclei, strict=True)]
+        numeric = [
+            c for c, v in self.table.items() if c != "id" and np.asarray(v).dtype.kind in "biuf"
+        ]
+        text = [c for c, v in self.table.items() if np.asarray(v).dtype.kind not in "biuf"]
+        meta = geoparquet.file_metadata(
+            {
+                "slide": None if self.source is None else self.source.name,
+                "path": None if self.source is None else str(self.source),
+                "region": [int(v) for v in self.region],
+                "mpp": self.mpp if isinstance(self.mpp, float) else list(self.mpp),
+                "segmenter": self.segmenter,
+                "software": f"napari-slidescope {sys.modules['napari_slidescope'].__version__}",
+                "parameters": json.loads(json.dumps(self.parameters, default=str)),
+                "columns": {**geoparquet.NUCLEI_COLUMNS, **COLUMNS},
+            },
+            cells=cells is not None,
+        )
+        units = {k: v for k, v in COLUMNS.items() if k != "id"}
+        total = len(keep)
+        call = None if progress is None else progress_caller(progress)
+        path = Path(path)
+        with atomic_write(path, "wb") as fh:
+            writer: Any = None
+            for start in range(0, max(total, 1), row_group):
+                rows = keep[start : start + row_group]
+                wkb, box = geoparquet.wkb_polygons(nuclei[start : start + row_group])
+                cell_wkb = None
+                if cells is not None:
+                    cell_wkb = geoparquet.wkb_polygons(cells[start : start + row_group])[0]
+                part = geoparquet.nuclei_table(
+                    table_ids[rows],
+                    np.full(len(rows), -1, np.int32),
+                    {c: np.asarray(self.table[c])[rows] for c in numeric},
+                    wkb,
+                    box,
+                    units=units,
+                    cell_geometry=cell_wkb,
+                    extra={c: np.asarray(self.table[c])[rows] for c in text},
+                )
+                if writer is None:
+                    schema = part.schema.with_metadata(meta)
+                    writer = pq.ParquetWriter(fh, schema, compression="zstd")
+                writer.write_table(part.replace_schema_metadata(meta))
+                if call is not None:
+                    call(min(total, start + row_group), total)
+            writer.close()
+        return path
+
+
+def _rows_of(table: dict[str, np.ndarray], ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions in `ids` that have a table row, and those rows (ids looked up in ``id``)."""
+    table_ids = np.asarray(table["id"])
+    ids = np.asarray(ids)
+    if table_ids.size == 0 or ids.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # the last row of an id, as a dict built row by row would keep it
+    order = np.argsort(table_ids, kind="stable")
+    sorted_ids = table_ids[order]
+    pos = np.searchsorted(sorted_ids, ids, side="right") - 1
+    pos = np.clip(pos, 0, len(sorted_ids) - 1)
+    found = sorted_ids[pos] == ids
+    return np.flatnonzero(found), order[pos[found]]

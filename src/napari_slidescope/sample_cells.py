@@ -81,13 +81,16 @@ def _nuclei(
     lab = np.zeros(shape, np.int32)
     yy, xx = np.mgrid[: shape[0], : shape[1]]
     margin = 6 / mpp
+    target = int(shape[0] * shape[1] * mpp * mpp / spacing_um**2)
+    # the placed centres, checked all at once (a Python loop over them was quadratic)
+    placed = np.empty((max(target, 0), 2))
     centres: list[tuple[float, float]] = []
     tries = 0
-    target = int(shape[0] * shape[1] * mpp * mpp / spacing_um**2)
     while len(centres) < target and tries < 20 * target:
         tries += 1
         cy, cx = rng.uniform(margin, shape[0] - margin), rng.uniform(margin, shape[1] - margin)
-        if any(np.hypot(cy - y, cx - x) * mpp < spacing_um for y, x in centres):
+        done = placed[: len(centres)]
+        if (np.hypot(cy - done[:, 0], cx - done[:, 1]) * mpp < spacing_um).any():
             continue
         a, b = rng.uniform(2.5, 4.5) / mpp, rng.uniform(2.5, 4.0) / mpp
         t = rng.uniform(0, np.pi)
@@ -99,6 +102,7 @@ def _nuclei(
         window = lab[y0:y1, x0:x1]
         if (window[inside] > 0).any():
             continue
+        placed[len(centres)] = cy, cx
         centres.append((cy, cx))
         window[inside] = len(centres)
     return lab

@@ -10,7 +10,8 @@ outside the repository is needed.
 Conventions of the pages:
 
 - ``print(...)  # TEXT`` on one line: ``TEXT`` is what that print writes, and is checked
-  (the printed lines, in the order of the page, must appear in the output).
+  (the printed lines, in the order of the page, must appear in the output). A print line
+  without a comment may be followed by comment-only lines: the lines it prints.
 - A block that cannot run here is preceded by ``<!-- skip-example: REASON -->`` (among the
   HTML comments just above its fence); the reason is shown in the test report. Keep them few.
 """
@@ -76,20 +77,31 @@ def examples(page: Path) -> list[Example]:
 
 
 def expected_output(code: str) -> list[str]:
-    """The lines the page says its prints write: the comment on each ``print(...)`` line."""
-    out = []
+    """The lines the page says its prints write.
+
+    The comment on a ``print(...)`` line; for a print line without one, the comment-only
+    lines right below it, one printed line each.
+    """
+    lines = code.splitlines()
     tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
     first_of_line: dict[int, tokenize.TokenInfo] = {}
+    comment_of_line: dict[int, str] = {}
     for tok in tokens:
-        if tok.type in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+        if tok.type == tokenize.COMMENT:
+            comment_of_line[tok.start[0]] = tok.string[1:].strip()
+        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            first_of_line.setdefault(tok.start[0], tok)
+    out = []
+    for row, first in sorted(first_of_line.items()):
+        if first.type != tokenize.NAME or first.string != "print":
             continue
-        first_of_line.setdefault(tok.start[0], tok)
-    for tok in tokens:
-        if tok.type != tokenize.COMMENT:
+        if row in comment_of_line:
+            out.append(comment_of_line[row])
             continue
-        first = first_of_line.get(tok.start[0])
-        if first is not None and first.type == tokenize.NAME and first.string == "print":
-            out.append(tok.string[1:].strip())
+        below = row + 1
+        while below <= len(lines) and lines[below - 1].strip().startswith("#"):
+            out.append(comment_of_line[below])
+            below += 1
     return out
 
 
@@ -105,8 +117,11 @@ def test_the_pages_have_examples_and_few_skips():
 
 
 def test_expected_output_reads_print_comments():
-    code = 'x = 1  # not output\nprint(x)  # 1\nprint("a  # b")  # a  # b\n    # alone\n'
-    assert expected_output(code) == ["1", "a  # b"]
+    code = (
+        "x = 1  # not output\nprint(x)  # 1\nprint('a  # b')  # a  # b\n# not output\n"
+        "for i in (1, 2):\n    print(i)\n# 1\n# 2\n\n# not output\n"
+    )
+    assert expected_output(code) == ["1", "a  # b", "1", "2"]
 
 
 @pytest.mark.parametrize("example", ALL, ids=lambda ex: ex.name)

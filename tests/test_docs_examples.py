@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from tests.conftest import home_env
 
 ROOT = Path(__file__).parents[1]

@@ -261,9 +261,7 @@ def write_ki67_sample(
     from napari_slidescope.sample_data import _pyramid, _write_svs
 
     truth = make_hdab(seed=seed, shape=shape, mpp=mpp)
-    _write_svs(
-        path, _pyramid(truth.image, 256), mpp=mpp, name="napari-slidescope Ki-67 sample"
-    )
+    _write_svs(path, _pyramid(truth.image, 256), mpp=mpp, name="napari-slidescope Ki-67 sample")
     return truth
 
 

@@ -14,6 +14,9 @@ Conventions of the pages:
   without a comment may be followed by comment-only lines: the lines it prints.
 - A block that cannot run here is preceded by ``<!-- skip-example: REASON -->`` (among the
   HTML comments just above its fence); the reason is shown in the test report. Keep them few.
+- A block written for napari's console is preceded by ``<!-- example-setup: napari-viewer -->``:
+  it runs with ``viewer = napari.Viewer(show=False)`` defined, as the console defines it,
+  and needs a display (``xvfb-run``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,14 @@ from tests.conftest import home_env
 ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
 SKIP = re.compile(r"<!--\s*skip-example:\s*(.*?)\s*-->")
+SETUP = re.compile(r"<!--\s*example-setup:\s*(.*?)\s*-->")
+#: code run before and after an example, per ``example-setup`` name
+SETUPS = {
+    "napari-viewer": (
+        "import napari\n\nviewer = napari.Viewer(show=False)\n",
+        "viewer.close()\n",
+    ),
+}
 #: seconds one example may take (a whole-slide run on the sample under a busy machine)
 TIMEOUT = 300
 
@@ -45,6 +56,7 @@ class Example:
     line: int
     code: str
     skip: str | None
+    setup: str | None = None
 
     @property
     def name(self) -> str:
@@ -62,14 +74,16 @@ def examples(page: Path) -> list[Example]:
             j = i + 1
             while j < len(lines) and lines[j].strip() != "```":
                 j += 1
-            skip = None
+            skip = setup = None
             k = start - 1
             while k >= 0 and lines[k].strip().startswith("<!--"):
-                match = SKIP.search(lines[k])
-                if match:
+                if match := SKIP.search(lines[k]):
                     skip = match.group(1)
+                if match := SETUP.search(lines[k]):
+                    setup = match.group(1)
                 k -= 1
-            found.append(Example(page, start + 2, "\n".join(lines[start + 1 : j]) + "\n", skip))
+            code = "\n".join(lines[start + 1 : j]) + "\n"
+            found.append(Example(page, start + 2, code, skip, setup))
             i = j
         i += 1
     return found
@@ -105,6 +119,10 @@ def expected_output(code: str) -> list[str]:
 
 
 ALL = [ex for page in PAGES for ex in examples(page)]
+PARAMS = [
+    pytest.param(ex, id=ex.name, marks=[pytest.mark.gui] if ex.setup == "napari-viewer" else [])
+    for ex in ALL
+]
 
 
 def test_the_pages_have_examples_and_few_skips():
@@ -113,6 +131,8 @@ def test_the_pages_have_examples_and_few_skips():
     skipped = [ex for ex in ALL if ex.skip is not None]
     assert all(ex.skip for ex in skipped), "a skip-example marker without a reason"
     assert len(skipped) <= 4, f"too many examples skipped: {[ex.name for ex in skipped]}"
+    unknown = [ex.name for ex in ALL if ex.setup is not None and ex.setup not in SETUPS]
+    assert not unknown, f"example-setup names none of {sorted(SETUPS)}: {unknown}"
 
 
 def test_expected_output_reads_print_comments():
@@ -123,10 +143,14 @@ def test_expected_output_reads_print_comments():
     assert expected_output(code) == ["1", "a  # b", "1", "2"]
 
 
-@pytest.mark.parametrize("example", ALL, ids=lambda ex: ex.name)
+@pytest.mark.parametrize("example", PARAMS)
 def test_example_runs_as_written(example: Example, tmp_path: Path):
     if example.skip is not None:
         pytest.skip(f"{example.name}: {example.skip}")
+    before, after = SETUPS.get(example.setup or "", ("", ""))
+    display = os.environ.get("DISPLAY") or os.environ.get("QT_QPA_PLATFORM") == "offscreen"
+    if before and sys.platform.startswith("linux") and not display:
+        pytest.skip(f"{example.name}: runs in a napari viewer and needs a display (xvfb-run)")
     home = tmp_path / "home"
     work = tmp_path / "work"
     work.mkdir()
@@ -138,7 +162,7 @@ def test_example_runs_as_written(example: Example, tmp_path: Path):
         [str(src), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
     )
     script = work.parent / "example.py"
-    script.write_text(example.code, encoding="utf-8")
+    script.write_text(before + example.code + after, encoding="utf-8")
     run = subprocess.run(
         [sys.executable, str(script)],
         cwd=work,

@@ -43,8 +43,12 @@ _LAZY = {
     "CellClassifier": "napari_slidescope.pipeline.classify",
     "PhenotypeRules": "napari_slidescope.pipeline.classify",
     "load_rules": "napari_slidescope.pipeline.classify",
+    "class_summary": "napari_slidescope.pipeline.classify",
     "train_classifier": "napari_slidescope.pipeline.cell_classifier",
     "load_classifier": "napari_slidescope.pipeline.cell_classifier",
+    "write_sample_slide": "napari_slidescope.sample_data",
+    "write_ki67_sample": "napari_slidescope.sample_cells",
+    "write_multiplex_sample": "napari_slidescope.sample_cells",
 }
 
 #: The errors and warnings, also importable from :mod:`napari_slidescope.errors`.
@@ -68,11 +72,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.pipeline.classify import (
         CellClassifier,
         PhenotypeRules,
+        class_summary,
         classify_cells,
         load_rules,
     )
     from napari_slidescope.pipeline.nuclei import NucleiResult, segment_nuclei
     from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
+    from napari_slidescope.sample_cells import write_ki67_sample, write_multiplex_sample
+    from napari_slidescope.sample_data import write_sample_slide
     from napari_slidescope.slide import ArraySlide, Slide, open_slide
 
 

@@ -14,7 +14,16 @@ from pathlib import Path
 import numpy as np
 from scipy import ndimage as ndi
 
-__all__ = ["CellTruth", "MULTIPLEX_RULES", "make_hdab", "make_multiplex"]
+from napari_slidescope._io import atomic_write
+
+__all__ = [
+    "CellTruth",
+    "MULTIPLEX_RULES",
+    "make_hdab",
+    "make_multiplex",
+    "write_ki67_sample",
+    "write_multiplex_sample",
+]
 
 #: Phenotype rules of :func:`make_multiplex`'s cells, in priority order.
 MULTIPLEX_RULES = {"Tumour": "PanCK+", "Cytotoxic T": "CD3+ CD8+", "T helper": "CD3+ CD8-"}
@@ -66,7 +75,7 @@ class CellTruth:
             meta.update(axes="CYX", Channel={"Name": list(self.channels)})
             half = self.image[:, ::2, ::2]
             extra = {}
-        with tifffile.TiffWriter(path) as tif:
+        with atomic_write(path, "wb") as fh, tifffile.TiffWriter(fh, ome=True) as tif:
             tif.write(
                 self.image, subifds=1, tile=(128, 128), compression="zlib", metadata=meta, **extra
             )
@@ -81,13 +90,16 @@ def _nuclei(
     lab = np.zeros(shape, np.int32)
     yy, xx = np.mgrid[: shape[0], : shape[1]]
     margin = 6 / mpp
+    target = int(shape[0] * shape[1] * mpp * mpp / spacing_um**2)
+    # the placed centres, checked all at once (a Python loop over them was quadratic)
+    placed = np.empty((max(target, 0), 2))
     centres: list[tuple[float, float]] = []
     tries = 0
-    target = int(shape[0] * shape[1] * mpp * mpp / spacing_um**2)
     while len(centres) < target and tries < 20 * target:
         tries += 1
         cy, cx = rng.uniform(margin, shape[0] - margin), rng.uniform(margin, shape[1] - margin)
-        if any(np.hypot(cy - y, cx - x) * mpp < spacing_um for y, x in centres):
+        done = placed[: len(centres)]
+        if (np.hypot(cy - done[:, 0], cx - done[:, 1]) * mpp < spacing_um).any():
             continue
         a, b = rng.uniform(2.5, 4.5) / mpp, rng.uniform(2.5, 4.0) / mpp
         t = rng.uniform(0, np.pi)
@@ -99,6 +111,7 @@ def _nuclei(
         window = lab[y0:y1, x0:x1]
         if (window[inside] > 0).any():
             continue
+        placed[len(centres)] = cy, cx
         centres.append((cy, cx))
         window[inside] = len(centres)
     return lab
@@ -207,3 +220,88 @@ def make_hdab(
     rgb = 255.0 * 10.0 ** (-od) + rng.normal(0, 2.0, od.shape)
     image = np.clip(np.round(rgb), 0, 255).astype(np.uint8)
     return CellTruth(image, ("R", "G", "B"), mpp, nuclei, cells, dab=dab)
+
+
+def write_ki67_sample(
+    path: str | os.PathLike[str],
+    *,
+    shape: tuple[int, int] = (1024, 1024),
+    mpp: float = 0.5,
+    seed: int = 0,
+) -> CellTruth:
+    """Write a synthetic Ki-67 (hematoxylin-DAB) slide as an Aperio-SVS-like TIFF.
+
+    The image of :func:`make_hdab`: nuclei whose DAB levels fall in QuPath's four bands
+    (negative, 1+, 2+, 3+), for trying IHC scoring
+    (``classify_cells(result, dab=True)``) on a slide of known truth. It takes a few
+    seconds at the default size.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        Output file, such as ``"ki67.svs"`` (written to a temporary name, then renamed).
+    shape : (int, int)
+        Level-0 (rows, cols).
+    mpp : float
+        Micrometres per pixel, recorded in the file.
+    seed : int
+        Random seed; the same seed gives the same slide.
+
+    Returns
+    -------
+    CellTruth
+        The pixels, true nuclei and cells, and each cell's DAB level.
+
+    Examples
+    --------
+    >>> from napari_slidescope import write_ki67_sample, segment_nuclei
+    >>> truth = write_ki67_sample("ki67.svs")  # doctest: +SKIP
+    >>> result = segment_nuclei("ki67.svs")  # doctest: +SKIP
+    """
+    from napari_slidescope.sample_data import _pyramid, _write_svs
+
+    truth = make_hdab(seed=seed, shape=shape, mpp=mpp)
+    _write_svs(path, _pyramid(truth.image, 256), mpp=mpp, name="napari-slidescope Ki-67 sample")
+    return truth
+
+
+def write_multiplex_sample(
+    path: str | os.PathLike[str],
+    *,
+    shape: tuple[int, int] = (1024, 1024),
+    mpp: float = 0.5,
+    seed: int = 0,
+) -> CellTruth:
+    """Write a synthetic multiplex fluorescence slide as an OME-TIFF with named channels.
+
+    The image of :func:`make_multiplex`: channels ``DAPI``, ``CD3``, ``CD8`` (membrane),
+    ``PanCK`` (cytoplasm) and ``Ki67`` (nucleus), uint16, tiled, with a 2x reduced level;
+    cells of known phenotype under :data:`MULTIPLEX_RULES` (tumour, cytotoxic T, T helper,
+    other). It takes a few seconds at the default size.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        Output file, such as ``"multiplex.ome.tif"`` (written to a temporary name, then
+        renamed).
+    shape : (int, int)
+        Level-0 (rows, cols).
+    mpp : float
+        Micrometres per pixel, recorded as the OME physical pixel size.
+    seed : int
+        Random seed; the same seed gives the same slide.
+
+    Returns
+    -------
+    CellTruth
+        The pixels, true nuclei and cells, each cell's marker positivity and phenotype.
+
+    Examples
+    --------
+    >>> from napari_slidescope import write_multiplex_sample, segment_nuclei
+    >>> truth = write_multiplex_sample("multiplex.ome.tif")  # doctest: +SKIP
+    >>> result = segment_nuclei("multiplex.ome.tif", cell_expansion_um=5)  # doctest: +SKIP
+    """
+    truth = make_multiplex(seed=seed, shape=shape, mpp=mpp)
+    truth.write(path)
+    return truth

@@ -164,8 +164,6 @@ def write_sample_slide(
     SampleTruth
         Tissue mask and nuclei of the slide.
     """
-    import tifffile
-
     path = Path(path)
     truth = make_truth(shape, mpp=mpp, seed=seed)
     h, w = shape
@@ -173,17 +171,40 @@ def write_sample_slide(
     band = 1024
     for y in range(0, h, band):
         level0[y : y + band] = render_region(truth, y, min(y + band, h), seed=seed)
+    levels = _pyramid(level0, tile)
+    _write_svs(path, levels, mpp=mpp, tile=tile, quality=quality, name="napari-slidescope sample")
+    return truth
+
+
+def _pyramid(level0: np.ndarray, tile: int) -> list[np.ndarray]:
+    """Level 0 and its 4x block means, down to the last level at least one tile across."""
     levels = [level0]
     while min(levels[-1].shape[:2]) // 4 >= tile:
         prev = levels[-1]
         ph, pw = prev.shape[0] // 4 * 4, prev.shape[1] // 4 * 4
         blocks = prev[:ph, :pw].reshape(ph // 4, 4, pw // 4, 4, 3)
         levels.append((blocks.sum((1, 3), dtype=np.uint16) // 16).astype(np.uint8))
+    return levels
+
+
+def _write_svs(
+    path: str | os.PathLike[str],
+    levels: list[np.ndarray],
+    *,
+    mpp: float,
+    tile: int = 256,
+    quality: int = 90,
+    name: str = "napari-slidescope sample",
+) -> None:
+    """Write RGB levels as an Aperio-SVS-like TIFF (level 0, a thumbnail, the other levels)."""
+    import tifffile
+
+    h, w = levels[0].shape[:2]
     thumb = levels[-1][::2, ::2]
     desc = (
         "Aperio Image Library v12.0.15 \r\n"
         f"{w}x{h} [0,0 {w}x{h}] ({tile}x{tile}) JPEG/RGB Q={quality}"
-        f"|AppMag = {round(10 / mpp)}|MPP = {mpp:.4f}|Filename = napari-slidescope sample"
+        f"|AppMag = {round(10 / mpp)}|MPP = {mpp:.4f}|Filename = {name}"
     )
     opts: dict[str, Any] = {
         "photometric": "rgb",
@@ -195,11 +216,10 @@ def write_sample_slide(
         atomic_write(path, "wb") as fh,
         tifffile.TiffWriter(fh, bigtiff=h * w * 3 > 2**31) as tif,
     ):
-        tif.write(level0, tile=(tile, tile), description=desc, **opts)
+        tif.write(levels[0], tile=(tile, tile), description=desc, **opts)
         tif.write(thumb, description=desc.replace("JPEG/RGB", "thumbnail JPEG/RGB"), **opts)
         for lv in levels[1:]:
             tif.write(lv, tile=(tile, tile), description=desc, **opts)
-    return truth
 
 
 def cache_dir() -> Path:

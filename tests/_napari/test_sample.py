@@ -32,3 +32,25 @@ def test_nuclei_lie_in_tissue():
     ys = (truth.nuclei[:, 0] // TRUTH_DOWNSAMPLE).astype(int)
     xs = (truth.nuclei[:, 1] // TRUTH_DOWNSAMPLE).astype(int)
     assert truth.tissue_mask[ys, xs].all()
+
+
+def test_ki67_and_multiplex_samples_open_with_their_stains_and_markers(tmp_path, monkeypatch):
+    """The npe2 sample entries write the IHC and multiplex samples once and open them."""
+    from napari_slidescope._napari import sample
+
+    monkeypatch.setenv("SLIDESCOPE_CACHE", str(tmp_path))
+    ((_, ki67, kind),) = sample.make_ki67_sample()
+    assert kind == "image" and ki67["rgb"] and ki67["scale"] == (0.5, 0.5)
+    ((_, multiplex, _),) = sample.make_multiplex_sample()
+    assert multiplex["channel_axis"] == 0
+    assert [name.split(" ")[-1] for name in multiplex["name"]] == [
+        "[DAPI]",
+        "[CD3]",
+        "[CD8]",
+        "[PanCK]",
+        "[Ki67]",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "slidescope-ki67-v1.svs",
+        "slidescope-multiplex-v1.ome.tif",
+    ]

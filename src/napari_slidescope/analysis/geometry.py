@@ -270,14 +270,16 @@ def _trace_rings(padded: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.n
     by_start = np.argsort(start, kind="stable")
     nxt = by_start[np.searchsorted(start, end, sorter=by_start)]
     n = len(start)
-    # the ring of each segment (a cycle of `nxt`), and its first segment
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    graph = csr_matrix((np.ones(n, np.int8), (np.arange(n), nxt)), shape=(n, n))
-    nrings, ring = connected_components(graph, directed=True, connection="weak")
-    first_seg = np.full(nrings, n, np.int64)
-    np.minimum.at(first_seg, ring, np.arange(n))
+    # the ring of each segment (a cycle of `nxt`): its smallest segment index, by pointer
+    # doubling (after k rounds, the minimum over the next 2^k segments); done when every
+    # segment agrees with the next
+    first = np.arange(n)
+    jump = nxt
+    while not np.array_equal(first, first[nxt]):
+        np.minimum(first, first[jump], out=first)
+        jump = jump[jump]
+    first_seg, ring = np.unique(first, return_inverse=True)
+    nrings = first_seg.size
     # steps from the ring's first segment: list ranking by pointer doubling along the
     # predecessors, each ring cut at its first segment (which points to itself)
     prev = np.empty(n, np.int64)

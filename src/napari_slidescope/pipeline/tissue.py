@@ -1,9 +1,16 @@
 """Public tissue detection on a slide, a path or an RGB array: :func:`detect_tissue`.
 
 The slide is read at the pyramid level nearest to ``target_mpp`` (never level 0 of a
-pyramid at the default working resolution), block-averaged down to the working
-resolution when that level is finer, and handed to
-:func:`napari_slidescope.analysis.tissue.tissue_mask`. The result is a
+pyramid at the default working resolution). Where that level is finer, the working pixel
+is the whole number of its pixels that comes nearest the target
+(:func:`~napari_slidescope.slide.level_choice.nearest_factor`: an Aperio level at
+4.04 µm/px is read at 8.09 µm/px for the default 8, not at 4.04), and a JPEG level is
+decoded at 1/2, 1/4 or 1/8 in the DCT domain straight into the working image
+(:meth:`~napari_slidescope.slide.Slide.read_level_scaled`; other levels are read in
+strips and block-averaged): a 150000 x 90000 px slide is detected from 13 Mpx without a
+whole-level array. The image is handed to
+:func:`napari_slidescope.analysis.tissue.tissue_mask`; ``TissueResult.mpp``, ``level``
+and ``downsample`` record the working resolution and the level read. The result is a
 :class:`TissueResult`: the mask, its place in level-0 pixels, polygons, areas, and a
 GeoJSON export for QuPath. The same mask gates later tile work
 (:meth:`TissueResult.tiles_with_tissue`).

@@ -127,7 +127,8 @@ def _on_grid(mask: np.ndarray, origin, ds, cy: np.ndarray, cx: np.ndarray) -> np
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    return float((a & b).sum() / max((a | b).sum(), 1))
+    union = (a | b).sum()
+    return 1.0 if union == 0 else float((a & b).sum() / union)  # both empty: they agree
 
 
 def _truth_on_grid(truth_path: Path, cy: np.ndarray, cx: np.ndarray) -> np.ndarray:

@@ -58,6 +58,23 @@ def _pair(value: float | Sequence[float], name: str) -> Pair:
     return out
 
 
+#: Rows of a label image counted at once by :func:`label_sizes`.
+_SIZE_ROWS = 256
+
+
+def label_sizes(labels: np.ndarray, n: int) -> np.ndarray:
+    """Pixels of each label ``0..n`` of `labels`: ``np.bincount(labels.ravel())``, in bands.
+
+    ``np.bincount`` first copies an int32 label image to int64 (8 bytes a pixel: 100 MiB
+    for a 13 Mpx whole-slide mask); a band of rows at a time keeps that copy small.
+    """
+    sizes = np.zeros(n + 1, np.int64)
+    flat = labels.reshape(labels.shape[0], -1) if labels.ndim else labels.reshape(1, 1)
+    for r in range(0, flat.shape[0], _SIZE_ROWS):
+        sizes += np.bincount(flat[r : r + _SIZE_ROWS].ravel(), minlength=n + 1)[: n + 1]
+    return sizes
+
+
 def _signed_area(ring: np.ndarray) -> float:
     """Shoelace area of a ring of (row, col) vertices (positive = clockwise on screen)."""
     r, c = ring[:, 0], ring[:, 1]
@@ -145,7 +162,7 @@ def mask_to_polygons(
         return [], []
     if not holes:
         return _filled_outlines(labels, ds, org)
-    sizes = np.bincount(labels.ravel())
+    sizes = label_sizes(labels, n)
     padded = np.pad(labels > 0, 1)
     rings, fg, area = _trace_rings(padded)
     del padded
@@ -170,7 +187,7 @@ def _filled_outlines(
     (A background pocket that reaches the outside only diagonally is filled here, so the
     ring may differ from the piece's exterior ring of :func:`mask_to_polygons`.)
     """
-    sizes = np.bincount(labels.ravel())[1:]
+    sizes = label_sizes(labels, int(labels.max()))[1:]
     pieces: list[tuple[int, np.ndarray]] = []
     for lab, sl in enumerate(ndi.find_objects(labels), start=1):
         if sl is None:
@@ -266,10 +283,12 @@ def _trace_rings(padded: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.n
     end = np.concatenate(ends)
     point = np.concatenate(points)
     fg_all = np.concatenate(fgs)
+    del starts, ends, points, fgs, cells, kinds, by_kind
     # each edge point starts one segment and ends one: the next segment of each
     by_start = np.argsort(start, kind="stable")
     nxt = by_start[np.searchsorted(start, end, sorter=by_start)]
-    n = len(start)
+    del start, end, by_start
+    n = len(nxt)
     # the ring of each segment (a cycle of `nxt`): its smallest segment index, by pointer
     # doubling (after k rounds, the minimum over the next 2^k segments); done when every
     # segment agrees with the next
@@ -294,9 +313,11 @@ def _trace_rings(padded: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.n
         dist += dist[prev]
         prev = step
     order = np.lexsort((dist, ring))
+    del prev, dist, jump, nxt
     counts = np.bincount(ring, minlength=nrings)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     pts = point[order]
+    del point, order, ring
     rings = _drop_collinear_all(pts, offsets)
     following = pts[_next_in_ring(offsets)]
     terms = pts[:, 1] * following[:, 0] - pts[:, 0] * following[:, 1]
@@ -320,11 +341,12 @@ def _drop_collinear_all(pts: np.ndarray, offsets: np.ndarray) -> list[np.ndarray
     pos = np.arange(len(pts)) - offsets[:-1][ring_of]
     c = counts[ring_of]
     base = offsets[:-1][ring_of]
-    prev = pts[base + (pos - 1) % c]
-    nxt = pts[base + (pos + 1) % c]
-    a, b = pts - prev, nxt - pts
+    a = pts - pts[base + (pos - 1) % c]  # from the previous vertex
+    b = pts[base + (pos + 1) % c] - pts  # to the next
+    del pos, c, base
     cross = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
     keep = np.abs(cross) > 1e-9 * (np.abs(a).sum(1) * np.abs(b).sum(1) + 1e-300)
+    del a, b, cross
     kept = np.bincount(ring_of, weights=keep, minlength=len(counts))
     whole = (counts < 4) | (kept < 3)  # as _drop_collinear: such rings are kept whole
     keep |= whole[ring_of]

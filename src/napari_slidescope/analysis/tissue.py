@@ -32,6 +32,7 @@ from scipy import ndimage as ndi
 from skimage import filters
 
 from napari_slidescope.analysis.checks import check_image
+from napari_slidescope.analysis.geometry import label_sizes
 from napari_slidescope.analysis.resample import block_mean
 
 __all__ = [
@@ -327,7 +328,7 @@ def remove_small_pieces(mask: np.ndarray, min_area: float) -> np.ndarray:
     labels, n = ndi.label(mask)
     if n == 0:
         return mask.astype(bool, copy=True)
-    sizes = np.bincount(labels.ravel())
+    sizes = label_sizes(labels, n)
     keep = sizes >= min_area
     keep[0] = False
     kept: np.ndarray = keep[labels]
@@ -356,7 +357,7 @@ def fill_small_holes(mask: np.ndarray, max_area: float) -> np.ndarray:
     labels, n = ndi.label(~mask, structure=np.ones((3, 3), bool))
     if n == 0:
         return mask.copy()
-    sizes = np.bincount(labels.ravel())
+    sizes = label_sizes(labels, n)
     fill = sizes < max_area
     fill[0] = False
     border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
@@ -444,12 +445,13 @@ def tissue_mask(
         if bad.any():
             bad = _dilate(bad, 1)  # scipy's default cross is the disk of radius 1
             # ink must not pull the smoothed feature of its neighbours up
-            feature = np.where(bad, np.float32(0.0), feature)
+            feature[bad] = np.float32(0.0)
     else:
         feature = fluorescence_feature(image)
         bad = np.zeros(feature.shape, bool)
     if sigma >= 0.3:
-        feature = ndi.gaussian_filter(feature, sigma, mode="nearest")
+        # in place: scipy filters line by line through a buffer (one image, not two)
+        feature = ndi.gaussian_filter(feature, sigma, mode="nearest", output=feature)
 
     if threshold is None:
         if mode == "brightfield":

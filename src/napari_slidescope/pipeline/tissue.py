@@ -402,6 +402,7 @@ def _detect(
         outer_only=options.outer_only,
         reject_artifacts=options.reject_artifacts,
     )
+    del image  # the polygons need the mask only
     check_cancel(cancel, "tissue detection")
 
     origin = (round(ly0 * dy), round(lx0 * dx))

@@ -99,3 +99,18 @@ def test_scaled_read_refuses_a_corrupt_tile_as_the_full_read(tmp_path):
         assert np.all(got[:128, 128:256] == 0)
         assert got[:128, :128].min() > 0
         assert blank.damage.tiles() == [(0, ((0, 256), (256, 512)))]
+
+
+@pytest.mark.parametrize("photometric", ["rgb", "ycbcr"])
+def test_full_size_scaled_read_is_the_level_readers_pixels_without_its_cache(
+    tmp_path, photometric
+):
+    from napari_slidescope.slide import tile_cache
+
+    path = tmp_path / "slide.tif"
+    _jpeg_tiff(path, photometric=photometric)
+    with open_slide(path) as slide:
+        tile_cache().clear()
+        got = slide.read_level_scaled(0, (0, 0, 1000, 1200), 1)
+        assert tile_cache().nbytes == 0  # decoded straight into the output
+        np.testing.assert_array_equal(got, slide.read_level(0, (0, 0, 1000, 1200)))

@@ -166,13 +166,13 @@ def _read_working(
 ) -> np.ndarray:
     """Read a level box (channels last) and block-average it by `factor`, in bounded strips.
 
-    With ``scale > 1`` (a divisor of `factor` the slide decodes at in the DCT domain,
-    :meth:`~napari_slidescope.slide.Slide.read_level_scaled`) the level is read at
-    ``1 / scale`` and block-averaged by ``factor // scale``; the box starts on a
-    multiple of `factor`. Else through the slide's own ``read_level`` (no dask), else
-    its dask level.
+    On a JPEG level (:func:`_streams`), through
+    :meth:`~napari_slidescope.slide.Slide.read_level_scaled` at ``1 / scale`` (a divisor
+    of `factor` the slide decodes at in the DCT domain; 1 at full size), block-averaged by
+    ``factor // scale``; the box starts on a multiple of `scale`. Else through the slide's
+    own ``read_level`` (no dask), else its dask level.
     """
-    if scale > 1:
+    if scale > 1 or _streams(slide, level):
         scaled = slide.read_level_scaled  # type: ignore[attr-defined]
 
         def check() -> None:
@@ -181,7 +181,7 @@ def _read_working(
         def read_scaled(lv: int, b: Box) -> np.ndarray:
             return np.asarray(scaled(lv, b, scale, check=check))
 
-        return _read_strips(slide, level, box, factor, cancel, read_scaled, scale)
+        return _read_strips(slide, level, box, factor, cancel, read_scaled, scale, whole=True)
     read = getattr(slide, "read_level", None) or _dask_reader(slide)
     return _read_strips(slide, level, box, factor, cancel, read)
 
@@ -194,12 +194,15 @@ def _read_strips(
     cancel: threading.Event | None,
     read: Callable[[int, Box], np.ndarray],
     scale: int = 1,
+    *,
+    whole: bool = False,
 ) -> np.ndarray:
     """Block means of a level box read by `read` (a box of a level, in the slide's axes).
 
     `read` returns the box at ``1 / scale`` (strips start on multiples of `factor`, which
-    `scale` divides). A read whose block means are its own pixels (``factor == scale``)
-    is one strip: the output is the array read, with no copy.
+    `scale` divides). With `whole` (a read that checks for cancellation itself), a read
+    whose block means are its own pixels (``factor == scale``) is one strip: the output
+    is the array read, with no copy.
     """
     ly0, lx0, ly1, lx1 = box
     axes = slide.axes
@@ -212,7 +215,7 @@ def _read_strips(
     row_bytes = max(per_px * (lx1 - lx0) // (scale * scale), 1)
     budget = _READ_BYTES if cancel is None else _CANCEL_READ_BYTES
     step = max(factor, (budget // row_bytes) // factor * factor)
-    if factor == scale:
+    if whole and factor == scale:
         step = ly1 - ly0  # no block mean left to do: read straight into the output
     strips = []
     for y in range(ly0, ly1, step):
@@ -222,6 +225,17 @@ def _read_strips(
             pix = np.moveaxis(pix, 0, -1)
         strips.append(block_mean(pix, factor // scale))
     return strips[0] if len(strips) == 1 else np.concatenate(strips, axis=0)
+
+
+def _streams(slide: SlideLike, level: int) -> bool:
+    """True when the slide decodes `level` straight into an array (a JPEG level).
+
+    Such a level is read through ``read_level_scaled`` even at full size: one pass into
+    the working image, bypassing the shared tile cache (a whole level would only flush it,
+    and grow the process by the cache's size).
+    """
+    scales = getattr(slide, "level_scales", None)
+    return scales is not None and len(scales(level)) > 1
 
 
 def _dct_scale(slide: SlideLike, level: int, factor: int) -> int:

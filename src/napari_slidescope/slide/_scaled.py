@@ -77,9 +77,10 @@ def read_scaled(
     box : (int, int, int, int)
         ``(y0, x0, y1, x1)`` in level pixels, inside the level, with ``y0`` and ``x0``
         multiples of `scale`.
-    scale : {2, 4, 8}
+    scale : {1, 2, 4, 8}
         Output pixel ``(i, j)`` shows level pixels ``[i*scale, (i+1)*scale)`` (rows, and
-        the same for columns) from the box's corner.
+        the same for columns) from the box's corner; 1 decodes at full size (the pixels
+        of the level reader, without its tile cache).
     check : callable, optional
         Called before each tile row is decoded (raises to stop the read: cancellation).
     workers : int
@@ -97,7 +98,7 @@ def read_scaled(
     ValueError
         `scale` is not one the level decodes at, or the box is not aligned to it.
     """
-    if scale not in scales(reader) or scale == 1:
+    if scale not in scales(reader) or len(scales(reader)) == 1:
         raise ValueError(f"level {reader._level} cannot be decoded at 1/{scale}")
     y0, x0, y1, x1 = box
     if y0 % scale or x0 % scale:
@@ -242,13 +243,18 @@ def _decode(stream: bytes, colorspace: str, scale: int, frame: tuple[int, int]) 
                 f"{frame[1]:,} x {frame[0]:,} px tile it should hold"
             )
         want = (math.ceil(rows / scale), math.ceil(cols / scale))
-        tile: np.ndarray = simplejpeg.decode_jpeg(
-            stream,
-            colorspace="GRAY" if colorspace == "GRAY" else "RGB",
-            min_height=want[0],
-            min_width=want[1],
-            min_factor=scale,
-            strict=True,
+        space = "GRAY" if colorspace == "GRAY" else "RGB"
+        tile: np.ndarray = (
+            simplejpeg.decode_jpeg(stream, colorspace=space, strict=True)
+            if scale == 1
+            else simplejpeg.decode_jpeg(
+                stream,
+                colorspace=space,
+                min_height=want[0],
+                min_width=want[1],
+                min_factor=scale,
+                strict=True,
+            )
         )
     except ValueError as exc:
         if isinstance(exc, _tiff.ChunkError):

@@ -271,7 +271,10 @@ class _BaseSlide:
         scale : int
             One of :meth:`level_scales`: output pixel ``(i, j)`` shows the level's
             ``scale x scale`` block from ``(y0 + i*scale, x0 + j*scale)``, about its mean
-            (libjpeg's scaled inverse DCT; partial edge blocks included).
+            (libjpeg's scaled inverse DCT; partial edge blocks included). On a JPEG level
+            even 1 decodes straight into the output, not through the shared tile cache
+            (which a one-off read of a whole level would only flush): the pixels of
+            :meth:`read_level`.
         check : callable, optional
             Called between tile rows; raising stops the read (cancellation).
 
@@ -288,9 +291,10 @@ class _BaseSlide:
         SlideError
             A damaged tile, as :meth:`read_level`.
         """
-        if scale == 1:
+        scales = self.level_scales(level)
+        if scale == 1 and scales == (1,):
             return self.read_level(level, box)
-        if scale not in self.level_scales(level):
+        if scale not in scales:
             raise ValueError(
                 f"level {level} cannot be read at 1/{scale} (only {self.level_scales(level)})"
             )

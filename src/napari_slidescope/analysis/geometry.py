@@ -122,6 +122,7 @@ def mask_to_polygons(
     downsample: float | Sequence[float] = 1.0,
     origin: float | Sequence[float] = (0.0, 0.0),
     holes: bool = True,
+    bounds: Sequence[float] | None = None,
 ) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
     """Outline each 4-connected piece of a mask, with its holes.
 
@@ -143,6 +144,9 @@ def mask_to_polygons(
         Level-0 ``(y, x)`` of the top-left corner of ``mask[0, 0]``.
     holes : bool
         Also return the interior rings.
+    bounds : (float, float, float, float), optional
+        Level-0 box ``(y0, x0, y1, x1)`` every vertex is clipped into (a region whose
+        edges cut mask pixels).
 
     Returns
     -------
@@ -161,21 +165,30 @@ def mask_to_polygons(
     if n == 0:
         return [], []
     if not holes:
-        return _filled_outlines(labels, ds, org)
+        outer, none = _filled_outlines(labels, ds, org)
+        if bounds is not None:
+            lo, hi = np.array(bounds[:2], float), np.array(bounds[2:], float)
+            outer = [np.clip(e, lo, hi) for e in outer]
+        return outer, none
     sizes = label_sizes(labels, n)
     padded = np.pad(labels > 0, 1)
-    rings, fg, area = _trace_rings(padded)
+    pts, offsets, fg, area = _trace_rings(padded)
     del padded
     ring_label = labels[fg[:, 0] - 1, fg[:, 1] - 1]  # the piece each ring bounds
+    del labels
     scale = np.array(ds)
-    shift = np.array(org) - 0.5 * scale  # padded centre units -> level-0 pixel edges
+    pts *= scale
+    pts += np.array(org) - 0.5 * scale  # padded centre units -> level-0 pixel edges
+    if bounds is not None:
+        np.clip(pts, np.array(bounds[:2], float), np.array(bounds[2:], float), out=pts)
+    rings = np.split(pts, offsets[1:-1])
     exterior = area > 0
     order = sorted(np.flatnonzero(exterior), key=lambda i: (-sizes[ring_label[i]], ring_label[i]))
     where = {int(ring_label[i]): k for k, i in enumerate(order)}
-    exts = [rings[i] * scale + shift for i in order]
+    exts = [rings[i] for i in order]
     hls: list[list[np.ndarray]] = [[] for _ in order]
     for i in np.flatnonzero(~exterior):
-        hls[where[int(ring_label[i])]].append(rings[i] * scale + shift)
+        hls[where[int(ring_label[i])]].append(rings[i])
     return exts, hls
 
 
@@ -240,13 +253,18 @@ def _segment_table() -> dict[int, list[tuple[int, int, int]]]:
 _SEGMENTS = _segment_table()
 
 
-def _trace_rings(padded: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+def _trace_rings(
+    padded: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Rings of a mask padded with one background pixel on every side.
 
     Returns
     -------
-    rings : list of (K, 2) ndarray of float
-        Open rings in padded pixel-centre ``(row, col)`` units, collinear vertices dropped.
+    points : (V, 2) ndarray of float
+        The open rings one after the other, in padded pixel-centre ``(row, col)`` units,
+        collinear vertices dropped.
+    offsets : (R + 1,) ndarray of int
+        Ring ``i`` is ``points[offsets[i]:offsets[i + 1]]``.
     fg : (R, 2) ndarray of int
         A foreground pixel (padded coordinates) next to each ring.
     area : (R,) ndarray of float
@@ -318,11 +336,12 @@ def _trace_rings(padded: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.n
     offsets = np.concatenate([[0], np.cumsum(counts)])
     pts = point[order]
     del point, order, ring
-    rings = _drop_collinear_all(pts, offsets)
     following = pts[_next_in_ring(offsets)]
     terms = pts[:, 1] * following[:, 0] - pts[:, 0] * following[:, 1]
     area = 0.5 * np.add.reduceat(terms, offsets[:-1])  # positive round a piece
-    return rings, fg_all[first_seg], area
+    del following, terms
+    kept, kept_offsets = _drop_collinear_all(pts, offsets)
+    return kept, kept_offsets, fg_all[first_seg], area
 
 
 def _next_in_ring(offsets: np.ndarray) -> np.ndarray:
@@ -334,8 +353,11 @@ def _next_in_ring(offsets: np.ndarray) -> np.ndarray:
     return following
 
 
-def _drop_collinear_all(pts: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
-    """:func:`_drop_collinear` on every open ring ``pts[offsets[i]:offsets[i+1]]`` at once."""
+def _drop_collinear_all(pts: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_drop_collinear` on every open ring ``pts[offsets[i]:offsets[i+1]]`` at once.
+
+    Returns the kept vertices and their ring offsets.
+    """
     counts = np.diff(offsets)
     ring_of = np.repeat(np.arange(len(counts)), counts)
     pos = np.arange(len(pts)) - offsets[:-1][ring_of]
@@ -352,7 +374,7 @@ def _drop_collinear_all(pts: np.ndarray, offsets: np.ndarray) -> list[np.ndarray
     keep |= whole[ring_of]
     out = pts[keep]
     bounds = np.concatenate([[0], np.cumsum(np.bincount(ring_of[keep], minlength=len(counts)))])
-    return [out[bounds[i] : bounds[i + 1]] for i in range(len(counts))]
+    return out, bounds
 
 
 def labels_to_polygons(

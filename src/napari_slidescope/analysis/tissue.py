@@ -222,12 +222,15 @@ def _two_classes(values: np.ndarray) -> tuple[float, float, float]:
     """
     t = float(filters.threshold_otsu(values))
     low_mean, high_mean = t, t
+    total, n = float(values.sum(dtype=np.float64)), values.size
     for _ in range(10):
-        low = values[values <= t]
-        high = values[values > t]
-        if low.size == 0 or high.size == 0:
+        # class sums without copying either class (a whole-slide feature is 50-75 MiB)
+        low = values <= t
+        n_low = int(np.count_nonzero(low))
+        if n_low == 0 or n_low == n:
             break
-        low_mean, high_mean = float(low.mean()), float(high.mean())
+        low_sum = float(values.sum(where=low, dtype=np.float64))
+        low_mean, high_mean = low_sum / n_low, (total - low_sum) / (n - n_low)
         new = 0.5 * (low_mean + high_mean)
         if abs(new - t) < 1e-4:
             return new, low_mean, high_mean
@@ -237,7 +240,7 @@ def _two_classes(values: np.ndarray) -> tuple[float, float, float]:
 
 def _brightfield_threshold(feature: np.ndarray, valid: np.ndarray) -> float:
     lo, hi = BRIGHTFIELD_THRESHOLD_RANGE
-    values = feature[valid]
+    values = feature.ravel() if valid.all() else feature[valid]  # (no copy when all count)
     if values.size < 2 or float(values.max() - values.min()) < 1e-6:
         return lo
     t, low_mean, high_mean = _two_classes(values)

@@ -426,11 +426,8 @@ def _detect(
             [polygon], shape=mask.shape, downsample=ds, origin=origin
         )
     exteriors, holes = geometry.mask_to_polygons(
-        mask, downsample=ds, origin=origin, holes=not options.outer_only
+        mask, downsample=ds, origin=origin, holes=not options.outer_only, bounds=reg
     )
-    lo, hi = np.array([y0, x0], float), np.array([y1, x1], float)
-    exteriors = [np.clip(p, lo, hi) for p in exteriors]
-    holes = [[np.clip(h, lo, hi) for h in hs] for hs in holes]
     # the one definition of tissue area (pipeline.summary): mask pixels inside the region
     area_px = tissue_area_px(mask, origin, ds, [reg])
     return TissueResult(

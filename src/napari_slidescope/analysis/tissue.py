@@ -121,17 +121,28 @@ def _planes(rgb: np.ndarray, scale: np.float32) -> tuple[np.ndarray, np.ndarray,
 _STRIP_PIXELS = 1 << 16
 
 
+def _gray(r: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Brightness (Rec. 601 luma) of R, G, B planes in 0..1."""
+    gray: np.ndarray = np.float32(0.299) * r + np.float32(0.587) * g + np.float32(0.114) * b
+    return gray
+
+
 def _brightfield(rgb: np.ndarray, *, artifacts: bool) -> tuple[np.ndarray, np.ndarray | None]:
     rgb = _check_rgb(rgb)
     scale = np.float32(1.0 / _unit_scale(rgb))
     rows, cols = rgb.shape[:2]
     step = max(1, _STRIP_PIXELS // max(cols, 1))
     strips = [slice(y, min(y + step, rows)) for y in range(0, rows, step)]
-    gray = np.empty((rows, cols), np.float32)
-    for sl in strips:  # every value is computed pixel by pixel: strips change no bit
-        r, g, b = _planes(rgb[sl], scale)
-        gray[sl] = np.float32(0.299) * r + np.float32(0.587) * g + np.float32(0.114) * b
-    white = np.float32(max(float(np.percentile(gray[::2, ::2], 99)), 0.8))
+    # the glass level from every other pixel's brightness (computed for those pixels only:
+    # a whole-image brightness plane is 4 bytes a pixel); each value is computed pixel by
+    # pixel, so strips and subsampling change no bit
+    sub = rgb[::2, ::2]
+    gray_sub = np.empty(sub.shape[:2], np.float32)
+    sub_step = max(1, _STRIP_PIXELS // max(sub.shape[1], 1))
+    for y in range(0, sub.shape[0], sub_step):
+        gray_sub[y : y + sub_step] = _gray(*_planes(sub[y : y + sub_step], scale))
+    white = np.float32(max(float(np.percentile(gray_sub, 99)), 0.8))
+    del gray_sub
     feature = np.empty((rows, cols), np.float32)
     bad = np.empty((rows, cols), bool) if artifacts else None
     for sl in strips:
@@ -140,7 +151,7 @@ def _brightfield(rgb: np.ndarray, *, artifacts: bool) -> tuple[np.ndarray, np.nd
         mn = np.minimum(np.minimum(r, g), b)
         chroma = mx - mn
         sat = chroma / np.maximum(mx, np.float32(0.05))
-        dark = np.clip(1.0 - gray[sl] / white, 0.0, 1.0)
+        dark = np.clip(1.0 - _gray(r, g, b) / white, 0.0, 1.0)
         np.maximum(sat, dark, out=feature[sl])
         if bad is None:
             continue
@@ -220,7 +231,10 @@ def _two_classes(values: np.ndarray) -> tuple[float, float, float]:
     Otsu alone does not when the classes differ in size. Returns the threshold and
     the means of the lower and upper classes.
     """
-    t = float(filters.threshold_otsu(values))
+    # skimage's own histogram of the values (256 bins over their range), made without
+    # the copy of the values skimage makes for it
+    counts, edges = np.histogram(values, bins=256)
+    t = float(filters.threshold_otsu(hist=(counts, (edges[:-1] + edges[1:]) / 2.0)))
     low_mean, high_mean = t, t
     total, n = float(values.sum(dtype=np.float64)), values.size
     for _ in range(10):

@@ -291,7 +291,8 @@ class TissueOptions(_Options):
     ----------
     target_mpp : float
         Working resolution, µm/px: the level nearest to it is read and, when finer,
-        block-averaged by the largest integer factor that stays at or below it.
+        reduced by the whole factor that comes nearest it (a level at 4.04 µm/px: 2, for
+        8.09 µm/px), in the DCT domain where the level is JPEG.
     mode : {"auto", "brightfield", "fluorescence"}
         ``"auto"`` takes fluorescence when the metadata say so or the image is very dark.
     threshold : float or None

@@ -239,3 +239,61 @@ def test_geojson_rings_read_gzip_like_plain(tmp_path):
     assert sorted(map(tuple, ext[0])) == sorted(map(tuple, square))
     assert sorted(map(tuple, holes[0][0])) == sorted(map(tuple, hole))
     assert [e.tolist() for e in read_geojson(packed)] == [e.tolist() for e in ext]
+
+
+def _find_contours_rings(mask):
+    """The former mask_to_polygons: skimage's find_contours on each piece's crop."""
+    from scipy import ndimage as ndi
+    from skimage import measure
+
+    labels, _ = ndi.label(mask)
+    sizes = np.bincount(labels.ravel())[1:]
+    pieces = []
+    for lab, sl in enumerate(ndi.find_objects(labels), start=1):
+        crop = np.pad(labels[sl] == lab, 1).astype(np.uint8)
+        contours = measure.find_contours(crop, 0.5)
+        off = np.array([sl[0].start, sl[1].start]) - 1
+        areas = [abs(_shoelace(c)) for c in contours]
+        k = int(np.argmax(areas))
+        rings = [c[:-1] + off for c in contours]
+        pieces.append((-sizes[lab - 1], rings[k], [r for i, r in enumerate(rings) if i != k]))
+    pieces.sort(key=lambda p: p[0])
+    return [p[1] for p in pieces], [p[2] for p in pieces]
+
+
+def _shoelace(ring):
+    r, c = ring[:, 0], ring[:, 1]
+    return 0.5 * float(np.dot(c, np.roll(r, -1)) - np.dot(r, np.roll(c, -1)))
+
+
+def _canonical(ring, drop_collinear=True):
+    """A ring as a tuple of vertices from its smallest, in its one direction."""
+    if drop_collinear:
+        prev, nxt = np.roll(ring, 1, axis=0), np.roll(ring, -1, axis=0)
+        a, b = ring - prev, nxt - ring
+        keep = np.abs(a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]) > 1e-9
+        ring = ring[keep] if keep.sum() >= 3 else ring
+    ring = np.round(ring, 6)
+    k = np.lexsort((ring[:, 1], ring[:, 0]))[0]
+    return tuple(map(tuple, np.roll(ring, -k, axis=0)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mask_to_polygons_draws_the_rings_find_contours_draws(seed):
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(seed)
+    if seed % 2:
+        mask = rng.random((40, 50)) < 0.5  # saddles, pixels touching at corners
+    else:
+        mask = ndi.gaussian_filter(rng.random((70, 90)), 2) > 0.5  # pieces with holes
+    # origin -0.5: level-0 coordinates are the mask's pixel-centre units, as find_contours'
+    exts, holes = mask_to_polygons(mask, downsample=1.0, origin=(-0.5, -0.5))
+    ref_exts, ref_holes = _find_contours_rings(mask)
+    assert len(exts) == len(ref_exts)
+    for e, h, re_, rh in zip(exts, holes, ref_exts, ref_holes, strict=True):
+        assert _canonical(e) == _canonical(re_)
+        assert sorted(map(_canonical, h)) == sorted(map(_canonical, rh))
+        # the orientation find_contours gives: pieces one way, holes the other
+        assert np.sign(_shoelace(e)) == np.sign(_shoelace(re_))
+        assert all(np.sign(_shoelace(a)) == -np.sign(_shoelace(e)) for a in h)

@@ -58,6 +58,8 @@ def test_levels_are_built_on_first_use_and_kept(sample_slide):
 )
 def test_direct_read_gives_the_mask_of_the_dask_read(shared_file, name, monkeypatch):
     path = shared_file(name)
+    # at full size (the DCT-scaled read is compared with it in test_tissue_scaled.py)
+    monkeypatch.setattr(tissue_mod, "_dct_scale", lambda *a: 1)
     with open_slide(path) as slide:
         direct = detect_tissue(slide)
     # the former read: the slide's dask level, sliced and read through read_pixels

@@ -82,3 +82,17 @@ def test_slide_level_for_mpp_reads_the_coarser_level_where_the_rules_part(sample
         assert coarsest_level_not_coarser(slide.downsamples, (3.2, 3.2)) == 0
         with pytest.raises(ValueError, match="positive"):
             slide.level_for_mpp(0)
+
+
+def test_nearest_factor_is_nearest_on_a_log_scale():
+    from napari_slidescope.slide.level_choice import nearest_factor
+
+    assert nearest_factor(4.0432, 8.0) == 2  # an Aperio level at 4.04 µm/px, 8 wanted
+    assert nearest_factor(8.0, 8.0) == 1
+    assert nearest_factor(16.0, 8.0) == 1  # never upsampled
+    assert nearest_factor(0.499, 8.0) == 16
+    # between 2 and 3 the log midpoint is sqrt(6) = 2.449...
+    assert nearest_factor(1.0, 2.44) == 2
+    assert nearest_factor(1.0, 2.46) == 3
+    with pytest.raises(ValueError, match="positive"):
+        nearest_factor(0.0, 8.0)

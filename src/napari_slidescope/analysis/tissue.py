@@ -32,6 +32,7 @@ from scipy import ndimage as ndi
 from skimage import filters
 
 from napari_slidescope.analysis.checks import check_image
+from napari_slidescope.analysis.geometry import label_sizes
 from napari_slidescope.analysis.resample import block_mean
 
 __all__ = [
@@ -120,17 +121,28 @@ def _planes(rgb: np.ndarray, scale: np.float32) -> tuple[np.ndarray, np.ndarray,
 _STRIP_PIXELS = 1 << 16
 
 
+def _gray(r: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Brightness (Rec. 601 luma) of R, G, B planes in 0..1."""
+    gray: np.ndarray = np.float32(0.299) * r + np.float32(0.587) * g + np.float32(0.114) * b
+    return gray
+
+
 def _brightfield(rgb: np.ndarray, *, artifacts: bool) -> tuple[np.ndarray, np.ndarray | None]:
     rgb = _check_rgb(rgb)
     scale = np.float32(1.0 / _unit_scale(rgb))
     rows, cols = rgb.shape[:2]
     step = max(1, _STRIP_PIXELS // max(cols, 1))
     strips = [slice(y, min(y + step, rows)) for y in range(0, rows, step)]
-    gray = np.empty((rows, cols), np.float32)
-    for sl in strips:  # every value is computed pixel by pixel: strips change no bit
-        r, g, b = _planes(rgb[sl], scale)
-        gray[sl] = np.float32(0.299) * r + np.float32(0.587) * g + np.float32(0.114) * b
-    white = np.float32(max(float(np.percentile(gray[::2, ::2], 99)), 0.8))
+    # the glass level from every other pixel's brightness (computed for those pixels only:
+    # a whole-image brightness plane is 4 bytes a pixel); each value is computed pixel by
+    # pixel, so strips and subsampling change no bit
+    sub = rgb[::2, ::2]
+    gray_sub = np.empty(sub.shape[:2], np.float32)
+    sub_step = max(1, _STRIP_PIXELS // max(sub.shape[1], 1))
+    for y in range(0, sub.shape[0], sub_step):
+        gray_sub[y : y + sub_step] = _gray(*_planes(sub[y : y + sub_step], scale))
+    white = np.float32(max(float(np.percentile(gray_sub, 99)), 0.8))
+    del gray_sub
     feature = np.empty((rows, cols), np.float32)
     bad = np.empty((rows, cols), bool) if artifacts else None
     for sl in strips:
@@ -139,7 +151,7 @@ def _brightfield(rgb: np.ndarray, *, artifacts: bool) -> tuple[np.ndarray, np.nd
         mn = np.minimum(np.minimum(r, g), b)
         chroma = mx - mn
         sat = chroma / np.maximum(mx, np.float32(0.05))
-        dark = np.clip(1.0 - gray[sl] / white, 0.0, 1.0)
+        dark = np.clip(1.0 - _gray(r, g, b) / white, 0.0, 1.0)
         np.maximum(sat, dark, out=feature[sl])
         if bad is None:
             continue
@@ -219,14 +231,20 @@ def _two_classes(values: np.ndarray) -> tuple[float, float, float]:
     Otsu alone does not when the classes differ in size. Returns the threshold and
     the means of the lower and upper classes.
     """
-    t = float(filters.threshold_otsu(values))
+    # skimage's own histogram of the values (256 bins over their range), made without
+    # the copy of the values skimage makes for it
+    counts, edges = np.histogram(values, bins=256)
+    t = float(filters.threshold_otsu(hist=(counts, (edges[:-1] + edges[1:]) / 2.0)))
     low_mean, high_mean = t, t
+    total, n = float(values.sum(dtype=np.float64)), values.size
     for _ in range(10):
-        low = values[values <= t]
-        high = values[values > t]
-        if low.size == 0 or high.size == 0:
+        # class sums without copying either class (a whole-slide feature is 50-75 MiB)
+        low = values <= t
+        n_low = int(np.count_nonzero(low))
+        if n_low == 0 or n_low == n:
             break
-        low_mean, high_mean = float(low.mean()), float(high.mean())
+        low_sum = float(values.sum(where=low, dtype=np.float64))
+        low_mean, high_mean = low_sum / n_low, (total - low_sum) / (n - n_low)
         new = 0.5 * (low_mean + high_mean)
         if abs(new - t) < 1e-4:
             return new, low_mean, high_mean
@@ -236,7 +254,7 @@ def _two_classes(values: np.ndarray) -> tuple[float, float, float]:
 
 def _brightfield_threshold(feature: np.ndarray, valid: np.ndarray) -> float:
     lo, hi = BRIGHTFIELD_THRESHOLD_RANGE
-    values = feature[valid]
+    values = feature.ravel() if valid.all() else feature[valid]  # (no copy when all count)
     if values.size < 2 or float(values.max() - values.min()) < 1e-6:
         return lo
     t, low_mean, high_mean = _two_classes(values)
@@ -327,7 +345,7 @@ def remove_small_pieces(mask: np.ndarray, min_area: float) -> np.ndarray:
     labels, n = ndi.label(mask)
     if n == 0:
         return mask.astype(bool, copy=True)
-    sizes = np.bincount(labels.ravel())
+    sizes = label_sizes(labels, n)
     keep = sizes >= min_area
     keep[0] = False
     kept: np.ndarray = keep[labels]
@@ -356,7 +374,7 @@ def fill_small_holes(mask: np.ndarray, max_area: float) -> np.ndarray:
     labels, n = ndi.label(~mask, structure=np.ones((3, 3), bool))
     if n == 0:
         return mask.copy()
-    sizes = np.bincount(labels.ravel())
+    sizes = label_sizes(labels, n)
     fill = sizes < max_area
     fill[0] = False
     border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
@@ -444,12 +462,13 @@ def tissue_mask(
         if bad.any():
             bad = _dilate(bad, 1)  # scipy's default cross is the disk of radius 1
             # ink must not pull the smoothed feature of its neighbours up
-            feature = np.where(bad, np.float32(0.0), feature)
+            feature[bad] = np.float32(0.0)
     else:
         feature = fluorescence_feature(image)
         bad = np.zeros(feature.shape, bool)
     if sigma >= 0.3:
-        feature = ndi.gaussian_filter(feature, sigma, mode="nearest")
+        # in place: scipy filters line by line through a buffer (one image, not two)
+        feature = ndi.gaussian_filter(feature, sigma, mode="nearest", output=feature)
 
     if threshold is None:
         if mode == "brightfield":

@@ -1,9 +1,16 @@
 """Public tissue detection on a slide, a path or an RGB array: :func:`detect_tissue`.
 
 The slide is read at the pyramid level nearest to ``target_mpp`` (never level 0 of a
-pyramid at the default working resolution), block-averaged down to the working
-resolution when that level is finer, and handed to
-:func:`napari_slidescope.analysis.tissue.tissue_mask`. The result is a
+pyramid at the default working resolution). Where that level is finer, the working pixel
+is the whole number of its pixels that comes nearest the target
+(:func:`~napari_slidescope.slide.level_choice.nearest_factor`: an Aperio level at
+4.04 µm/px is read at 8.09 µm/px for the default 8, not at 4.04), and a JPEG level is
+decoded at 1/2, 1/4 or 1/8 in the DCT domain straight into the working image
+(:meth:`~napari_slidescope.slide.Slide.read_level_scaled`; other levels are read in
+strips and block-averaged): a 150000 x 90000 px slide is detected from 13 Mpx without a
+whole-level array. The image is handed to
+:func:`napari_slidescope.analysis.tissue.tissue_mask`; ``TissueResult.mpp``, ``level``
+and ``downsample`` record the working resolution and the level read. The result is a
 :class:`TissueResult`: the mask, its place in level-0 pixels, polygons, areas, and a
 GeoJSON export for QuPath. The same mask gates later tile work
 (:meth:`TissueResult.tiles_with_tissue`).
@@ -31,6 +38,7 @@ from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region, split_region
 from napari_slidescope.pipeline.summary import tissue_area_px
 from napari_slidescope.segmenters.stain import slide_is_fluorescence
+from napari_slidescope.slide.level_choice import nearest_factor
 
 __all__ = ["DEFAULT_TARGET_MPP", "TissueOptions", "TissueResult", "detect_tissue"]
 
@@ -149,12 +157,31 @@ def _auto_mode(slide: SlideLike) -> Mode | None:
 
 
 def _read_working(
-    slide: SlideLike, level: int, box: Box, factor: int, cancel: threading.Event | None = None
+    slide: SlideLike,
+    level: int,
+    box: Box,
+    factor: int,
+    cancel: threading.Event | None = None,
+    scale: int = 1,
 ) -> np.ndarray:
-    """Read a level box (channels last) and block-average it, in bounded strips.
+    """Read a level box (channels last) and block-average it by `factor`, in bounded strips.
 
-    Through the slide's own ``read_level`` (no dask), else its dask level.
+    On a JPEG level (:func:`_streams`), through
+    :meth:`~napari_slidescope.slide.Slide.read_level_scaled` at ``1 / scale`` (a divisor
+    of `factor` the slide decodes at in the DCT domain; 1 at full size), block-averaged by
+    ``factor // scale``; the box starts on a multiple of `scale`. Else through the slide's
+    own ``read_level`` (no dask), else its dask level.
     """
+    if scale > 1 or _streams(slide, level):
+        scaled = slide.read_level_scaled  # type: ignore[attr-defined]
+
+        def check() -> None:
+            check_cancel(cancel, "tissue detection")
+
+        def read_scaled(lv: int, b: Box) -> np.ndarray:
+            return np.asarray(scaled(lv, b, scale, check=check))
+
+        return _read_strips(slide, level, box, factor, cancel, read_scaled, scale, whole=True)
     read = getattr(slide, "read_level", None) or _dask_reader(slide)
     return _read_strips(slide, level, box, factor, cancel, read)
 
@@ -166,8 +193,17 @@ def _read_strips(
     factor: int,
     cancel: threading.Event | None,
     read: Callable[[int, Box], np.ndarray],
+    scale: int = 1,
+    *,
+    whole: bool = False,
 ) -> np.ndarray:
-    """Block means of a level box read by `read` (a box of a level, in the slide's axes)."""
+    """Block means of a level box read by `read` (a box of a level, in the slide's axes).
+
+    `read` returns the box at ``1 / scale`` (strips start on multiples of `factor`, which
+    `scale` divides). With `whole` (a read that checks for cancellation itself), a read
+    whose block means are its own pixels (``factor == scale``) is one strip: the output
+    is the array read, with no copy.
+    """
     ly0, lx0, ly1, lx1 = box
     axes = slide.axes
     yi, xi = axes.index("Y"), axes.index("X")
@@ -175,17 +211,39 @@ def _read_strips(
     per_px = empty.dtype.itemsize * math.prod(
         n for i, n in enumerate(empty.shape) if i not in (yi, xi)
     )
-    row_bytes = max(per_px * (lx1 - lx0), 1)
+    # bytes held per level row: what `read` returns for it (1 / scale of it, in both axes)
+    row_bytes = max(per_px * (lx1 - lx0) // (scale * scale), 1)
     budget = _READ_BYTES if cancel is None else _CANCEL_READ_BYTES
     step = max(factor, (budget // row_bytes) // factor * factor)
+    if whole and factor == scale:
+        step = ly1 - ly0  # no block mean left to do: read straight into the output
     strips = []
     for y in range(ly0, ly1, step):
         check_cancel(cancel, "tissue detection")
         pix = read(level, (y, lx0, min(y + step, ly1), lx1))
         if axes == "CYX":
             pix = np.moveaxis(pix, 0, -1)
-        strips.append(block_mean(pix, factor))
+        strips.append(block_mean(pix, factor // scale))
     return strips[0] if len(strips) == 1 else np.concatenate(strips, axis=0)
+
+
+def _streams(slide: SlideLike, level: int) -> bool:
+    """True when the slide decodes `level` straight into an array (a JPEG level).
+
+    Such a level is read through ``read_level_scaled`` even at full size: one pass into
+    the working image, bypassing the shared tile cache (a whole level would only flush it,
+    and grow the process by the cache's size).
+    """
+    scales = getattr(slide, "level_scales", None)
+    return scales is not None and len(scales(level)) > 1
+
+
+def _dct_scale(slide: SlideLike, level: int, factor: int) -> int:
+    """The largest scale the slide decodes `level` at in the DCT domain that divides `factor`."""
+    scales = getattr(slide, "level_scales", None)
+    if factor < 2 or scales is None:
+        return 1
+    return max(int(s) for s in scales(level) if factor % s == 0)
 
 
 def _dask_reader(slide: SlideLike) -> Callable[[int, Box], np.ndarray]:
@@ -202,9 +260,14 @@ def _dask_reader(slide: SlideLike) -> Callable[[int, Box], np.ndarray]:
 
 
 def _read_working_dask(
-    slide: SlideLike, level: int, box: Box, factor: int, cancel: threading.Event | None = None
+    slide: SlideLike,
+    level: int,
+    box: Box,
+    factor: int,
+    cancel: threading.Event | None = None,
+    scale: int = 1,
 ) -> np.ndarray:
-    """:func:`_read_working` through the slide's dask level, even when it has ``read_level``."""
+    """:func:`_read_working` through the slide's dask level, at full size (`scale` unused)."""
     return _read_strips(slide, level, box, factor, cancel, _dask_reader(slide))
 
 
@@ -315,7 +378,9 @@ def _detect(
     level = slide.level_for_mpp(target_mpp if calibrated else target_mpp / mpp0[1])
     dy, dx = slide.downsamples[level]
     level_mpp = max(mpp0[0] * dy, mpp0[1] * dx)
-    factor = max(1, int(math.floor(target_mpp / level_mpp + 1e-6)))
+    # the whole number of level pixels per working pixel nearest the target: a level at
+    # 4.04 µm/px is read at 8.09 µm/px for 8 (a quarter of the pixels), not at 4.04
+    factor = nearest_factor(level_mpp, target_mpp)
     wdy, wdx = dy * factor, dx * factor
     y0, x0, y1, x1 = reg
     if region is not None and (y1 - y0 < wdy or x1 - x0 < wdx):
@@ -327,7 +392,11 @@ def _detect(
     ly0, lx0 = int(math.floor(y0 / dy)), int(math.floor(x0 / dx))
     lh, lw = _level_shape(slide, level)
     ly1, lx1 = min(int(math.ceil(y1 / dy)), lh), min(int(math.ceil(x1 / dx)), lw)
-    image = _read_working(slide, level, (ly0, lx0, ly1, lx1), factor, cancel)
+    scale = _dct_scale(slide, level, factor)
+    # a DCT-scaled read starts on a multiple of its scale (the region's corner moves back
+    # by less than one working pixel: the mask still covers the region)
+    ly0, lx0 = ly0 // scale * scale, lx0 // scale * scale
+    image = _read_working(slide, level, (ly0, lx0, ly1, lx1), factor, cancel, scale)
     check_cancel(cancel, "tissue detection")
 
     use: Mode
@@ -347,6 +416,7 @@ def _detect(
         outer_only=options.outer_only,
         reject_artifacts=options.reject_artifacts,
     )
+    del image  # the polygons need the mask only
     check_cancel(cancel, "tissue detection")
 
     origin = (round(ly0 * dy), round(lx0 * dx))
@@ -356,11 +426,8 @@ def _detect(
             [polygon], shape=mask.shape, downsample=ds, origin=origin
         )
     exteriors, holes = geometry.mask_to_polygons(
-        mask, downsample=ds, origin=origin, holes=not options.outer_only
+        mask, downsample=ds, origin=origin, holes=not options.outer_only, bounds=reg
     )
-    lo, hi = np.array([y0, x0], float), np.array([y1, x1], float)
-    exteriors = [np.clip(p, lo, hi) for p in exteriors]
-    holes = [[np.clip(h, lo, hi) for h in hs] for hs in holes]
     # the one definition of tissue area (pipeline.summary): mask pixels inside the region
     area_px = tissue_area_px(mask, origin, ds, [reg])
     return TissueResult(

@@ -887,3 +887,66 @@ class _PageChunks:
         if self._channels:
             return (1, rows, cols)
         return (rows, cols, samples) if len(self.shape) == 3 else (rows, cols)
+
+    # -- the hook of the DCT-scaled reader (napari_slidescope.slide._scaled) --
+
+    @property
+    def jpeg_colorspace(self) -> str | None:
+        """How the scaled reader decodes this level's 8-bit JPEG segments, or None.
+
+        ``"RGB"`` (YCbCr-coded colour), ``"GRAY"``, or ``"RGB-coded"`` (an RGB
+        photometric JPEG, as Aperio writes some: libjpeg must be told the colours are RGB);
+        None for any other level (not JPEG, not 8-bit, other colours).
+        """
+        if not self._jpeg or self._channels:
+            return None
+        if self._strict_colorspace is not None:
+            return self._strict_colorspace
+        photometric = int(getattr(self._keyframe.photometric, "value", -1))
+        rgb = photometric == 2 and int(self._keyframe.samplesperpixel) == 3
+        return "RGB-coded" if rgb else None
+
+    def jpeg_streams(self, indices: Sequence[tuple[int, ...]]) -> list[bytes | BaseException]:
+        """Each native chunk as a whole JPEG stream (its tables or NDPI header spliced in).
+
+        The bytes are checked as :meth:`read` checks them (missing, past the end of the
+        file, cut short): a chunk that fails is returned as its :class:`ChunkError`.
+        """
+        where = [self._segment(idx) for idx in indices]
+        spans = [(int(self._offsets[p][s]), int(self._counts[p][s])) for p, s in where]
+        datas: list[bytes | None] = [None] * len(indices)
+        ok = [n for n, (o, c) in enumerate(spans) if c > 0 and o + c <= self._size]
+        failed: ChunkError | None = None
+        try:
+            if ok and self._fetch is not None:  # a remote file: the ranges at once
+                got = self._fetch([spans[n][0] for n in ok], [spans[n][1] for n in ok])
+                for n, fetched in zip(ok, got, strict=True):
+                    datas[n] = fetched
+            elif ok:
+                segments = self._fh.read_segments(
+                    [spans[n][0] for n in ok], [spans[n][1] for n in ok], ok, lock=self._fh.lock
+                )
+                for segment, n in segments:
+                    datas[n] = segment
+        except OSError as exc:  # closed, deleted on a network share, I/O error
+            failed = ChunkError(f"cannot read the file ({describe_exception(exc)})")
+            failed.__cause__ = exc
+        out: list[bytes | BaseException] = []
+        for (page, _), (offset, count), data in zip(where, spans, datas, strict=True):
+            if failed is not None:
+                out.append(failed)
+                continue
+            try:
+                self._check_bytes(data, offset, count)
+            except ChunkError as exc:
+                out.append(exc)
+                continue
+            kwargs = self._kwargs[page]
+            assert data is not None
+            out.append(_jpeg_stream(data, kwargs.get("jpegtables"), kwargs.get("jpegheader")))
+        return out
+
+    @property
+    def frame(self) -> tuple[int, int]:
+        """(rows, cols) of the native chunk's frame (a larger JPEG frame is refused)."""
+        return self._frame

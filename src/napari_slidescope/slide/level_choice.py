@@ -9,7 +9,12 @@
     working pixels are always made by downsampling, never by upsampling. Right for
     measuring (nuclei segmentation), where detail lost in a coarser level cannot come back.
 
-Both take downsample factors, ``(y, x)`` level-0 pixels per pixel, the unit every slide
+:func:`nearest_factor`
+    The whole number of a level's pixels per working pixel that comes nearest the target
+    on a log scale (a level at 4.04 µm/px read for 8 µm/px: 2, a working pixel of
+    8.09 µm, not 1 and 4.04 µm, which holds four times the pixels).
+
+All take downsample factors, ``(y, x)`` level-0 pixels per pixel, the unit every slide
 knows whether or not it is calibrated.
 
 Examples
@@ -28,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["coarsest_level_not_coarser", "nearest_level"]
+__all__ = ["coarsest_level_not_coarser", "nearest_factor", "nearest_level"]
 
 #: A level counts as "not coarser" up to this relative excess (float rounding of shapes).
 _NOT_COARSER_TOLERANCE = 1.01
@@ -103,3 +108,43 @@ def coarsest_level_not_coarser(
         if dy <= limit_y and dx <= limit_x and dy >= downsamples[best][0]:
             best = i
     return best
+
+
+def nearest_factor(level: float, target: float) -> int:
+    """Return the whole factor ``k >= 1`` that brings `level` nearest `target` (log scale).
+
+    Parameters
+    ----------
+    level : float
+        Level-0 pixels per pixel of the level read (or its µm/px).
+    target : float
+        Level-0 pixels per working pixel wanted (or its µm/px: the same unit as `level`).
+
+    Returns
+    -------
+    k : int
+        ``k * level`` is the working pixel; 1 when the level is at least as coarse as
+        the target (a level is never upsampled). Ties go to the smaller factor.
+
+    Raises
+    ------
+    ValueError
+        If `level` or `target` is not positive.
+
+    Examples
+    --------
+    >>> nearest_factor(4.04, 8.0)
+    2
+    >>> nearest_factor(3.0, 8.0)
+    3
+    >>> nearest_factor(16.0, 8.0)
+    1
+    """
+    if not (level > 0 and target > 0):
+        raise ValueError(f"downsamples must be positive, got level={level!r}, target={target!r}")
+    ratio = target / level
+    if ratio <= 1:
+        return 1
+    k = int(math.floor(ratio))
+    # between k and k + 1: the nearer on a log scale (k * (k + 1) is the square of the midpoint)
+    return k + 1 if ratio * ratio > k * (k + 1) * (1 + 1e-9) else k

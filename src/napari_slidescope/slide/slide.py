@@ -16,7 +16,7 @@ import numpy as np
 
 from napari_slidescope._units import as_pair
 from napari_slidescope.errors import SlidescopeWarning
-from napari_slidescope.slide import _check, _levels, _source, _tiff, level_choice
+from napari_slidescope.slide import _check, _levels, _scaled, _source, _tiff, level_choice
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
 from napari_slidescope.slide.errors import SlideError
@@ -242,6 +242,72 @@ class _BaseSlide:
     def _read_level(self, box: tuple[int, int, int, int], level: int) -> np.ndarray:
         """Read a checked level box (the slide's own way: a file's slide overrides it)."""
         return self._read_level_box(box, level)
+
+    def level_scales(self, level: int) -> tuple[int, ...]:
+        """Scale denominators :meth:`read_level_scaled` reads `level` at: ``(1,)`` here.
+
+        A file's slide whose level is 8-bit JPEG says ``(1, 2, 4, 8)``.
+        """
+        self._level_box(level, (0, 0, 0, 0))
+        return (1,)
+
+    def read_level_scaled(
+        self,
+        level: int,
+        box: tuple[int, int, int, int],
+        scale: int,
+        *,
+        check: Callable[[], None] | None = None,
+    ) -> np.ndarray:
+        """Read a box of one level at ``1 / scale`` of its size (JPEG: in the DCT domain).
+
+        Parameters
+        ----------
+        level : int
+            Pyramid level.
+        box : (int, int, int, int)
+            ``(y0, x0, y1, x1)`` in that level's pixels, clipped to the level; ``y0`` and
+            ``x0`` multiples of `scale`.
+        scale : int
+            One of :meth:`level_scales`: output pixel ``(i, j)`` shows the level's
+            ``scale x scale`` block from ``(y0 + i*scale, x0 + j*scale)``, about its mean
+            (libjpeg's scaled inverse DCT; partial edge blocks included). On a JPEG level
+            even 1 decodes straight into the output, not through the shared tile cache
+            (which a one-off read of a whole level would only flush): the pixels of
+            :meth:`read_level`.
+        check : callable, optional
+            Called between tile rows; raising stops the read (cancellation).
+
+        Returns
+        -------
+        ndarray
+            ``(ceil(rows / scale), ceil(cols / scale)[, samples])``, in the slide's axes
+            as :meth:`read_level` (``YXS`` or ``YX`` levels).
+
+        Raises
+        ------
+        ValueError
+            If `scale` is not one of :meth:`level_scales` or the box is not aligned to it.
+        SlideError
+            A damaged tile, as :meth:`read_level`.
+        """
+        scales = self.level_scales(level)
+        if scale == 1 and scales == (1,):
+            return self.read_level(level, box)
+        if scale not in scales:
+            raise ValueError(
+                f"level {level} cannot be read at 1/{scale} (only {self.level_scales(level)})"
+            )
+        return self._read_level_scaled(self._level_box(level, box), int(level), scale, check)
+
+    def _read_level_scaled(
+        self,
+        box: tuple[int, int, int, int],
+        level: int,
+        scale: int,
+        check: Callable[[], None] | None,
+    ) -> np.ndarray:
+        raise NotImplementedError  # only reached through a subclass's level_scales
 
     def _level_box(self, level: Any, box: Any) -> tuple[int, int, int, int]:
         """Check ``read_level``'s arguments; return the box clipped to the level."""
@@ -568,6 +634,29 @@ class Slide(_BaseSlide):
         yi, xi = self._yx
         full[yi], full[xi] = (ly0, ly1), (lx0, lx1)
         return reader.read(tuple(full), parallel=True)
+
+    def level_scales(self, level: int) -> tuple[int, ...]:
+        """Scale denominators :meth:`read_level_scaled` reads `level` at.
+
+        ``(1, 2, 4, 8)`` for a level of 8-bit JPEG tiles or NDPI restart bands (libjpeg
+        decodes them scaled in the DCT domain), else ``(1,)``.
+        """
+        self._level_box(level, (0, 0, 0, 0))
+        if self.axes == "CYX":
+            return (1,)
+        return _scaled.scales(self._readers[int(level)])
+
+    def _read_level_scaled(
+        self,
+        box: tuple[int, int, int, int],
+        level: int,
+        scale: int,
+        check: Callable[[], None] | None,
+    ) -> np.ndarray:
+        out = _scaled.read_scaled(
+            self._readers[level], box, scale, check=check, workers=_levels.decode_workers()
+        )
+        return out[:, :, 0] if self.axes == "YX" else out
 
     @property
     def remote_stamp(self) -> dict[str, Any] | None:

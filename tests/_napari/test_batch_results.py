@@ -101,4 +101,6 @@ def test_folder_without_label_image_paints_the_parquet(
     painted = nuclei.metadata["slidescope_pyramid"]
     stored = on_disk.metadata["slidescope_pyramid"]
     h, w = stored.levels[0].shape
-    np.testing.assert_array_equal(np.asarray(painted.levels[0])[:h, :w], np.asarray(stored.levels[0]))
+    np.testing.assert_array_equal(
+        np.asarray(painted.levels[0])[:h, :w], np.asarray(stored.levels[0])
+    )

@@ -178,7 +178,8 @@ def test_worker_pastes_while_the_gui_reads(tmp_path):
         try:
             for k in range(64):
                 y, x = divmod(k, 8)
-                pyr.paste((y * 256, x * 256, y * 256 + 256, x * 256 + 256), np.full((256, 256), k + 1, np.int32))
+                box = (y * 256, x * 256, y * 256 + 256, x * 256 + 256)
+                pyr.paste(box, np.full((256, 256), k + 1, np.int32))
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
         finally:
@@ -189,7 +190,7 @@ def test_worker_pastes_while_the_gui_reads(tmp_path):
     while not stop.is_set():
         d = np.asarray(pyr.levels[0])
         # a 256-block is all its id or all 0: never part of one
-        for blk in (d.reshape(8, 256, 8, 256).swapaxes(1, 2).reshape(64, -1)):
+        for blk in d.reshape(8, 256, 8, 256).swapaxes(1, 2).reshape(64, -1):
             assert blk.min() == blk.max() or set(np.unique(blk)) <= {0, blk.max()}
     t.join()
     assert not errors

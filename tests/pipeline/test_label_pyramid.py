@@ -197,3 +197,24 @@ def test_worker_pastes_while_the_gui_reads(tmp_path):
     ref = (np.arange(64) + 1).reshape(8, 8).repeat(256, 0).repeat(256, 1)
     np.testing.assert_array_equal(np.asarray(pyr.levels[0]), ref)
     np.testing.assert_array_equal(np.asarray(pyr.levels[3]), ref[4::8, 4::8])
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 2**18, 2**24])
+def test_buffered_writes_reach_the_store(tmp_path, cache_bytes):
+    """Pastes inside buffered() land in the store whatever the cache evicts meanwhile."""
+    path = tmp_path / "b.zarr"
+    pyr = LabelPyramid((2048, 2048), chunk=128, path=path, cache_bytes=cache_bytes)
+    rng = np.random.default_rng(1)
+    ref = np.zeros(pyr.shape, np.int32)
+    with pyr.buffered():
+        for k in range(30):
+            y, x = rng.integers(0, 1900, 2)
+            lab = rng.integers(0, 3, (100, 140)).astype(np.int32) * (k + 1)
+            pyr.paste((y, x, y + 100, x + 140), lab)
+            view = ref[y : y + 100, x : x + 140]
+            view[view == 0] = lab[view == 0]
+        np.testing.assert_array_equal(np.asarray(pyr.levels[0]), ref)  # readers see the cache
+    again = LabelPyramid.open(path)
+    for k, level in enumerate(again.levels):
+        f = 2**k
+        np.testing.assert_array_equal(np.asarray(level), ref[f // 2 :: f, f // 2 :: f])

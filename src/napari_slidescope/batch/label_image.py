@@ -18,6 +18,7 @@ drawing one polygon. :func:`parquet_label_pyramid` paints the same image from a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Sequence
@@ -135,21 +136,23 @@ def write_label_image(
     pyramids = {
         n: LabelPyramid(
             shape0, path=partial / "labels" / n, mpp=mpp, name=n, zarr_format=zarr_format,
-            cache_bytes=16 * 2**20,
+            cache_bytes=64 * 2**20,
         )  # fmt: skip
         for n in names
     }
     try:
         offset = 0
-        for index in tiles:
-            part = pq.read_table(part_path(slide_dir, index), columns=["id", "geometry", *(
-                ["cell_geometry"] if "cells" in pyramids else []
-            )])  # fmt: skip
-            ids = part.column("id").to_numpy().astype(np.int64) + offset
-            paint_polygons(pyramids["nuclei"], ids, _rings(part.column("geometry")))
-            if "cells" in pyramids:
-                paint_polygons(pyramids["cells"], ids, _rings(part.column("cell_geometry")))
-            offset += part.num_rows
+        with contextlib.ExitStack() as stack:
+            for p in pyramids.values():
+                stack.enter_context(p.buffered())
+            for index in tiles:
+                columns = ["id", "geometry", *(["cell_geometry"] if "cells" in pyramids else [])]
+                part = pq.read_table(part_path(slide_dir, index), columns=columns)
+                ids = part.column("id").to_numpy().astype(np.int64) + offset
+                paint_polygons(pyramids["nuclei"], ids, _rings(part.column("geometry")))
+                if "cells" in pyramids:
+                    paint_polygons(pyramids["cells"], ids, _rings(part.column("cell_geometry")))
+                offset += part.num_rows
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -190,8 +193,9 @@ def parquet_label_pyramid(
 
     pyramid = LabelPyramid((max(1, int(shape0[0])), max(1, int(shape0[1]))), root=root)
     pf = pq.ParquetFile(path)
-    for g in range(pf.num_row_groups):
-        part = pf.read_row_group(g, columns=["id", "geometry"])
-        ids = part.column("id").to_numpy().astype(np.int64)
-        paint_polygons(pyramid, ids, _rings(part.column("geometry")))
+    with pyramid.buffered():
+        for g in range(pf.num_row_groups):
+            part = pf.read_row_group(g, columns=["id", "geometry"])
+            ids = part.column("id").to_numpy().astype(np.int64)
+            paint_polygons(pyramid, ids, _rings(part.column("geometry")))
     return pyramid

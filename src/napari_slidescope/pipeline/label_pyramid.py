@@ -26,6 +26,7 @@ a store at a chosen ``path`` that stays (a batch result's label image), which
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -33,6 +34,7 @@ import threading
 import uuid
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +256,8 @@ class LabelPyramid:
         self._cached_bytes = 0
         self._lock = threading.RLock()  # the cache
         self._write_lock = threading.Lock()  # read-modify-write of chunks
+        self._buffered = False
+        self._dirty: set[_Key] = set()  # chunks changed in the cache, not yet in the store
 
     @classmethod
     def open(
@@ -398,9 +402,12 @@ class LabelPyramid:
         while len(self._cache) > 1 and (
             self._cached_bytes > self.cache_bytes or len(self._cache) > _MAX_CACHED_CHUNKS
         ):
-            _, gone = self._cache.popitem(last=False)
+            gone_key, gone = self._cache.popitem(last=False)
             if gone is not _ZEROS.get(self.chunk):
                 self._cached_bytes -= gone.nbytes
+            if gone_key in self._dirty:  # buffered writes: written when evicted
+                self._dirty.discard(gone_key)
+                self._write(gone_key, gone)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -466,7 +473,27 @@ class LabelPyramid:
                     self._store(key, arr)
 
     def _store(self, key: _Key, arr: np.ndarray) -> None:
-        """Write a chunk through zarr (a whole chunk: no read) and cache it (write lock held).
+        """Write a chunk through zarr and cache it (write lock held).
+
+        Inside :meth:`buffered`, the chunk is only cached (marked dirty) and written when
+        it leaves the cache or the block ends.
+        """
+        if not self._buffered:
+            self._write(key, arr)
+        arr.flags.writeable = False
+        assert self._written is not None  # _check_writable
+        with self._lock:
+            if self._buffered:  # before _put: a chunk evicted at once is written there
+                self._dirty.add(key)
+            if arr.any():
+                self._written.add(key)
+                self._put(key, arr)
+            else:
+                self._written.discard(key)
+                self._put(key, _zeros(self.chunk))
+
+    def _write(self, key: _Key, arr: np.ndarray) -> None:
+        """Write a whole chunk through zarr (no read of the old one).
 
         An all-zero chunk is removed from the store (zarr's ``write_empty_chunks=False``).
         A chunk that cannot be written (a full disk) raises ``OSError("cannot write
@@ -480,15 +507,33 @@ class LabelPyramid:
             self._arrays[level][cy * c : cy * c + ny, cx * c : cx * c + nx] = arr[:ny, :nx]
         except OSError as exc:
             raise write_error(self.path, exc) from exc
-        arr.flags.writeable = False
-        assert self._written is not None  # _check_writable
-        with self._lock:
-            if arr.any():
-                self._written.add(key)
-                self._put(key, arr)
-            else:
-                self._written.discard(key)
-                self._put(key, _zeros(c))
+
+    @contextlib.contextmanager
+    def buffered(self) -> Iterator[LabelPyramid]:
+        """Keep written chunks in the cache until evicted or the block ends (one writer).
+
+        For a writer that pastes many tiles in a row (a batch's label image): a chunk of
+        a coarse level that many tiles touch is written to the store once or a few times
+        instead of at every paste. Readers see the cached chunks meanwhile; a chunk is
+        written on the thread whose read or paste evicts it, so a GUI should not read a
+        pyramid while it is being written this way. On an exception the chunks not yet
+        written are dropped.
+        """
+        self._check_writable()
+        with self._write_lock:
+            self._buffered = True
+        try:
+            yield self
+        except BaseException:
+            with self._lock:
+                self._buffered = False
+                self._dirty.clear()
+            raise
+        with self._write_lock, self._lock:
+            self._buffered = False
+            for key in sorted(self._dirty):
+                self._write(key, self._cache.get(key, _zeros(self.chunk)))
+            self._dirty.clear()
 
     def erase(self, ids: np.ndarray) -> None:
         """Set the pixels of the given ids to 0 at every level (deleting nuclei)."""

@@ -18,7 +18,9 @@ napari viewer (``xvfb-run``) the folder is opened with the plugin's reader; prin
   end of a synchronous repaint, i.e. how long the event loop is blocked: its p50 / p95
   over all steps (target: p95 < 100 ms); passes alternate with 3 where the folder's
   layers are hidden (``hidden_p95_ms``: the empty canvas's own frame, software OpenGL
-  under xvfb);
+  under xvfb); ``reslice_p95_ms``: the nuclei layer's re-slices (napari's
+  ``_set_view_slice``: reading the label chunks and colour mapping, on the main thread),
+  the part of a step that is this layer's CPU work and no drawing;
 * RSS after opening and the peak (VmHWM) at the end.
 
 A run that has not finished within ``--timeout`` seconds is killed and reported so.
@@ -133,6 +135,16 @@ def child(folder: str, seed: int) -> None:
     rss_open = _status_mib("VmRSS")
     nuclei = next(layer for layer in layers if layer.name.endswith("nuclei"))
     n = len(nuclei.features)
+    slices: list[float] = []  # the labels' re-slices (read, colour map) on the main thread
+    state = nuclei._slicing_state  # napari 0.9 internals, as viewer_results.py
+    inner = state._set_view_slice
+
+    def timed() -> None:
+        t = time.perf_counter()
+        inner()
+        slices.append((time.perf_counter() - t) * 1000)
+
+    state._set_view_slice = timed
     camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
     camera.zoom = 2.0  # 0.5 µm/px: one screen px per level-0 px
     frame()
@@ -141,6 +153,7 @@ def child(folder: str, seed: int) -> None:
     q = screen / 4
     rng = np.random.default_rng(seed)
     steps: dict[bool, list[float]] = {True: [], False: []}
+    slices.clear()
     for k in range(6):  # passes alternate the nuclei shown / hidden (the empty canvas's cost)
         shown = k % 2 == 0
         for layer in layers:
@@ -165,6 +178,8 @@ def child(folder: str, seed: int) -> None:
         "pan_p50_ms": float(np.percentile(steps[True], 50)),
         "pan_p95_ms": float(np.percentile(steps[True], 95)),
         "hidden_p95_ms": float(np.percentile(steps[False], 95)),
+        "reslices": len(slices),
+        "reslice_p95_ms": float(np.percentile(slices, 95)) if slices else 0.0,
         "rss_open_mib": rss_open - rss_before,
         "rss_peak_mib": _status_mib("VmHWM"),
         "level": level,
@@ -220,8 +235,8 @@ def main() -> None:
             print(f"{name}: rep {rep} {r} ({time.perf_counter() - t0:.0f} s)", flush=True)
     print(f"load average at end: {os.getloadavg()}")
     keys = [
-        "open_s", "paint_s", "pan_p50_ms", "pan_p95_ms", "hidden_p95_ms", "rss_open_mib",
-        "rss_peak_mib",
+        "open_s", "paint_s", "pan_p50_ms", "pan_p95_ms", "hidden_p95_ms", "reslice_p95_ms",
+        "rss_open_mib", "rss_peak_mib",
     ]  # fmt: skip
     print(f"{'variant':12s} {'runs':>5s}" + "".join(f"{k:>14s}" for k in keys))
     med = {}

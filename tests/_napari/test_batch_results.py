@@ -104,3 +104,14 @@ def test_folder_without_label_image_paints_the_parquet(
     np.testing.assert_array_equal(
         np.asarray(painted.levels[0])[:h, :w], np.asarray(stored.levels[0])
     )
+
+
+def test_nuclei_parquet_alone_is_painted_not_drawn(make_napari_viewer, batch_folder):
+    """A batch's nuclei.parquet opened on its own: a label pyramid with the Parquet's ids."""
+    viewer = make_napari_viewer()
+    [nuclei] = viewer.open(str(batch_folder / "nuclei.parquet"), plugin="napari-slidescope")
+    assert nuclei.name == "small.svs nuclei"
+    assert nuclei.multiscale
+    ids, rc = _centroids(batch_folder)
+    np.testing.assert_array_equal(nuclei.features["index"], ids)
+    assert _hits(nuclei, ids, rc, np.ones(2), np.zeros(2)) > 0.9

@@ -80,35 +80,50 @@ def read_batch_folder(path: str | list[str]) -> list[FullLayerData]:
         tissue = read_geojson_layers(str(folder / "tissue.geojson"), align=align, shape0=shape0)
         for data, kwargs, kind in tissue:
             out.append((data, {**kwargs, "name": f"{name} tissue"}, kind))
-    nuclei = nuclei_layer(folder, f"{name} nuclei", align, shape0, image)
-    if nuclei is not None:
-        out.append(nuclei)
+    from napari_slidescope.batch.label_image import label_image_path
+
+    if (folder / "nuclei.parquet").is_file():
+        nuclei = nuclei_layer(
+            folder / "nuclei.parquet", f"{name} nuclei", align, shape0,
+            image=image, labels=label_image_path(folder),
+        )  # fmt: skip
+        if nuclei is not None:
+            out.append(nuclei)
     return out
 
 
+def is_nuclei_parquet(path: str | os.PathLike[str]) -> bool:
+    """Tell whether a Parquet file is a ``nuclei.parquet`` of this plugin (id, bbox, WKB)."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = set(pq.read_schema(path).names)
+    except Exception:  # noqa: BLE001 - not Parquet: the caller's reader says so
+        return False
+    return {"id", "geometry", "bbox_row1", "bbox_col1"} <= names
+
+
 def nuclei_layer(
-    folder: Path,
+    parquet: Path,
     name: str,
     align: dict[str, Any],
     shape0: tuple[int, int] | None,
+    *,
     image: Any = None,
+    labels: Path | None = None,
 ) -> FullLayerData | None:
-    """The nuclei of a batch result folder as multiscale Labels layer data (None without).
+    """A ``nuclei.parquet``'s nuclei as multiscale Labels layer data (None without rows).
 
-    The label image when the folder has one, else ``nuclei.parquet`` painted into a
-    temporary label pyramid; features are the Parquet's id (``index``), measurements and
-    class, read without the outlines.
+    The label image at `labels` when there is one, else the Parquet's outlines painted
+    into a temporary label pyramid; features are the Parquet's id (``index``),
+    measurements and class, read without the outlines.
     """
     import numpy as np
     import pyarrow.parquet as pq
 
-    from napari_slidescope.batch.label_image import label_image_path, parquet_label_pyramid
+    from napari_slidescope.batch.label_image import parquet_label_pyramid
     from napari_slidescope.pipeline.label_pyramid import LabelPyramid
 
-    parquet = folder / "nuclei.parquet"
-    labels = label_image_path(folder)
-    if not parquet.is_file():
-        return None
     schema = pq.read_schema(parquet)
     numeric = [
         f.name
@@ -129,7 +144,7 @@ def nuclei_layer(
         from napari_slidescope._napari.layers import image_read_chunk
 
         read_chunk = image_read_chunk(image, (1.0, 1.0))
-    if labels.is_dir():
+    if labels is not None and labels.is_dir():
         pyramid = LabelPyramid.open(labels, read_chunk=read_chunk)
     else:  # written before the label image: paint the outlines once
         if shape0 is None:
@@ -147,7 +162,7 @@ def nuclei_layer(
         "multiscale": len(pyramid.levels) > 1,
         "features": feats,
         "opacity": 0.6,
-        "metadata": {"slidescope_pyramid": pyramid, "path": str(folder)},
+        "metadata": {"slidescope_pyramid": pyramid, "path": str(parquet)},
         **align,
     }
     data: Any = pyramid.levels if len(pyramid.levels) > 1 else pyramid.levels[0]

@@ -82,6 +82,13 @@ def read_parquet_layers(
 
     if isinstance(path, list):
         path = path[0]
+    from napari_slidescope._napari.batch_results import is_nuclei_parquet, nuclei_layer
+
+    if is_nuclei_parquet(path):  # this plugin's own: painted by tile, no object per nucleus
+        align, shape0 = _placement(align, shape0)
+        stem = Path(path).parent.name if Path(path).stem == "nuclei" else Path(path).stem
+        found = nuclei_layer(Path(path), f"{stem} nuclei", align, shape0)
+        return [] if found is None else [found]
     table = pq.read_table(path)
     geoms = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
     numeric = [

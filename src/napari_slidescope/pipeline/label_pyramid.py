@@ -232,6 +232,7 @@ class LabelPyramid:
             self._arrays = _create(store, meta, self.level_shapes(), self.chunk, zarr_format)
         except OSError as exc:
             raise write_error(store, exc) from exc
+        self._direct = [_V2Chunks.of(store / str(k), chunk) for k in range(n)]
         self.levels = [PyramidLevel(self, k) for k in range(n)]
 
     def _setup(
@@ -310,6 +311,7 @@ class LabelPyramid:
         self._finalizer = None
         self._written = None  # unknown: ask the store
         self._arrays = arrays
+        self._direct = [_V2Chunks.of(store / str(d["path"]), chunk) for d in datasets]
         self.levels = [PyramidLevel(self, k) for k in range(len(arrays))]
         return self
 
@@ -390,6 +392,8 @@ class LabelPyramid:
         zarr 3 runs each call on its own event-loop thread (a hand-over that costs most on
         a busy machine) and decodes the chunks of one call concurrently.
         """
+        if self._direct[keys[0][0]] is not None:  # chunk by chunk on this thread: no hand-over
+            return
         with self._lock:
             missing = [k for k in keys if k not in self._cache]
             if len(missing) < 2:
@@ -416,6 +420,14 @@ class LabelPyramid:
     def _load(self, key: _Key) -> np.ndarray:
         level, cy, cx = key
         c = self.chunk
+        direct = self._direct[level]
+        if direct is not None:
+            found = direct.read(cy, cx)
+            if found is None or not found.any():
+                return _zeros(c)
+            arr = found.astype(np.int32)  # a new array (the decoded buffer is read-only)
+            arr.flags.writeable = False
+            return arr
         h, w = self.level_shape(level)
         a = self._arrays[level]
         block = np.asarray(a[cy * c : min(h, (cy + 1) * c), cx * c : min(w, (cx + 1) * c)])
@@ -596,6 +608,56 @@ class LabelPyramid:
                 self._written.clear()
         if self._finalizer is not None:
             self._finalizer()
+
+
+class _V2Chunks:
+    """Chunks of a local zarr format 2 array, read and decoded on the calling thread.
+
+    zarr 3 runs every read on its event-loop thread and decodes in a thread pool: on a
+    busy machine the hand-overs dominate (a 4 x 5 chunk viewport of nuclei labels at a
+    load average of 14 on 2 cores: median 33 ms and 90th percentile 162 ms through
+    ``zarr.Array``, 12.6 and 20 ms read here). A format 2 chunk is one file, its
+    ``compressor``'s encoding of the C-order chunk (zarr v2 specification): read as
+    zarr would read it, with zarr's own codec (numcodecs). Writes stay with zarr (whole
+    chunks, temporary file then rename: a reader sees an old or a new chunk).
+    """
+
+    def __init__(self, folder: Path, codec: Any, dtype: np.dtype, sep: str, chunk: int) -> None:
+        self.folder, self.codec, self.dtype, self.sep, self.chunk = folder, codec, dtype, sep, chunk
+
+    @classmethod
+    def of(cls, folder: Path, chunk: int) -> _V2Chunks | None:
+        """The reader of the array in `folder`; None when zarr must read it (not a plain
+        local format 2 array of square `chunk` integer chunks, filled with 0)."""
+        import json
+
+        import numcodecs
+
+        try:
+            meta = json.loads((folder / ".zarray").read_text(encoding="utf-8"))
+            dtype = np.dtype(meta["dtype"])
+            codec = numcodecs.get_codec(meta["compressor"]) if meta["compressor"] else None
+        except Exception:  # noqa: BLE001 - no such file, a remote store, another format
+            return None
+        plain = (
+            meta.get("zarr_format") == 2
+            and not meta.get("filters")
+            and meta.get("order", "C") == "C"
+            and meta.get("fill_value") in (0, None)
+            and list(meta.get("chunks", ())) == [chunk, chunk]
+            and dtype.kind in "iu"
+        )
+        sep = meta.get("dimension_separator") or "."
+        return cls(folder, codec, dtype, sep, chunk) if plain and sep in "./" else None
+
+    def read(self, cy: int, cx: int) -> np.ndarray | None:
+        """The decoded chunk ``(cy, cx)``; None when it was never written (all zero)."""
+        try:
+            raw = (self.folder / f"{cy}{self.sep}{cx}").read_bytes()
+        except FileNotFoundError:
+            return None
+        data = raw if self.codec is None else self.codec.decode(raw)
+        return np.frombuffer(data, self.dtype).reshape(self.chunk, self.chunk)
 
 
 def _create(

@@ -14,8 +14,13 @@ The baseline is the previous ``pipeline/label_pyramid.py`` (hand-written zlib ch
 files), loaded from a file given by ``--baseline`` (e.g. a ``git show`` of main before
 the zarr store landed). Printed: medians per store and the ratios zarr / baseline.
 
+``--codecs STORE`` instead compares chunk codecs on the level-0 chunks of an existing
+label store (e.g. a batch folder's ``labels.zarr/labels/nuclei``): mean encoded size,
+encode and decode time per chunk (numcodecs, one thread), the median of ``--reps`` runs.
+
 Usage::
 
+    python benchmarks/label_store.py --codecs OUT/<slide>/labels.zarr/labels/nuclei
     git show 1a0715f:src/napari_slidescope/pipeline/label_pyramid.py > /tmp/old_pyramid.py
     python benchmarks/label_store.py --baseline /tmp/old_pyramid.py [--reps 5]
 """
@@ -94,13 +99,62 @@ def _run(cls: Any, root: Path, side: int, tiles: list[np.ndarray], n: int) -> di
     }
 
 
+def codecs(store: str, reps: int) -> None:
+    from numcodecs import Blosc, Zlib, Zstd
+
+    from napari_slidescope.pipeline.label_pyramid import LabelPyramid
+
+    pyr = LabelPyramid.open(store)
+    c = pyr.chunk
+    h, w = pyr.levels[0].shape
+    chunks = []
+    for cy in range(h // c):
+        for cx in range(w // c):
+            a = np.ascontiguousarray(pyr.levels[0][cy * c : (cy + 1) * c, cx * c : (cx + 1) * c])
+            if a.any():
+                chunks.append(a)
+            if len(chunks) >= 64:
+                break
+        if len(chunks) >= 64:
+            break
+    candidates = {
+        "zstd 1 (ours)": Zstd(level=1),
+        "blosc zstd 3 shuffle": Blosc("zstd", 3, Blosc.SHUFFLE),
+        "blosc lz4 5 shuffle": Blosc("lz4", 5, Blosc.SHUFFLE),
+        "zlib 1 (old store)": Zlib(1),
+    }
+    print(f"{len(chunks)} non-empty {c} x {c} int32 chunks of {store}; load {os.getloadavg()}")
+    print(f"{'codec':24s}{'KiB/chunk':>12s}{'encode ms':>12s}{'decode ms':>12s}")
+    for name, codec in candidates.items():
+        enc_t, dec_t = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            enc = [codec.encode(a) for a in chunks]
+            enc_t.append((time.perf_counter() - t0) / len(chunks))
+            t0 = time.perf_counter()
+            for e in enc:
+                codec.decode(e)
+            dec_t.append((time.perf_counter() - t0) / len(chunks))
+        kib = statistics.fmean(len(e) for e in enc) / 1024
+        print(
+            f"{name:24s}{kib:12.1f}{1e3 * statistics.median(enc_t):12.2f}"
+            f"{1e3 * statistics.median(dec_t):12.2f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", required=True, help="the old label_pyramid.py")
+    ap.add_argument("--baseline", help="the old label_pyramid.py")
+    ap.add_argument("--codecs", help="compare chunk codecs on this label store instead")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--side", type=int, default=16384, help="level-0 side, px")
     ap.add_argument("--tiles", type=int, default=64, help="1024 px tiles pasted")
     args = ap.parse_args()
+    if args.codecs:
+        codecs(args.codecs, args.reps)
+        return
+    if not args.baseline:
+        ap.error("--baseline is required (or --codecs)")
 
     import zarr
 

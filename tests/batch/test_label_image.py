@@ -78,3 +78,16 @@ def test_label_image_in_zarr_format_3(tmp_path):
     attrs = dict(zarr.open_group(store=str(tmp_path / "labels.zarr" / "labels"), mode="r").attrs)
     assert attrs["ome"]["labels"] == ["nuclei"]
     assert LabelPyramid.open(label_image_path(tmp_path)).levels[0][4, 4] == 1
+
+
+def test_cells_get_their_own_label_image(tmp_path):
+    nucleus, cell = _square(10, 10, 4), _square(8, 8, 8)
+    tile = TileOut(0, 0.1, {"id": np.array([1])}, [wkb_polygon(nucleus)], [wkb_polygon(cell)])
+    outputs.write_part(tmp_path, tile, "d")
+    write_label_image(tmp_path, [0], shape0=(64, 64), mpp=(0.5, 0.5))
+    labels = zarr.open_group(store=str(tmp_path / "labels.zarr" / "labels"), mode="r")
+    assert dict(labels.attrs)["labels"] == ["nuclei", "cells"]
+    cells = np.asarray(LabelPyramid.open(label_image_path(tmp_path, "cells")).levels[0])
+    nuclei = np.asarray(LabelPyramid.open(label_image_path(tmp_path)).levels[0])
+    assert (cells == 1).sum() == 64
+    assert (nuclei == 1).sum() == 16

@@ -235,6 +235,7 @@ def main() -> None:
     rss1 = rss_mib()
     tiles1 = tile_cache().nbytes + tile_cache().free_nbytes
     bound = canvas.pyramid.cache_bytes / 2**20
+    disk = sum(f.stat().st_size for f in canvas.pyramid.path.rglob("*") if f.is_file())
     print(f"pan frame, median of {args.passes} pass medians (24 steps each), ms:")
     med = {k: statistics.median(v) for k, v in ms.items()}
     mean = {k: statistics.fmean(v) for k, v in every.items()}
@@ -269,7 +270,7 @@ def main() -> None:
         f"pyramid chunk cache bound {bound:.0f} MiB, cached now "
         f"{canvas.pyramid.nbytes_cached / 2**20:.0f} MiB; feature table {feat_mib:.0f} MiB "
         f"({n:,} rows); label pyramid on disk "
-        f"{sum(f.stat().st_size for f in canvas.pyramid.path.iterdir()) / 2**20:.0f} MiB "
+        f"{disk / 2**20:.0f} MiB "
         f"in {canvas.pyramid.chunks_written} chunks; level 0 as a dense array would be "
         f"{canvas.data[0].nbytes / 2**20:.0f} MiB"
     )

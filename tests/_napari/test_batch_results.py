@@ -67,3 +67,51 @@ def test_folder_opens_aligned_with_the_slide(make_napari_viewer, small_slide, ba
     assert _hits(nuclei, ids, rc, s, t) > 0.9
     tissue = next(layer for layer in layers if layer.name == "small.svs tissue")
     np.testing.assert_allclose(tissue.translate[-2:], [7.0, 9.0])
+
+
+def test_nuclei_show_the_folders_label_image_as_it_is_on_disk(make_napari_viewer, batch_folder):
+    """The layer reads labels.zarr (OME-NGFF labels) in place: nothing painted on opening."""
+    viewer = make_napari_viewer()
+    layers = viewer.open(str(batch_folder), plugin="napari-slidescope")
+    nuclei = next(layer for layer in layers if layer.name == "small.svs nuclei")
+    pyramid = nuclei.metadata["slidescope_pyramid"]
+    assert pyramid.path == batch_folder / "labels.zarr" / "labels" / "nuclei"
+    assert pyramid.chunks_written == 0  # reopened, read-only: opening wrote no chunk
+    ids, _ = _centroids(batch_folder)
+    np.testing.assert_array_equal(nuclei.features["index"], ids)
+
+
+def test_folder_without_label_image_paints_the_parquet(
+    make_napari_viewer, batch_folder, tmp_path
+):
+    """Results written before the label image: the GeoParquet painted into a pyramid."""
+    import shutil
+
+    old = tmp_path / batch_folder.name
+    shutil.copytree(batch_folder, old, ignore=shutil.ignore_patterns("labels.zarr"))
+    viewer = make_napari_viewer()
+    layers = viewer.open(str(old), plugin="napari-slidescope")
+    nuclei = next(layer for layer in layers if layer.name == "small.svs nuclei")
+    assert nuclei.multiscale
+    ids, rc = _centroids(old)
+    assert _hits(nuclei, ids, rc, np.array([0.5, 0.5]), np.zeros(2)) > 0.9
+    viewer.layers.clear()
+    fresh = viewer.open(str(batch_folder), plugin="napari-slidescope")
+    on_disk = next(layer for layer in fresh if layer.name == "small.svs nuclei")
+    painted = nuclei.metadata["slidescope_pyramid"]
+    stored = on_disk.metadata["slidescope_pyramid"]
+    h, w = stored.levels[0].shape
+    np.testing.assert_array_equal(
+        np.asarray(painted.levels[0])[:h, :w], np.asarray(stored.levels[0])
+    )
+
+
+def test_nuclei_parquet_alone_is_painted_not_drawn(make_napari_viewer, batch_folder):
+    """A batch's nuclei.parquet opened on its own: a label pyramid with the Parquet's ids."""
+    viewer = make_napari_viewer()
+    [nuclei] = viewer.open(str(batch_folder / "nuclei.parquet"), plugin="napari-slidescope")
+    assert nuclei.name == "small.svs nuclei"
+    assert nuclei.multiscale
+    ids, rc = _centroids(batch_folder)
+    np.testing.assert_array_equal(nuclei.features["index"], ids)
+    assert _hits(nuclei, ids, rc, np.ones(2), np.zeros(2)) > 0.9

@@ -931,7 +931,8 @@ def test_full_disk_label_pyramid_chunk(tmp_path):
         first = np.zeros((256, 256), np.int32)
         first[10:20, 10:20] = 7
         pyr.paste((0, 0, 256, 256), first)
-        chunk = next(p for p in pyr.path.iterdir() if not p.name.endswith(".tmp"))
+        # the level-0 chunk file of the zarr store (zarr writes a temporary file, then renames)
+        chunk = next(p for p in (pyr.path / "0").rglob("*") if p.is_file() and p.name[0] != ".")
         before = chunk.read_bytes()
         Disk(path).fill()
         noise = np.random.default_rng(0).integers(1, 2**31 - 1, (256, 256), dtype=np.int32)
@@ -941,7 +942,7 @@ def test_full_disk_label_pyramid_chunk(tmp_path):
         assert str(pyr.path) in str(info.value)
         assert "No space left" in str(info.value)
         assert chunk.read_bytes() == before
-        assert not [p for p in pyr.path.iterdir() if p.name.endswith(".tmp")]
+        assert not [p for p in pyr.path.rglob("*") if p.name.endswith((".tmp", ".partial"))]
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 

@@ -1,10 +1,16 @@
 """Open a ``slidescope batch`` result folder (``OUT/<slide>/``) as aligned layers.
 
 The folder is recognised by its ``manifest.json``; its ``tissue.geojson`` becomes a
-Shapes layer and its ``nuclei.parquet`` a Labels layer with the measurements as
-features. Both sit on the slide's pixels: on the open slide's layer when the viewer
-shows the slide the folder was made from, else at the slide's µm scale recorded in
-the manifest.
+Shapes layer and its nuclei a multiscale Labels layer with the measurements of
+``nuclei.parquet`` as features. Both sit on the slide's pixels: on the open slide's
+layer when the viewer shows the slide the folder was made from, else at the slide's µm
+scale recorded in the manifest.
+
+The nuclei layer shows the folder's label image (``labels.zarr/labels/nuclei``, OME-NGFF,
+:mod:`napari_slidescope.batch.label_image`) as it is on disk: opening costs the features
+table only, whatever the number of nuclei, and napari reads the chunks in view. A folder
+written before the label image existed has its outlines painted into a temporary label
+pyramid once, one tile's row group at a time (never one napari shape per nucleus).
 """
 
 from __future__ import annotations
@@ -47,11 +53,7 @@ def read_batch_folder(path: str | list[str]) -> list[FullLayerData]:
     ValueError
         If the folder has no readable manifest (naming the folder).
     """
-    from napari_slidescope._napari.qupath import (
-        read_geojson_layers,
-        read_parquet_layers,
-        shown_slide_layer,
-    )
+    from napari_slidescope._napari.qupath import read_geojson_layers, shown_slide_layer
     from napari_slidescope._napari.shapes import aligned
     from napari_slidescope._napari.viewport import image_shape0
 
@@ -78,6 +80,90 @@ def read_batch_folder(path: str | list[str]) -> list[FullLayerData]:
         tissue = read_geojson_layers(str(folder / "tissue.geojson"), align=align, shape0=shape0)
         for data, kwargs, kind in tissue:
             out.append((data, {**kwargs, "name": f"{name} tissue"}, kind))
+    from napari_slidescope.batch.label_image import label_image_path
+
     if (folder / "nuclei.parquet").is_file():
-        out += read_parquet_layers(str(folder / "nuclei.parquet"), align=align, shape0=shape0)
+        nuclei = nuclei_layer(
+            folder / "nuclei.parquet", f"{name} nuclei", align, shape0,
+            image=image, labels=label_image_path(folder),
+        )  # fmt: skip
+        if nuclei is not None:
+            out.append(nuclei)
     return out
+
+
+def is_nuclei_parquet(path: str | os.PathLike[str]) -> bool:
+    """Tell whether a Parquet file is a ``nuclei.parquet`` of this plugin (id, bbox, WKB)."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = set(pq.read_schema(path).names)
+    except Exception:  # noqa: BLE001 - not Parquet: the caller's reader says so
+        return False
+    return {"id", "geometry", "bbox_row1", "bbox_col1"} <= names
+
+
+def nuclei_layer(
+    parquet: Path,
+    name: str,
+    align: dict[str, Any],
+    shape0: tuple[int, int] | None,
+    *,
+    image: Any = None,
+    labels: Path | None = None,
+) -> FullLayerData | None:
+    """A ``nuclei.parquet``'s nuclei as multiscale Labels layer data (None without rows).
+
+    The label image at `labels` when there is one, else the Parquet's outlines painted
+    into a temporary label pyramid; features are the Parquet's id (``index``),
+    measurements and class, read without the outlines.
+    """
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from napari_slidescope.batch.label_image import parquet_label_pyramid
+    from napari_slidescope.pipeline.label_pyramid import LabelPyramid
+
+    schema = pq.read_schema(parquet)
+    numeric = [
+        f.name
+        for f in schema
+        if f.name not in ("geometry", "cell_geometry", "tile") and not f.name.startswith("bbox_")
+        and str(f.type).startswith(("int", "uint", "float", "double"))
+    ]  # fmt: skip
+    extra = [c for c in ("class",) if c in schema.names]
+    table = pq.read_table(parquet, columns=numeric + extra)
+    if table.num_rows == 0:
+        return None
+    feats: dict[str, Any] = {"index": table.column("id").to_numpy()}
+    feats.update({c: table.column(c).to_numpy() for c in numeric if c != "id"})
+    for c in extra:
+        feats[c] = np.asarray(table.column(c).to_pylist(), dtype=object)
+    read_chunk = None
+    if image is not None:
+        from napari_slidescope._napari.layers import image_read_chunk
+
+        read_chunk = image_read_chunk(image, (1.0, 1.0))
+    if labels is not None and labels.is_dir():
+        pyramid = LabelPyramid.open(labels, read_chunk=read_chunk)
+    else:  # written before the label image: paint the outlines once
+        if shape0 is None:
+            bounds = pq.read_table(parquet, columns=["bbox_row1", "bbox_col1"])
+            shape0 = (
+                int(np.ceil(np.max(bounds.column("bbox_row1").to_numpy()))) + 1,
+                int(np.ceil(np.max(bounds.column("bbox_col1").to_numpy()))) + 1,
+            )
+        pyramid = parquet_label_pyramid(parquet, shape0)
+        pyramid.read_chunk = read_chunk or pyramid.read_chunk
+        for level in pyramid.levels:
+            level.chunks = (pyramid.read_chunk, pyramid.read_chunk)
+    meta: dict[str, Any] = {
+        "name": name,
+        "multiscale": len(pyramid.levels) > 1,
+        "features": feats,
+        "opacity": 0.6,
+        "metadata": {"slidescope_pyramid": pyramid, "path": str(parquet)},
+        **align,
+    }
+    data: Any = pyramid.levels if len(pyramid.levels) > 1 else pyramid.levels[0]
+    return (data, meta, "labels")

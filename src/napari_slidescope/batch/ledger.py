@@ -400,6 +400,11 @@ class Ledger:
                 units={k: v for k, v in COLUMNS.items() if k != "id"},
                 feature_ns=f"{s.name}/{s.stamp.head_sha256}/{s.digest}",
             )
+            # the nuclei (and cells) as an OME-NGFF label image: viewers show them without
+            # drawing a polygon (napari_slidescope.batch.label_image)
+            from napari_slidescope.batch.label_image import write_label_image
+
+            write_label_image(s.folder, s.tiles, shape0=s.info.shape0, mpp=s.info.mpp)
         if self.params.nuclei and self.params.anndata:
             outputs.write_anndata(
                 s.folder,

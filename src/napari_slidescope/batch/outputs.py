@@ -7,6 +7,7 @@ Layout of ``OUT``::
     OUT/<slide file name>/tissue.geojson
     OUT/<slide file name>/nuclei.parquet
     OUT/<slide file name>/nuclei.geojson.gz
+    OUT/<slide file name>/labels.zarr/     OME-NGFF labels: nuclei (and cells) on level 0
     OUT/<slide file name>/cells.h5ad       (``--anndata``)
     OUT/<slide file name>/cells.zarr/      (``--spatialdata``: a SpatialData store)
     OUT/<slide file name>/parts/tile-<index>.parquet   (while the slide runs)
@@ -312,6 +313,7 @@ def clear_slide(slide_dir: Path) -> None:
     shutil.rmtree(parts_dir(slide_dir), ignore_errors=True)
     for name in ("nuclei.parquet", "nuclei.geojson.gz", "tissue.geojson", "manifest.json"):
         (slide_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(slide_dir / "labels.zarr", ignore_errors=True)  # batch.label_image
     remove_spatialdata(slide_dir)
 
 

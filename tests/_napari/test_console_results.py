@@ -62,3 +62,18 @@ def test_several_slides_with_nuclei_say_which_is_used(make_napari_viewer):
         assert slide_with_results(viewer, "nuclei") is b
     viewer.layers.selection.active = viewer.layers["a nuclei"]
     assert slide_with_results(viewer, "nuclei") is a
+
+
+def test_whole_slide_nuclei_on_a_slide_smaller_than_a_chunk(make_napari_viewer, multiplex_path):
+    """The whole-slide label pyramid of a 256 px slide had one level, which napari cannot
+    show as a multiscale layer (add_nuclei failed in napari's transform)."""
+    from napari_slidescope.viewer import add_nuclei, add_slide
+
+    viewer = make_napari_viewer()
+    add_slide(viewer, multiplex_path)
+    dapi = next(ly for ly in viewer.layers if "DAPI" in ly.name)
+    viewer.layers.selection.active = dapi
+    nuclei = add_nuclei(viewer, scope="slide", segmenter="builtin-fluorescence", target_mpp=0.5)
+    assert nuclei.multiscale
+    assert nuclei.name == f"{dapi.name} nuclei"
+    assert len(nuclei.data) >= 2

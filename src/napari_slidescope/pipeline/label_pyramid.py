@@ -148,7 +148,7 @@ class LabelPyramid:
     Parameters
     ----------
     shape : (int, int)
-        Level-0 ``(rows, cols)``; levels are added until one fits in a chunk.
+        Level-0 ``(rows, cols)``; levels are added until one fits in a chunk (two at least).
     chunk : int
         Chunk side in pixels (every level).
     root : str or PathLike, optional
@@ -207,7 +207,9 @@ class LabelPyramid:
             raise ValueError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
         if zarr_format == 3 and zarr_major() < 3:
             raise ValueError(f"zarr format 3 needs zarr >= 3, this is zarr {zarr_major()}")
-        n = 1
+        # two levels at least: napari cannot show a multiscale layer of one level (a
+        # whole-slide run on a slide smaller than a chunk failed in napari's transform)
+        n = 2
         while max(h, w) > chunk * 2 ** (n - 1):
             n += 1
         f = 2 ** (n - 1)  # pad level 0 so every level halves exactly (napari's factors)

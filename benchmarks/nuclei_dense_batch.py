@@ -89,7 +89,8 @@ def run_batch(slide: Path, src: str, workers: int, segmenter: str) -> dict[str, 
         raise SystemExit(f"batch failed ({proc.returncode}):\n{log}")
     with open(out / "summary.csv", newline="") as fh:
         row = next(csv.DictReader(fh))
-    workers_rss = [r for pid, (r, kind) in peak.items() if pid != proc.pid and "spawn" in kind]
+    # every process under the command is a dask worker (or multiprocessing's small helpers)
+    workers_rss = [r for pid, (r, kind) in peak.items() if pid != proc.pid]
     rows = sum(1 for _ in _parquet_rows(out))
     shutil.rmtree(out, ignore_errors=True)
     return {

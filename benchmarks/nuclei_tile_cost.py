@@ -12,7 +12,7 @@ load average.
 Usage::
 
     python benchmarks/nuclei_tile_cost.py SLIDE --src src,/work/main/src [--tiles 6]
-        [--segmenter builtin]
+        [--segmenter builtin] [--segmenter instanseg --runtime onnxruntime]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 STAGES = ("read", "predict", "postprocess", "owned", "measure", "outlines")
 
 
-def child(slide: str, segmenter: str, n_tiles: int, repeat: int) -> None:
+def child(slide: str, segmenter: str, n_tiles: int, repeat: int, runtime: str) -> None:
     from napari_slidescope.batch import tasks
     from napari_slidescope.batch.params import BatchParams
     from napari_slidescope.options import NucleiOptions
@@ -37,7 +37,10 @@ def child(slide: str, segmenter: str, n_tiles: int, repeat: int) -> None:
 
     st = os.stat(slide)
     stamp = (st.st_size, st.st_mtime_ns)
-    params = BatchParams(nuclei_options=NucleiOptions(segmenter=segmenter))
+    extra = {"runtime": runtime} if runtime else {}
+    params = BatchParams(
+        nuclei_options=NucleiOptions(segmenter=segmenter, segmenter_options=extra)
+    )
     info = tasks.slide_task(slide, stamp, params)
     run = tasks._prepare(slide, stamp, params, info.grid)
     seg, plan, measure = run.segmenter, run.plan, run._run.measure
@@ -78,10 +81,11 @@ def main() -> None:
     ap.add_argument("--segmenter", default="builtin")
     ap.add_argument("--tiles", type=int, default=6)
     ap.add_argument("--repeat", type=int, default=1, help="passes over the tiles")
+    ap.add_argument("--runtime", default="", help="InstanSeg's runtime (onnxruntime, torch)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        child(a.slide, a.segmenter, a.tiles, a.repeat)
+        child(a.slide, a.segmenter, a.tiles, a.repeat, a.runtime)
         return
     load0 = os.getloadavg()
     rows = {}
@@ -89,12 +93,12 @@ def main() -> None:
         env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "PYTHONWARNINGS": "ignore",
                "OMP_NUM_THREADS": "1"}
         cmd = [sys.executable, __file__, a.slide, "--child", "--segmenter", a.segmenter,
-               "--tiles", str(a.tiles), "--repeat", str(a.repeat)]
+               "--tiles", str(a.tiles), "--repeat", str(a.repeat), "--runtime", a.runtime]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if out.returncode:
             raise SystemExit(out.stderr)
         rows[src] = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"{a.segmenter}, load {load0[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end")
+    print(f"{a.segmenter} {a.runtime}, load {load0[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end")
     print("| source | tiles | nuclei | " + " | ".join(f"{s} ms/nuc" for s in STAGES)
           + " | per-nucleus work / segmenter |")
     print("|---|---|---|" + "---|" * len(STAGES) + "---|")

@@ -101,9 +101,9 @@ def main() -> int:
         y1, x1 = np.minimum(y0 + fp, a.height), np.minimum(x0 + fp, a.width)
         inside = (y1 > a.margin) & (y0 < a.height - a.margin)
         inside &= (x1 > a.margin) & (x0 < a.width - a.margin)
-        edge = ~inside if k else ~(
-            (y0 >= a.margin) & (y1 <= a.height - a.margin) & (x0 >= a.margin) & (x1 <= a.width - a.margin)
-        )
+        whole = (y0 >= a.margin) & (y1 <= a.height - a.margin)
+        whole &= (x0 >= a.margin) & (x1 <= a.width - a.margin)
+        edge = ~inside if k else ~whole
         kinds[edge] = n
         return kinds
 
@@ -130,10 +130,13 @@ def main() -> int:
         ]
     )
     m = -(-a.margin // TILE)
-    rows = sum(1 for r in range(-(-a.height // TILE)) if r >= m and (r + 1) * TILE <= a.height - a.margin)
-    cols = sum(1 for c in range(-(-a.width // TILE)) if c >= m and (c + 1) * TILE <= a.width - a.margin)
+    h_end, w_end = a.height - a.margin, a.width - a.margin
+    rows = sum(1 for r in range(-(-a.height // TILE)) if r >= m and (r + 1) * TILE <= h_end)
+    cols = sum(1 for c in range(-(-a.width // TILE)) if c >= m and (c + 1) * TILE <= w_end)
     area = rows * cols * (TILE * a.mpp) ** 2
-    print(f"{a.out}: {a.width} x {a.height} px, tissue {rows} x {cols} tiles = {area / 1e6:.2f} mm²")
+    print(
+        f"{a.out}: {a.width} x {a.height} px, tissue {rows} x {cols} tiles = {area / 1e6:.2f} mm²"
+    )
     return int(rc or 0)
 
 

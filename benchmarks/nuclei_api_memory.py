@@ -32,8 +32,17 @@ def child(slide: str, segmenter: str, labels: str) -> None:
     with open("/proc/self/status") as f:
         peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
     outlines = 0 if res.outlines is None else len(res.outlines[0])
-    print(json.dumps({"peak_mib": peak, "wall": time.perf_counter() - t0,
-                      "cpu": time.process_time() - c0, "nuclei": res.count, "outlines": outlines}))
+    print(
+        json.dumps(
+            {
+                "peak_mib": peak,
+                "wall": time.perf_counter() - t0,
+                "cpu": time.process_time() - c0,
+                "nuclei": res.count,
+                "outlines": outlines,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -52,14 +61,25 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for src in a.src.split(","):
         env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "PYTHONWARNINGS": "ignore"}
-        cmd = [sys.executable, __file__, a.slide, "--child", "--segmenter", a.segmenter,
-               "--labels", a.labels]
+        cmd = [
+            sys.executable,
+            __file__,
+            a.slide,
+            "--child",
+            "--segmenter",
+            a.segmenter,
+            "--labels",
+            a.labels,
+        ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if out.returncode:
             raise SystemExit(out.stderr)
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {src} | {r['peak_mib']:.0f} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['nuclei']} | "
-              f"{r['outlines']} | {1024 * r['peak_mib'] / max(r['nuclei'], 1):.1f} |", flush=True)
+        print(
+            f"| {src} | {r['peak_mib']:.0f} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['nuclei']} | "
+            f"{r['outlines']} | {1024 * r['peak_mib'] / max(r['nuclei'], 1):.1f} |",
+            flush=True,
+        )
     print(f"load at end: {os.getloadavg()}")
 
 

@@ -153,8 +153,12 @@ def main() -> None:
         for s in srcs:
             r = run_batch(args.slide, s, args.workers, args.segmenter)
             runs[s].append(r)
-            print(f"run {k + 1} {s}: " + ", ".join(f"{a} {b:.4g}" for a, b in r.items())
-                  + f" (load {_load()})", flush=True)
+            print(
+                f"run {k + 1} {s}: "
+                + ", ".join(f"{a} {b:.4g}" for a, b in r.items())
+                + f" (load {_load()})",
+                flush=True,
+            )
     seg = segmenter_time(args.slide, args.segmenter, args.segmenter_tiles)
     print(
         f"segmenter {args.segmenter} alone (predict + postprocess, one thread): "
@@ -164,7 +168,8 @@ def main() -> None:
     print(f"load at end: {_load()}\n")
     print(
         "| source | runs | wall s | CPU s | nuclei | CPU-ms / nucleus | run CPU / segmenter CPU "
-        "| wall x workers / segmenter CPU | worker peak MiB | client peak MiB | CPU-s / mm² tissue |"
+        "| wall x workers / segmenter CPU | worker peak MiB | client peak MiB "
+        "| CPU-s / mm² tissue |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     med: dict[str, dict[str, float]] = {}

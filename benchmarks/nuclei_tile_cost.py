@@ -38,9 +38,7 @@ def child(slide: str, segmenter: str, n_tiles: int, repeat: int, runtime: str) -
     st = os.stat(slide)
     stamp = (st.st_size, st.st_mtime_ns)
     extra = {"runtime": runtime} if runtime else {}
-    params = BatchParams(
-        nuclei_options=NucleiOptions(segmenter=segmenter, segmenter_options=extra)
-    )
+    params = BatchParams(nuclei_options=NucleiOptions(segmenter=segmenter, segmenter_options=extra))
     info = tasks.slide_task(slide, stamp, params)
     run = tasks._prepare(slide, stamp, params, info.grid)
     seg, plan, measure = run.segmenter, run.plan, run._run.measure
@@ -90,28 +88,55 @@ def main() -> None:
     load0 = os.getloadavg()
     rows = {}
     for src in a.src.split(","):
-        env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "PYTHONWARNINGS": "ignore",
-               "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, __file__, a.slide, "--child", "--segmenter", a.segmenter,
-               "--tiles", str(a.tiles), "--repeat", str(a.repeat), "--runtime", a.runtime]
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(Path(src).resolve()),
+            "PYTHONWARNINGS": "ignore",
+            "OMP_NUM_THREADS": "1",
+        }
+        cmd = [
+            sys.executable,
+            __file__,
+            a.slide,
+            "--child",
+            "--segmenter",
+            a.segmenter,
+            "--tiles",
+            str(a.tiles),
+            "--repeat",
+            str(a.repeat),
+            "--runtime",
+            a.runtime,
+        ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if out.returncode:
             raise SystemExit(out.stderr)
         rows[src] = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"{a.segmenter} {a.runtime}, load {load0[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end")
-    print("| source | tiles | nuclei | " + " | ".join(f"{s} ms/nuc" for s in STAGES)
-          + " | per-nucleus work / segmenter |")
+    print(
+        f"{a.segmenter} {a.runtime}, load {load0[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end"
+    )
+    print(
+        "| source | tiles | nuclei | "
+        + " | ".join(f"{s} ms/nuc" for s in STAGES)
+        + " | per-nucleus work / segmenter |"
+    )
     print("|---|---|---|" + "---|" * len(STAGES) + "---|")
     for src, r in rows.items():
         per = {s: 1000 * r["cpu"][s] / r["nuclei"] for s in STAGES}
         own = r["cpu"]["owned"] + r["cpu"]["measure"] + r["cpu"]["outlines"]
         segm = r["cpu"]["predict"] + r["cpu"]["postprocess"]
-        print(f"| {src} | {r['tiles']} | {r['nuclei']} | "
-              + " | ".join(f"{per[s]:.3f}" for s in STAGES) + f" | {own / segm:.2f} |")
+        print(
+            f"| {src} | {r['tiles']} | {r['nuclei']} | "
+            + " | ".join(f"{per[s]:.3f}" for s in STAGES)
+            + f" | {own / segm:.2f} |"
+        )
     base = list(rows.values())[-1]
     for src, r in list(rows.items())[:-1]:
-        print(f"{src}: " + ", ".join(
-            f"{s} x{base['cpu'][s] / max(r['cpu'][s], 1e-9):.2f}" for s in STAGES) + " less CPU")
+        print(
+            f"{src}: "
+            + ", ".join(f"{s} x{base['cpu'][s] / max(r['cpu'][s], 1e-9):.2f}" for s in STAGES)
+            + " less CPU"
+        )
 
 
 if __name__ == "__main__":

@@ -207,11 +207,11 @@ def labels_to_rings(
     The contour of a label is the one ``skimage.measure.find_contours`` traces at level
     0.5 in the label's zero-padded binary crop (objects 4-connected, background
     8-connected), with collinear vertices dropped: its vertices are midpoints of the
-    edges between a pixel of the label and a 4-neighbour outside it, in the same
-    order (counter-clockwise on screen), though the ring may start at another of them. The rings of every label are traced in one pass: each
-    such edge is a node whose successor follows from its 2 x 2 neighbourhood, and the
-    cycles of that successor map are ordered by pointer doubling. A label in several
-    pieces (or with holes) keeps its ring of largest area.
+    edges between a pixel of the label and a 4-neighbour outside it, in the same order,
+    though the ring may start at another of them. The rings of every label are traced
+    in one pass: each such edge is a node whose successor follows from its 2 x 2
+    neighbourhood, and the cycles of that successor map are ordered by pointer doubling.
+    A label in several pieces (or with holes) keeps its ring of largest area.
 
     Parameters
     ----------
@@ -270,9 +270,7 @@ def labels_to_rings(
     p2 = pix + step[t]  # next pixel along the label's side
     q2 = pix + step[d] + step[t]  # next pixel along the outside
     in_p2, in_q2 = flat[p2] == lab, flat[q2] == lab
-    nxt_key = np.where(
-        ~in_p2, pix * 4 + t, np.where(in_q2, q2 * 4 + (t + 2) % 4, p2 * 4 + d)
-    )
+    nxt_key = np.where(~in_p2, pix * 4 + t, np.where(in_q2, q2 * 4 + (t + 2) % 4, p2 * 4 + d))
     nxt = np.searchsorted(key, nxt_key)
     # cycles: each node's cycle is named by its lowest node (pointer doubling)
     first = np.arange(n)

@@ -529,9 +529,12 @@ def _tile_out(plan: TilePlan, res: TileResult, t0: float) -> TileOut:
 
 
 def _outlines_wkb(
-    labels: np.ndarray, ids: np.ndarray, downsample: tuple[float, float], origin: tuple[float, float]
+    labels: np.ndarray,
+    ids: np.ndarray,
+    downsample: tuple[float, float],
+    origin: tuple[float, float],
 ) -> list[bytes]:
-    """The outline of each of ``ids`` in ``labels`` as WKB (:func:`wkb_polygons`), in that order."""
+    """Return the outline of each of ``ids`` in ``labels`` as WKB, in that order."""
     from napari_slidescope.analysis.geometry import labels_to_rings
 
     coords, offsets, found = labels_to_rings(labels, downsample=downsample, origin=origin)

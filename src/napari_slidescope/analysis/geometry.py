@@ -255,10 +255,14 @@ def labels_to_rings(
     core = padded[1:-1, 1:-1]
     h, wc = core.shape
     keys = []
+    labelled = core != 0
+    edge = np.empty_like(labelled)
     for k, (dy, dx) in enumerate(_STEPS):
-        other = padded[1 + dy : 1 + dy + h, 1 + dx : 1 + dx + wc]
-        at = np.flatnonzero((core != other) & (core != 0))
+        np.not_equal(core, padded[1 + dy : 1 + dy + h, 1 + dx : 1 + dx + wc], out=edge)
+        edge &= labelled
+        at = np.flatnonzero(edge)
         keys.append(((at // wc + 1) * w + at % wc + 1) * 4 + k)
+    del labelled, edge
     key = np.sort(np.concatenate(keys))
     n = key.size
     if n == 0:
@@ -272,6 +276,7 @@ def labels_to_rings(
     in_p2, in_q2 = flat[p2] == lab, flat[q2] == lab
     nxt_key = np.where(~in_p2, pix * 4 + t, np.where(in_q2, q2 * 4 + (t + 2) % 4, p2 * 4 + d))
     nxt = np.searchsorted(key, nxt_key)
+    del keys, key, t, p2, q2, in_p2, in_q2, nxt_key, padded, flat, core  # keep the peak low
     # cycles: each node's cycle is named by its lowest node (pointer doubling)
     first = np.arange(n)
     jump = nxt.copy()
@@ -282,6 +287,7 @@ def labels_to_rings(
         span *= 2
         if span >= 64 and np.array_equal(first, first[nxt]):  # settled early
             break
+    del jump
     # position along the cycle from its lowest node: list ranking on the broken cycle
     tail = nxt == first  # the node before each cycle's start
     succ = np.where(tail, np.arange(n), nxt)
@@ -294,6 +300,7 @@ def labels_to_rings(
         dist = dist + dist[succ]
         succ = succ[succ]
         span *= 2
+    del succ, tail
     # vertices: midpoints of the edges, in label pixel units
     r = (pix // w - 1) + 0.5 * _STEPS[d, 0]
     c = (pix % w - 1) + 0.5 * _STEPS[d, 1]

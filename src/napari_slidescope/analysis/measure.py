@@ -272,6 +272,10 @@ def _perimeter(
     return perimeter, b_idx, b_lab
 
 
+#: Labels x points of the padded arrays of one :func:`_chain_rows` call (memory bound).
+_HULL_CELLS = 2**18
+
+
 def _convex_pixels(by: np.ndarray, bx: np.ndarray, blab: np.ndarray, n: int) -> np.ndarray:
     """Pixels of each label's convex hull (index = id), as ``convex_hull_image`` counts them.
 
@@ -308,8 +312,19 @@ def _convex_pixels(by: np.ndarray, bx: np.ndarray, blab: np.ndarray, n: int) -> 
     xl = np.minimum.reduceat(xl[order], starts)
     xr = np.maximum.reduceat(xr[order], starts)
     ids, begin, sizes = np.unique(labs, return_index=True, return_counts=True)
-    total = _chain_rows(yy, xl, begin, sizes, lower=True)  # sum of ceil(left) per row
-    total = _chain_rows(yy, xr, begin, sizes, lower=False) - total
+    # labels by size, in groups whose padded (labels x points) arrays stay small
+    total = np.zeros(ids.size, np.int64)
+    by_size = np.argsort(sizes, kind="stable")
+    start = 0
+    while start < by_size.size:
+        stop = start + 1
+        while stop < by_size.size and (stop + 1 - start) * sizes[by_size[stop]] <= _HULL_CELLS:
+            stop += 1
+        group = by_size[start:stop]
+        g_begin, g_sizes = begin[group], sizes[group]
+        left = _chain_rows(yy, xl, g_begin, g_sizes, lower=True)  # sum of ceil(left) per row
+        total[group] = _chain_rows(yy, xr, g_begin, g_sizes, lower=False) - left
+        start = stop
     y0, y1 = yy[begin], yy[begin + sizes - 1]
     n_rows = ((y1 - y1 % 2) - (y0 + y0 % 2)) // 2 + 1  # integer rows between the ends
     out[ids] = total + n_rows

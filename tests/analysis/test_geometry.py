@@ -297,3 +297,46 @@ def test_mask_to_polygons_draws_the_rings_find_contours_draws(seed):
         # the orientation find_contours gives: pieces one way, holes the other
         assert np.sign(_shoelace(e)) == np.sign(_shoelace(re_))
         assert all(np.sign(_shoelace(a)) == -np.sign(_shoelace(e)) for a in h)
+
+def _outline_per_object(labels, downsample, origin):
+    """The outlines as find_contours traces them label by label (the reference)."""
+    from scipy import ndimage as ndi
+    from skimage import measure
+
+    from napari_slidescope.analysis.geometry import _drop_collinear, _signed_area, _to_level0
+
+    out = {}
+    for i, sl in enumerate(ndi.find_objects(labels), 1):
+        if sl is None:
+            continue
+        crop = np.pad(labels[sl] == i, 1).astype(np.uint8)
+        ring = max(measure.find_contours(crop, 0.5), key=lambda c: abs(_signed_area(c)))
+        out[i] = _drop_collinear(_to_level0(ring, (sl[0].start, sl[1].start), downsample, origin))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_labels_to_polygons_traces_as_find_contours(seed):
+    """All labels traced at once give find_contours' rings, vertex for vertex and in the
+    same order (from another first vertex): touching labels, pieces, holes, one-pixel
+    objects, objects on the edges."""
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(v) for v in rng.integers(1, 48, 2))
+    if seed % 2:
+        labels = rng.integers(0, 5, shape).astype(np.int32)
+    else:
+        labels = ndi.label(ndi.gaussian_filter(rng.random(shape), 1.5) > 0.5)[0]
+        labels[rng.random(shape) < 0.05] = 0
+    ds, org = (2.0, 3.0), (10.0, -5.0)
+    polys, ids = labels_to_polygons(labels, downsample=ds, origin=org)
+    want = _outline_per_object(labels, ds, org)
+    assert ids.tolist() == sorted(want)
+    for ring, i in zip(polys, ids, strict=True):
+        np.testing.assert_array_equal(_from_lowest(ring), _from_lowest(want[int(i)]))
+
+
+def _from_lowest(ring):
+    """The ring rolled to start at its lowest (row, col) vertex."""
+    return np.roll(ring, -int(np.lexsort((ring[:, 1], ring[:, 0]))[0]), axis=0)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 from scipy import ndimage as ndi
-from skimage.morphology import convex_hull_image
 
 from napari_slidescope._io import atomic_write
 from napari_slidescope._units import as_pair
@@ -156,15 +155,13 @@ def measure_nuclei(
     cy = np.bincount(lab, ys, minlength=n + 1) / np.maximum(count, 1)
     cx = np.bincount(lab, xs, minlength=n + 1) / np.maximum(count, 1)
     ecc = _eccentricity(lab, ys - cy[lab], xs - cx[lab], count)
-    perim = _perimeter(labels, ys, xs, lab, n)
-    convex = np.zeros(n + 1)
+    perim, b_idx, b_lab = _perimeter(labels, ys, xs, lab, n)
+    w = labels.shape[1] + 2
+    convex = _convex_pixels(b_idx // w - 1, b_idx % w - 1, b_lab, n)
     od_mean = np.full((n + 1, 2), np.nan)
-    for i in ids:  # per object: the convex hull, and OD means as float32 like regionprops
-        sl = slices[i - 1]
-        image = labels[sl] == i
-        convex[i] = np.count_nonzero(convex_hull_image(image))
-        if od is not None:
-            od_mean[i] = np.mean(od[sl][..., :2][image], axis=0)
+    if od is not None:  # float64 sums of the float32 densities, per label
+        for k in range(2):
+            od_mean[:, k] = np.bincount(lab, od[ys, xs, k], minlength=n + 1) / np.maximum(count, 1)
     h_std = h_skew = np.full(n + 1, np.nan)
     if od is not None:
         h_std, h_skew = _spread(lab, od[ys, xs, 0], count)
@@ -184,8 +181,8 @@ def measure_nuclei(
         "perimeter_um": perim[ids] * float(np.sqrt(my * mx)),
         "eccentricity": ecc[ids],
         "solidity": count / convex[ids],
-        "hematoxylin_od_mean": od_mean[ids, 0].astype(np.float64),
-        "eosin_od_mean": od_mean[ids, 1].astype(np.float64),
+        "hematoxylin_od_mean": od_mean[ids, 0],
+        "eosin_od_mean": od_mean[ids, 1],
         "hematoxylin_od_std": h_std[ids],
         "hematoxylin_od_skew": h_skew[ids],
     }
@@ -243,8 +240,11 @@ _PERIMETER_WEIGHTS[[13, 23]] = (1 + np.sqrt(2)) / 2
 
 def _perimeter(
     labels: np.ndarray, ys: np.ndarray, xs: np.ndarray, lab: np.ndarray, n: int
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Perimeter of every label (index = id), as ``skimage.measure.perimeter`` per object.
+
+    Also returns the border pixels (flat indices into ``labels`` padded by 1) and
+    their labels, the only pixels the convex hulls need.
 
     A border pixel is a pixel of the object with a 4-neighbour outside it; its code
     is 1 + 2 x (4-neighbours on the border) + 10 x (diagonal neighbours on the
@@ -270,7 +270,122 @@ def _perimeter(
         code += weight * (border[b_idx + off] & (flat[b_idx + off] == b_lab))
     hist = np.bincount(b_lab * 50 + code, minlength=(n + 1) * 50).reshape(n + 1, 50)
     perimeter: np.ndarray = (hist * _PERIMETER_WEIGHTS).sum(axis=1)  # no BLAS: no threads
-    return perimeter
+    return perimeter, b_idx, b_lab
+
+
+#: Labels x points of the padded arrays of one :func:`_chain_rows` call (memory bound).
+_HULL_CELLS = 2**18
+
+
+def _convex_pixels(by: np.ndarray, bx: np.ndarray, blab: np.ndarray, n: int) -> np.ndarray:
+    """Pixels of each label's convex hull (index = id), as ``convex_hull_image`` counts them.
+
+    skimage's hull is that of the midpoints of the pixels' edges, and a pixel counts
+    when its centre is inside it or on it. All hulls are built at once from the border
+    pixels (``by``, ``bx``, label ``blab``), in doubled coordinates where every point
+    is an integer (so exactly): each label's leftmost and rightmost midpoint at every
+    half row, the left chain as their lower convex envelope and the right chain as the
+    upper one (Andrew's monotone chain, all labels in lockstep), then the whole columns
+    between the chains summed row by row.
+    """
+    out = np.zeros(n + 1)
+    if blab.size == 0:
+        return out
+    height = int(by.max()) + 2
+    # leftmost and rightmost border pixel of each (label, row)
+    key = blab.astype(np.int64) * height + by
+    order = np.lexsort((bx, key))
+    key, bx_s = key[order], bx[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    last = np.r_[first[1:], key.size] - 1
+    row_lab, row = key[first] // height, key[first] % height
+    left, right = bx_s[first].astype(np.int64), bx_s[last].astype(np.int64)
+    # midpoints at half rows 2r - 1, 2r, 2r + 1 (doubled): the extremes of each
+    yy = np.concatenate([2 * row - 1, 2 * row, 2 * row + 1])
+    xl = np.concatenate([2 * left, 2 * left - 1, 2 * left])
+    xr = np.concatenate([2 * right, 2 * right + 1, 2 * right])
+    labs = np.tile(row_lab, 3)
+    key = labs * (2 * height + 2) + yy + 1
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    yy, labs = yy[order][starts], labs[order][starts]
+    xl = np.minimum.reduceat(xl[order], starts)
+    xr = np.maximum.reduceat(xr[order], starts)
+    ids, begin, sizes = np.unique(labs, return_index=True, return_counts=True)
+    # labels by size, in groups whose padded (labels x points) arrays stay small
+    total = np.zeros(ids.size, np.int64)
+    by_size = np.argsort(sizes, kind="stable")
+    start = 0
+    while start < by_size.size:
+        stop = start + 1
+        while stop < by_size.size and (stop + 1 - start) * sizes[by_size[stop]] <= _HULL_CELLS:
+            stop += 1
+        group = by_size[start:stop]
+        g_begin, g_sizes = begin[group], sizes[group]
+        left = _chain_rows(yy, xl, g_begin, g_sizes, lower=True)  # sum of ceil(left) per row
+        total[group] = _chain_rows(yy, xr, g_begin, g_sizes, lower=False) - left
+        start = stop
+    y0, y1 = yy[begin], yy[begin + sizes - 1]
+    n_rows = ((y1 - y1 % 2) - (y0 + y0 % 2)) // 2 + 1  # integer rows between the ends
+    out[ids] = total + n_rows
+    return out
+
+
+def _chain_rows(
+    yy: np.ndarray, xx: np.ndarray, begin: np.ndarray, sizes: np.ndarray, *, lower: bool
+) -> np.ndarray:
+    """Per object: the sum over its integer rows of ceil (lower) or floor (upper) of its chain.
+
+    ``yy``, ``xx``: doubled coordinates of each object's points, sorted by ``yy`` and
+    grouped (``begin``, ``sizes``). The chain is the lower (``lower``) or upper convex
+    envelope of ``xx`` as a function of ``yy``; rows are the even ``yy`` it spans.
+    """
+    k_obj, m = sizes.size, int(sizes.max())
+    col = np.arange(m)
+    valid = col[None, :] < sizes[:, None]
+    at = np.minimum(begin[:, None] + col[None, :], yy.size - 1)
+    py, px = yy[at], xx[at]
+    sy = np.zeros((k_obj, m), np.int64)
+    sx = np.zeros((k_obj, m), np.int64)
+    size = np.zeros(k_obj, np.intp)
+    sign = 1 if lower else -1
+    for j in range(m):
+        act = np.flatnonzero(valid[:, j])
+        y, x = py[act, j], px[act, j]
+        while True:
+            can = size[act] >= 2
+            if not can.any():
+                break
+            a_, y_, x_ = act[can], y[can], x[can]
+            s_ = size[a_]
+            oy, ox = sy[a_, s_ - 2], sx[a_, s_ - 2]
+            ay, ax = sy[a_, s_ - 1], sx[a_, s_ - 1]
+            cross = (ay - oy) * (x_ - ox) - (ax - ox) * (y_ - oy)
+            pop = a_[sign * cross <= 0]
+            if pop.size == 0:
+                break
+            size[pop] -= 1
+        s_ = size[act]
+        sy[act, s_], sx[act, s_] = y, x
+        size[act] += 1
+    # the chain's edges, each with the even rows in [y0, y1) (the last vertex: its own)
+    e_obj, e_j = np.nonzero(col[None, :] < (size - 1)[:, None])
+    y0, x0 = sy[e_obj, e_j], sx[e_obj, e_j]
+    y1, x1 = sy[e_obj, e_j + 1], sx[e_obj, e_j + 1]
+    r0 = y0 + (y0 % 2)  # first even row at or after y0
+    n_r = np.maximum((y1 - 1 - r0) // 2 + 1, 0)  # even rows in [y0, y1)
+    e = np.repeat(np.arange(e_obj.size), n_r)
+    rows = np.repeat(r0, n_r) + 2 * (np.arange(e.size) - np.repeat(np.cumsum(n_r) - n_r, n_r))
+    dy = (y1 - y0)[e]
+    num = x0[e] * dy + (x1 - x0)[e] * (rows - y0[e])  # x at the row = num / (2 * dy) px
+    den = 2 * dy
+    value = -((-num) // den) if lower else num // den  # exact ceil / floor
+    sums = np.bincount(e_obj[e], value, minlength=k_obj)
+    end_y, end_x = sy[np.arange(k_obj), size - 1], sx[np.arange(k_obj), size - 1]
+    end = np.where(end_y % 2 == 0, -((-end_x) // 2) if lower else end_x // 2, 0)
+    result: np.ndarray = sums + end
+    return result
 
 
 def concat_tables(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -50,6 +50,7 @@ __all__ = [
     "slide_task",
     "summary_of",
     "wkb_polygon",
+    "wkb_polygons",
 ]
 
 #: Slides a worker process keeps open (least recently used closed first).
@@ -516,21 +517,77 @@ def post_task(
 
 def _tile_out(plan: TilePlan, res: TileResult, t0: float) -> TileOut:
     """Return a tile's result as a :class:`TileOut` (outlines in level-0 pixels, as WKB)."""
-    from napari_slidescope.analysis.geometry import labels_to_polygons
-
     dy, dx = plan.downsample
     y0, x0 = res.tile.box[:2]
     origin = (plan.origin[0] + y0 * dy, plan.origin[1] + x0 * dx)
-    polys, ids = labels_to_polygons(res.labels, downsample=plan.downsample, origin=origin)
-    by_id = dict(zip(ids.tolist(), polys, strict=True))
     table = {k: np.asarray(v) for k, v in res.table.items()}
-    wkb = [wkb_polygon(by_id[int(i)]) for i in table["id"]]
+    wkb = _outlines_wkb(res.labels, table["id"], plan.downsample, origin)
     cell_wkb = None
     if res.cells is not None:
-        polys, ids = labels_to_polygons(res.cells, downsample=plan.downsample, origin=origin)
-        cells = dict(zip(ids.tolist(), polys, strict=True))
-        cell_wkb = [wkb_polygon(cells[int(i)]) for i in table["id"]]
+        cell_wkb = _outlines_wkb(res.cells, table["id"], plan.downsample, origin)
     return TileOut(res.tile.index, time.perf_counter() - t0, table, wkb, cell_wkb)
+
+
+def _outlines_wkb(
+    labels: np.ndarray,
+    ids: np.ndarray,
+    downsample: tuple[float, float],
+    origin: tuple[float, float],
+) -> list[bytes]:
+    """Return the outline of each of ``ids`` in ``labels`` as WKB, in that order."""
+    from napari_slidescope.analysis.geometry import labels_to_rings
+
+    coords, offsets, found = labels_to_rings(labels, downsample=downsample, origin=origin)
+    ids = np.asarray(ids, np.int64)
+    if not np.array_equal(found, ids):  # the table's order, each id outlined once
+        at = np.searchsorted(found, ids)
+        if ids.size and (at.max(initial=0) >= found.size or not np.array_equal(found[at], ids)):
+            raise ValueError("outlines: a nucleus of the table has no pixels in the labels")
+        starts, ends = offsets[at], offsets[at + 1]
+        take = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends, strict=True)])
+        coords = coords[take] if take.size else coords[:0]
+        offsets = np.concatenate([[0], np.cumsum(ends - starts)])
+    return wkb_polygons(coords, offsets)
+
+
+def wkb_polygons(coords: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+    """Encode many one-ring polygons as :func:`wkb_polygon` does, all at once.
+
+    Parameters
+    ----------
+    coords : (V, 2) ndarray of float
+        Level-0 ``(row, col)`` vertices of all rings, ring after ring, open (as
+        :func:`~napari_slidescope.analysis.geometry.labels_to_rings` gives them).
+    offsets : (K + 1,) ndarray of int
+        Ring ``k`` is ``coords[offsets[k]:offsets[k + 1]]``.
+
+    Returns
+    -------
+    list of bytes
+        ``K`` little-endian WKB polygons in ``(x, y)``, each ring closed.
+    """
+    offsets = np.asarray(offsets, np.int64)
+    sizes = np.diff(offsets)
+    k = sizes.size
+    if k == 0:
+        return []
+    coords = np.asarray(coords, np.float64)
+    # close each ring (its first vertex again after its last), then (row, col) -> (x, y)
+    closed = np.insert(coords, offsets[1:], coords[offsets[:-1]], axis=0)[:, ::-1]
+    points = sizes + 1
+    lengths = 13 + 16 * points
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    header = np.zeros(k, np.dtype([("o", "u1"), ("t", "<u4"), ("r", "<u4"), ("n", "<u4")]))
+    header["o"], header["t"], header["r"], header["n"] = 1, 3, 1, points
+    buf = np.empty(int(ends[-1]), np.uint8)
+    buf[starts[:, None] + np.arange(13)] = header.view(np.uint8).reshape(k, 13)
+    first_point = np.repeat(np.cumsum(points) - points, points)
+    at = np.repeat(starts + 13, points) + 16 * (np.arange(closed.shape[0]) - first_point)
+    xy = np.ascontiguousarray(closed, dtype="<f8").view(np.uint8).reshape(-1, 16)
+    buf[at[:, None] + np.arange(16)] = xy
+    data = buf.tobytes()
+    return [data[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
 def wkb_polygon(ring: np.ndarray) -> bytes:

@@ -8,15 +8,23 @@ has built the series, :func:`check_page` compares every pyramid level's header w
 data layout (dimensions, bit depth, sample count, tile grid, every tile's offset and byte
 count, NDPI restart-band offsets) using numpy over the offset arrays.
 
+Hamamatsu NDPI is read as tifffile reads it: a classic TIFF with a 64-bit first-IFD offset
+and, in every IFD, the high 32 bits of each entry's value after the 64-bit next-IFD offset.
+Its restart bands (:func:`ndpi_bands`) take McuStartsHighBytes into account; McuStarts that
+wrap past 2**32 without it are repaired, and every band layout is checked against the
+restart markers in the file before a pixel is decoded.
+
 The limits sit far above the largest real slides (about 200,000 x 100,000 pixels, a few
 hundred IFDs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import struct
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,13 +175,15 @@ class _Walker:
         self.bo = "<" if head[:2] == b"II" else ">"
         version = struct.unpack(self.bo + "H", head[2:4])[0]
         self.big = version == 43
-        if len(head) < (16 if self.big else 8):
+        # tifffile reads a little-endian classic TIFF named .ndpi as Hamamatsu NDPI: a
+        # 64-bit first-IFD offset (bytes 4-11), and in every IFD a 64-bit next-IFD offset
+        # followed by the high 32 bits of each entry's value field
+        self.ndpi = not self.big and self.bo == "<" and path.lower().endswith(".ndpi")
+        if len(head) < (16 if self.big else 12 if self.ndpi else 8):
             raise SlideError(
                 path,
                 f"is truncated: the file ends inside its TIFF header ({_size(len(head))})",
             )
-        # tifffile reads a little-endian classic TIFF named .ndpi with 8-byte IFD offsets
-        self.ndpi = not self.big and self.bo == "<" and path.lower().endswith(".ndpi")
         if self.big:
             offsetsize, zero = struct.unpack(self.bo + "HH", head[4:8])
             if (offsetsize, zero) != (8, 0):
@@ -182,7 +192,8 @@ class _Walker:
             self.entry = _entry_dtype(self.bo, "u8")
             self.countsize, self.nextsize, self.inline = 8, 8, 8
         else:
-            self.first = struct.unpack(self.bo + "I", head[4:8])[0]
+            first = head[4:12] if self.ndpi else head[4:8]
+            self.first = struct.unpack(self.bo + ("Q" if self.ndpi else "I"), first)[0]
             self.entry = _entry_dtype(self.bo, "u4")
             self.countsize, self.nextsize, self.inline = 2, 8 if self.ndpi else 4, 4
         self.layout = Layout(size, self.bo, self.big, self.ndpi)
@@ -279,15 +290,24 @@ class _Walker:
                 f"{_n(ntags)} tags (limit {MAX_TAGS})",
             )
         nbytes = ntags * self.entry.itemsize
-        body = self._read(offset + self.countsize, nbytes + self.nextsize)
-        if len(body) < nbytes + self.nextsize:
+        highsize = 4 * ntags if self.ndpi else 0  # NDPI: the high 32 bits of every value
+        body = self._read(offset + self.countsize, nbytes + self.nextsize + highsize)
+        if len(body) < nbytes + self.nextsize + highsize:
             self._truncate(
                 f"image directory {len(self.seen) - 1} (byte {_n(offset)}) is cut off by {{end}}"
             )
             if len(body) < nbytes:
                 return None
         entries = np.frombuffer(body[:nbytes], self.entry)
-        for row, (code, typ, count, value) in enumerate(entries.tolist()):
+        values = entries["value"].astype(np.uint64)
+        if self.ndpi:
+            high = body[nbytes + self.nextsize : nbytes + self.nextsize + highsize]
+            high = high.ljust(highsize, b"\0")  # cut off (reported above): zeros
+            values |= np.frombuffer(high, "<u4").astype(np.uint64) << np.uint64(32)
+        columns = (entries["code"], entries["type"], entries["count"], values)
+        for row, (code, typ, count, value) in enumerate(
+            zip(*(c.tolist() for c in columns), strict=True)
+        ):
             itemsize = _TYPE_SIZES.get(typ, 0)
             total = count * itemsize
             name = _TAG_NAMES.get(code, f"tag {code}")
@@ -317,6 +337,8 @@ class _Walker:
                             self.path, f"claims {_n(count)} SubIFDs (limit {MAX_IFDS})"
                         )
                     subs = self._read(value, total)
+                elif self.ndpi and count == 1:  # one offset, with its high 32 bits
+                    subs, itemsize = struct.pack("<Q", value), 8
                 else:  # the offsets are stored inline in the entry
                     start = (row + 1) * self.entry.itemsize - self.inline
                     subs = body[start : start + total]
@@ -325,7 +347,7 @@ class _Walker:
                     self._chain(int(sub), top=False, parent=self.seen.get(offset))
         if len(body) < nbytes + self.nextsize:
             return None
-        tail = body[nbytes:]
+        tail = body[nbytes : nbytes + self.nextsize]
         return int(struct.unpack(self.bo + ("Q" if self.nextsize == 8 else "I"), tail)[0])
 
 
@@ -435,17 +457,19 @@ def check_page(page: Any, size: int) -> PageReport:
             f"(limit {_size(MAX_CHUNK_BYTES)})"
         )
         return rep
-    offsets = np.asarray(frame.dataoffsets, np.int64)
-    counts = np.asarray(frame.databytecounts, np.int64)
     if mcu:
-        err = _check_mcu(page, tags, size)
-        if err:
-            rep.errors.append(err)
-            return rep
         band = int(page.tilelength) * int(page.tilewidth) * itemsize * samples
         if band > MAX_CHUNK_BYTES:
             rep.errors.append(f"one restart band decodes to {_size(band)}")
             return rep
+        try:
+            offsets, counts = ndpi_bands(page)
+        except _Damaged as exc:
+            rep.errors.append(str(exc))
+            return rep
+    if frame is not page or not mcu:  # tiles, strips, and a TiffFrame's own offsets
+        offsets = np.asarray(frame.dataoffsets, np.int64)
+        counts = np.asarray(frame.databytecounts, np.int64)
     rep.total = int(offsets.size)
     present = counts > 0
     if np.any(counts < 0) or np.any(offsets[present] < 8):
@@ -454,6 +478,8 @@ def check_page(page: Any, size: int) -> PageReport:
     ends = offsets + counts
     rep.cut = int(np.count_nonzero(present & (ends > size)))
     rep.empty = int(offsets.size - np.count_nonzero(present))
+    if mcu and frame is page:  # restart bands follow each other (checked): none overlaps
+        return rep
     # partial overlaps (identical duplicates are a legitimate way to share a blank tile)
     order = np.argsort(offsets[present], kind="stable")
     so, se = offsets[present][order], ends[present][order]
@@ -469,25 +495,169 @@ def check_page(page: Any, size: int) -> PageReport:
     return rep
 
 
-def _check_mcu(page: Any, tags: Any, size: int) -> str | None:
-    """NDPI restart-band offsets must lie inside the strip, in increasing order."""
-    strip_off = tags["StripOffsets"].value
-    strip_cnt = tags["StripByteCounts"].value
-    strip_off = int(strip_off[0] if isinstance(strip_off, tuple | list) else strip_off)
-    strip_cnt = int(strip_cnt[0] if isinstance(strip_cnt, tuple | list) else strip_cnt)
-    mcu = np.asarray(tags[65426].value, np.int64)
-    if mcu.size == 0 or page.jpegheader is None:
-        return "its NDPI restart-band offsets (McuStarts) do not describe the JPEG strip"
-    if np.any(mcu <= 0) or np.any(mcu >= strip_cnt) or np.any(np.diff(mcu) <= 0):
-        return (
-            "its NDPI restart-band offsets (McuStarts) point outside the image strip "
-            f"({_n(strip_cnt)} bytes at byte {_n(strip_off)}) or are out of order"
-        )
+class _Damaged(ValueError):
+    """A contradiction in a page's layout (the message is the sentence to show)."""
+
+
+#: Restart bands per NDPI level whose start is checked against the restart marker before
+#: it when the slide is opened, besides those where the offsets cross a 4 GiB boundary.
+MCU_SAMPLES = 16
+#: Bands where the offsets cross a 4 GiB boundary that are checked (a 1 TiB strip has 256).
+MAX_MCU_CROSSINGS = 1024
+#: What McuStarts wrap at when a file has no McuStartsHighBytes (a test sets it smaller).
+MCU_WRAP = 2**32
+
+# Checked bands per page (pages are checked when opened and again per pyramid level).
+_BANDS: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def mcu_starts(
+    low: np.ndarray, high: np.ndarray | None, strip_bytes: int
+) -> tuple[np.ndarray, bool]:
+    """Return the restart-band starts (from the strip's first byte) and whether they wrapped.
+
+    Parameters
+    ----------
+    low : (N,) ndarray of int64
+        McuStarts (tag 65426): the low 32 bits of each start.
+    high : (N,) ndarray of int64 or None
+        McuStartsHighBytes (tag 65432): the high 32 bits, if the file has the tag.
+    strip_bytes : int
+        The strip's byte count.
+
+    Returns
+    -------
+    starts : (N,) ndarray of int64
+        ``low + high * 2**32``; where the strip is longer than :data:`MCU_WRAP` bytes, the
+        high bytes are missing or all 0 and `low` decreases somewhere, `low` unwrapped
+        (one more :data:`MCU_WRAP` at each decrease: no band is that long).
+    wrapped : bool
+        Whether `low` was unwrapped (the caller verifies the result in the file).
+
+    Examples
+    --------
+    >>> mcu_starts(np.array([10, 2**32 - 5, 7]), None, 2**32 + 100)
+    (array([        10, 4294967291, 4294967303]), True)
+    """
+    starts = low if high is None else low + (high << 32)
+    if strip_bytes <= MCU_WRAP or (high is not None and high.any()):
+        return starts, False
+    down = np.diff(low) < 0
+    if not down.any():
+        return starts, False
+    return low + np.concatenate([[0], np.cumsum(down)]) * MCU_WRAP, True
+
+
+def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Return the file offsets and byte counts of an NDPI page's restart bands, checked.
+
+    McuStarts (tag 65426) holds where each band's entropy-coded data starts in the page's
+    one JPEG strip, its low 32 bits; McuStartsHighBytes (65432) the high 32 bits, where
+    the strip is longer than 4 GiB. Some scanners' files have no 65432 (or zeros in it)
+    and McuStarts that wrap past 2**32 (Bio-Formats issues 4082, 4083); tifffile then
+    hands out wrong offsets and negative byte counts. No band is 4 GiB long (a band is
+    limited to :data:`MAX_CHUNK_BYTES`), so every decrease is one wrap: the offsets are
+    repaired, and, like every band layout, accepted only if the band after each 4 GiB
+    boundary and :data:`MCU_SAMPLES` others start right after the restart marker the JPEG
+    stream puts before them (RST0 to RST7 in turn), the check OpenSlide makes. The page's
+    ``dataoffsets`` and ``databytecounts`` are replaced by the repaired ones, so every
+    reader (direct decoder, zarr store) reads the right bytes.
+
+    Parameters
+    ----------
+    page : tifffile.TiffPage
+        A page of an NDPI file with McuStarts.
+
+    Returns
+    -------
+    offsets, counts : (N,) ndarray of int64
+        Where each band's bytes lie in the file, in band order (row by row).
+
+    Raises
+    ------
+    ValueError
+        A sentence saying what is damaged (the band offsets contradict the strip, the
+        image size or the markers in the file).
+    """
+    with contextlib.suppress(TypeError):
+        done = _BANDS.get(page)
+        if done is not None:
+            return done
+    tags = page.tags
+    strip_off, strip_cnt = (
+        int(np.ravel(tags[code].value)[0]) for code in ("StripOffsets", "StripByteCounts")
+    )
+    low = np.asarray(tags[65426].value).astype(np.int64).ravel()
+    if low.size == 0 or page.jpegheader is None:
+        raise _Damaged("its NDPI restart-band offsets (McuStarts) do not describe the JPEG strip")
     h, w = int(page.imagelength), int(page.imagewidth)
-    bands = -(-h // int(page.tilelength)) * -(-w // int(page.tilewidth))
-    if bands != mcu.size:
-        return f"its image needs {_n(bands)} NDPI restart bands, but McuStarts lists {_n(mcu.size)}"
-    return None
+    across = -(-w // int(page.tilewidth))
+    nbands = -(-h // int(page.tilelength)) * across
+    if nbands != low.size:
+        raise _Damaged(
+            f"its image needs {_n(nbands)} NDPI restart bands, but McuStarts lists {_n(low.size)}"
+        )
+    high = None
+    if 65432 in tags:
+        high = np.asarray(tags[65432].value).astype(np.int64).ravel()
+        if high.size != low.size:
+            raise _Damaged(
+                f"its McuStartsHighBytes lists {_n(high.size)} values for {_n(low.size)} "
+                "restart bands"
+            )
+    starts, wrapped = mcu_starts(low, high, strip_cnt)
+    lengths = np.diff(starts, append=strip_cnt)
+    if starts[0] <= 0 or np.any(lengths <= 0) or int(lengths.max()) > MAX_CHUNK_BYTES:
+        raise _Damaged(
+            "its NDPI restart-band offsets (McuStarts) point outside the image strip "
+            f"({_n(strip_cnt)} bytes at byte {_n(strip_off)}), are out of order or make "
+            f"a band longer than {_size(MAX_CHUNK_BYTES)}"
+        )
+    wraps = starts // MCU_WRAP
+    crossings = np.flatnonzero(wraps[1:] != wraps[:-1])[:MAX_MCU_CROSSINGS] + 1
+    spread = np.linspace(1, nbands - 1, min(MCU_SAMPLES, nbands - 1)).astype(np.int64)
+    check = np.unique(np.concatenate([crossings, spread]))
+    offsets = strip_off + starts
+    # bands past the end of a truncated copy are counted as cut by the caller
+    check = check[offsets[check] <= int(page.parent.filehandle.size)]
+    found = _read_ranges(page, (offsets[check] - 2).tolist(), 2)
+    for band, got in zip(check.tolist(), found, strict=True):
+        want = bytes((0xFF, 0xD0 + (band - 1) % 8))
+        if got != want:
+            where = (
+                f"band {_n(band)} (row {_n(band // across)}, column {_n(band % across)}) "
+                f"should follow restart marker {want.hex().upper()} at byte "
+                f"{_n(int(offsets[band]) - 2)}, but {got.hex().upper() or 'nothing'} is there"
+            )
+            if wrapped:
+                raise _Damaged(
+                    "its NDPI restart-band offsets (McuStarts) wrap past 4 GiB with no "
+                    "McuStartsHighBytes, and repairing them does not land on the restart "
+                    f"markers: {where}"
+                )
+            raise _Damaged(f"its NDPI restart-band offsets (McuStarts) are damaged: {where}")
+    if wrapped:
+        page.dataoffsets = tuple(offsets.tolist())
+        page.databytecounts = tuple(lengths.tolist())
+    with contextlib.suppress(TypeError):  # an object without weak references: not kept
+        _BANDS[page] = offsets, lengths
+    return offsets, lengths
+
+
+def _read_ranges(page: Any, offsets: list[int], n: int) -> list[bytes]:
+    """Read `n` bytes at each offset of the page's file (a remote file: in one round)."""
+    fh = page.parent.filehandle
+    cat_ranges = getattr(getattr(fh, "_fh", None), "cat_ranges", None)
+    if callable(cat_ranges):  # a RemoteFile: all ranges fetched at once
+        return [bytes(b) for b in cat_ranges(offsets, [n] * len(offsets))]
+    out = []
+    with fh.lock:
+        for offset in offsets:
+            fh.seek(offset)
+            out.append(bytes(fh.read(n)))
+    return out
 
 
 def cap_text(value: Any, limit: int = MAX_PROPERTY_CHARS) -> Any:

@@ -9,8 +9,11 @@ from tests._napari.test_batch_results import batch_folder  # noqa: F401 - the fi
 
 @pytest.mark.parametrize(
     ("what", "plugin"),
-    [("folder", "napari-slidescope"), ("nuclei.parquet", "napari-slidescope"),
-     ("nuclei.parquet", None)],
+    [
+        ("folder", "napari-slidescope"),
+        ("nuclei.parquet", "napari-slidescope"),
+        ("nuclei.parquet", None),
+    ],
 )
 def test_batch_output_opens_as_the_guide_says(make_napari_viewer, batch_folder, plugin, what):  # noqa: F811
     viewer = make_napari_viewer()

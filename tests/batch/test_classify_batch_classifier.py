@@ -12,7 +12,12 @@ import pytest
 
 pytest.importorskip("sklearn")
 
-from napari_slidescope import analyze_slides, classify_cells, segment_nuclei  # noqa: E402
+from napari_slidescope import (  # noqa: E402
+    SlidescopeWarning,
+    analyze_slides,
+    classify_cells,
+    segment_nuclei,
+)
 from napari_slidescope.pipeline.cell_classifier import train_classifier  # noqa: E402
 from napari_slidescope.sample_cell_types import CLASS_NAMES, write_cells_slide  # noqa: E402
 
@@ -46,7 +51,8 @@ def _manifest(out, slide):
 def test_batch_classes_equal_in_process_and_a_changed_classifier_is_redone(client, cells, tmp_path):
     slide, truth, res = cells
     path = tmp_path / "cells.npz"
-    clf = _train(res, truth, 3, path)
+    with pytest.warns(SlidescopeWarning, match="too few examples"):
+        clf = _train(res, truth, 3, path)
     out = tmp_path / "out"
     rows = analyze_slides(slide, out, client=client, classify=path, **SEG)
     assert rows[0]["status"] == "done", rows[0]["error"]

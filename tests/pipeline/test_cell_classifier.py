@@ -1,4 +1,5 @@
 import json
+import warnings
 import zipfile
 
 import numpy as np
@@ -201,3 +202,17 @@ def test_result_lacking_features_is_refused(trained):
     slim = {k: v for k, v in table.items() if k != "hematoxylin_od_std"}
     with pytest.raises(ValueError, match="classifier: .*hematoxylin_od_std"):
         clf.predict_classes(slim)
+
+
+def test_too_few_examples_are_said_with_the_counts():
+    """Three examples of each class made 2,580 of 2,970 nuclei one class without a word."""
+    from napari_slidescope import SlidescopeWarning
+
+    table, truth = _table(60)
+    with pytest.warns(
+        SlidescopeWarning, match=r"too few examples.*Lymphocyte 3, Spindle 3, Tumor 3"
+    ):
+        train_classifier(table, _examples(table, truth, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train_classifier(table, _examples(table, truth, 10))

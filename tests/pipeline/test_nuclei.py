@@ -421,3 +421,12 @@ def test_every_set_up_option_reaches_the_run():
     assert run.plan == plan
     assert run.segmenter.name == "threshold"
     run.close()
+
+
+def test_repr_is_a_line_not_the_arrays(disc_result):
+    """print(result) dumped every array of the label image and the table."""
+    _, _, res = disc_result
+    text = repr(res)
+    assert len(text) < 600, text
+    assert f"count={res.count}" in text
+    assert "array(" not in text

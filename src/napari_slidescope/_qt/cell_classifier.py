@@ -17,6 +17,7 @@ applies to a cohort.
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from qtpy.QtWidgets import (
 )
 
 from napari_slidescope._napari.layers import canvas_of
+from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = ["CellClassifierWidget"]
 
@@ -364,8 +366,12 @@ class CellClassifierWidget(QWidget):
         counts = {c: 0 for c in self.classes}
         for c in self.examples.values():
             counts[c] = counts.get(c, 0) + 1
+        from napari_slidescope.pipeline.cell_classifier import MIN_EXAMPLES_PER_CLASS
+
         shown = ", ".join(f"{c} {n}" for c, n in counts.items())
-        self.status.setText(f"{len(self.examples)} examples: {shown}")
+        few = any(n < MIN_EXAMPLES_PER_CLASS for n in counts.values())
+        hint = f" (too few to trust: {MIN_EXAMPLES_PER_CLASS}+ per class)" if few else ""
+        self.status.setText(f"{len(self.examples)} examples: {shown}{hint}")
         if self.live.isChecked() and sum(1 for n in counts.values() if n) >= 2:
             try:
                 self.train()
@@ -380,12 +386,15 @@ class CellClassifierWidget(QWidget):
         table = self._table()
         used = [c for c in self.classes if c in set(self.examples.values())]
         t0 = time.perf_counter()
-        self.classifier = train_classifier(
-            table,
-            self.examples,
-            classes=used,
-            colors={c: self.classes[c] for c in used},
-        )
+        with warnings.catch_warnings():
+            # the status line already counts the examples and says when they are too few
+            warnings.filterwarnings("ignore", "too few examples", SlidescopeWarning)
+            self.classifier = train_classifier(
+                table,
+                self.examples,
+                classes=used,
+                colors={c: self.classes[c] for c in used},
+            )
         dt = time.perf_counter() - t0
         self.status.setText(f"{self.status.text()} · trained in {dt:.2f} s")
         return self.classifier

@@ -130,7 +130,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
 
 
 def _slide_of(viewer: Any, nuclei: Any) -> Any:
-    """The slide layer whose ``"<slide> nuclei"`` layer is `nuclei`."""
+    """Return the slide layer whose ``"<slide> nuclei"`` layer is `nuclei`."""
     from napari_slidescope._napari import jobs
 
     for image in jobs.slide_layers(viewer):

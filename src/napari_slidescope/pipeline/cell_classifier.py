@@ -269,6 +269,31 @@ def _rebuild(arrays: Mapping[str, np.ndarray], n_features: int, n_classes: int) 
     return trees
 
 
+#: Examples per class below which a trained classifier is said to mean little: a forest
+#: fitted to a handful of points separates them, not the classes (QuPath's guidance is
+#: likewise "tens of examples per class, from several regions").
+MIN_EXAMPLES_PER_CLASS = 10
+
+
+def too_few_examples(counts: Mapping[str, int]) -> str | None:
+    """Say which classes have fewer than :data:`MIN_EXAMPLES_PER_CLASS` examples, or None.
+
+    Examples
+    --------
+    >>> too_few_examples({"Tumor": 2, "Lymphocyte": 30})  # doctest: +ELLIPSIS
+    'too few examples to trust the classes: Tumor 2, Lymphocyte 30 (mark at least 10 ...)'
+    >>> too_few_examples({"Tumor": 12, "Lymphocyte": 30}) is None
+    True
+    """
+    if all(n >= MIN_EXAMPLES_PER_CLASS for n in counts.values()):
+        return None
+    shown = ", ".join(f"{c} {n}" for c, n in counts.items())
+    return (
+        f"too few examples to trust the classes: {shown} (mark at least "
+        f"{MIN_EXAMPLES_PER_CLASS} per class, from several regions)"
+    )
+
+
 def train_classifier(
     result: Any,
     labels: Mapping[int, str],
@@ -311,6 +336,13 @@ def train_classifier(
     ValueError
         Fewer than two classes, a class without examples, ids not in the table, or
         features the table lacks.
+
+    Warns
+    -----
+    SlidescopeWarning
+        A class has fewer than :data:`MIN_EXAMPLES_PER_CLASS` examples (the warning
+        counts each class's examples): such a forest separates the examples, not the
+        classes.
     ImportError
         Without scikit-learn (the ``classify`` extra).
 
@@ -356,6 +388,13 @@ def train_classifier(
     forest.fit(x, y)
     if len(forest.classes_) != len(names):  # cannot happen: every class has an example
         raise RuntimeError("random forest lost a class")
+    few = too_few_examples(counts)
+    if few:
+        import warnings
+
+        from napari_slidescope.errors import SlidescopeWarning
+
+        warnings.warn(few, SlidescopeWarning, stacklevel=2)
     return ObjectClassifier(
         features=feats,
         class_names=names,

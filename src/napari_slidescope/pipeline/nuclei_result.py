@@ -87,16 +87,16 @@ class NucleiResult:
         How the classes were made (resolved thresholds, the rules), or None.
     """
 
-    labels: np.ndarray | None
+    labels: np.ndarray | None = field(repr=False)
     mpp: float | tuple[float, float]
     origin: tuple[int, int]
     downsample: tuple[float, float]
     count: int
-    table: dict[str, np.ndarray]
+    table: dict[str, np.ndarray] = field(repr=False)
     region: Box
     segmenter: str = ""
     source: Path | None = None
-    parameters: dict[str, Any] = field(default_factory=dict)
+    parameters: dict[str, Any] = field(default_factory=dict, repr=False)
     outlines: tuple[list[np.ndarray], np.ndarray] | None = field(
         default=None, repr=False, compare=False
     )

@@ -48,8 +48,11 @@ def test_batch_runs_tissue_on_ome_zarr_and_dicom(
     assert set(rows) == {"synthetic.ome.zarr", "cmu_dicom", "cmu.svs"}
     assert all(r["status"] == "done" for r in rows.values())
     assert float(rows["synthetic.ome.zarr"]["tissue_area_mm2"]) > 0
-    # the same pixels as DICOM and as SVS: the same tissue
-    assert rows["cmu_dicom"]["tissue_area_mm2"] == rows["cmu.svs"]["tissue_area_mm2"]
+    # the same pixels as DICOM and as SVS: the same tissue, to the working image's decode
+    # (the SVS's JPEG tiles are read 1/8 in the DCT domain, the DICOM frames through
+    # wsidicom at full size and averaged: a grey level apart here and there)
+    dicom_area = float(rows["cmu_dicom"]["tissue_area_mm2"])
+    assert dicom_area == pytest.approx(float(rows["cmu.svs"]["tissue_area_mm2"]), rel=0.005)
 
 
 def test_folders_are_searched_for_every_slide_suffix_of_the_reader(tmp_path):

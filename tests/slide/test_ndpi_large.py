@@ -136,8 +136,9 @@ def test_wrapped_mcu_starts_are_repaired(
         low = np.asarray(page.tags[65426].value, np.int64)
         assert np.any(np.diff(low) < 0), "the stored McuStarts must wrap"
         assert page.tags["StripByteCounts"].value[0] > small_wrap
-        # tifffile takes the wrapped values as they are: wrong bytes for most bands
-        assert min(page.databytecounts) < 0
+        # tifffile < 2026.11 takes the wrapped values as they are (wrong bytes for most
+        # bands); later ones refuse them and leave the strip whole (no bands at all)
+        assert min(page.databytecounts) < 0 or page.jpegheader is None
     with _open(path) as slide:
         _assert_levels(slide, expected)
 

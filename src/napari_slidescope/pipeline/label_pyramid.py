@@ -681,7 +681,8 @@ def _create(
     if zarr_major() < 3:
         from numcodecs import Zstd
 
-        group = zarr.open_group(str(store), mode="w-")
+        # typed as zarr 3's Group, which lacks zarr 2's create_dataset
+        group: Any = zarr.open_group(str(store), mode="w-")
         arrays = [
             group.create_dataset(
                 str(k), shape=shape, chunks=(chunk, chunk), dtype="<i4", fill_value=0,

@@ -590,15 +590,9 @@ def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
         int(np.ravel(tags[code].value)[0]) for code in ("StripOffsets", "StripByteCounts")
     )
     low = np.asarray(tags[65426].value).astype(np.int64).ravel()
-    if low.size == 0 or page.jpegheader is None:
-        raise _Damaged("its NDPI restart-band offsets (McuStarts) do not describe the JPEG strip")
-    h, w = int(page.imagelength), int(page.imagewidth)
-    across = -(-w // int(page.tilewidth))
-    nbands = -(-h // int(page.tilelength)) * across
-    if nbands != low.size:
-        raise _Damaged(
-            f"its image needs {_n(nbands)} NDPI restart bands, but McuStarts lists {_n(low.size)}"
-        )
+    not_bands = "its NDPI restart-band offsets (McuStarts) do not describe the JPEG strip"
+    if low.size == 0:
+        raise _Damaged(not_bands)
     high = None
     if 65432 in tags:
         high = np.asarray(tags[65432].value).astype(np.int64).ravel()
@@ -608,6 +602,28 @@ def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
                 "restart bands"
             )
     starts, wrapped = mcu_starts(low, high, strip_cnt)
+    # tifffile >= 2026.11 leaves the strip whole when it finds McuStarts invalid (as wrapped
+    # ones are): the bands are then set up here, from the repaired offsets, as tifffile
+    # sets them up for valid ones (the JPEG header before the first band gives their size)
+    rebuilt = page.jpegheader is None
+    if rebuilt:
+        if not 0 < int(starts[0]) <= MAX_CHUNK_BYTES or int(starts[0]) >= strip_cnt:
+            raise _Damaged(not_bands)
+        ndpi_jpeg_tile = getattr(tifffile_module(), "ndpi_jpeg_tile", None)
+        header = _read_ranges(page, [strip_off], int(starts[0]))[0]
+        try:
+            if ndpi_jpeg_tile is None:
+                raise ValueError("this tifffile has no ndpi_jpeg_tile")
+            page.tilelength, page.tilewidth, page.jpegheader = ndpi_jpeg_tile(header)
+        except (ValueError, IndexError, struct.error) as exc:
+            raise _Damaged(f"{not_bands} ({exc})") from None
+    h, w = int(page.imagelength), int(page.imagewidth)
+    across = -(-w // int(page.tilewidth))
+    nbands = -(-h // int(page.tilelength)) * across
+    if nbands != low.size:
+        raise _Damaged(
+            f"its image needs {_n(nbands)} NDPI restart bands, but McuStarts lists {_n(low.size)}"
+        )
     lengths = np.diff(starts, append=strip_cnt)
     if starts[0] <= 0 or np.any(lengths <= 0) or int(lengths.max()) > MAX_CHUNK_BYTES:
         raise _Damaged(
@@ -638,12 +654,19 @@ def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
                     f"markers: {where}"
                 )
             raise _Damaged(f"its NDPI restart-band offsets (McuStarts) are damaged: {where}")
-    if wrapped:
+    if wrapped or rebuilt:
         page.dataoffsets = tuple(offsets.tolist())
         page.databytecounts = tuple(lengths.tolist())
     with contextlib.suppress(TypeError):  # an object without weak references: not kept
         _BANDS[page] = offsets, lengths
     return offsets, lengths
+
+
+def tifffile_module() -> Any:
+    """tifffile's implementation module (its NDPI helpers are not all exported)."""
+    import tifffile
+
+    return getattr(tifffile, "tifffile", tifffile)
 
 
 def _read_ranges(page: Any, offsets: list[int], n: int) -> list[bytes]:

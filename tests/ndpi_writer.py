@@ -179,9 +179,7 @@ def write_ndpi(
             offsets.append(fh.tell())
             fh.write(jpeg + b"\0" * (len(jpeg) % 2))
         entries = []
-        for k, ((jpeg, w, h, lens, ds, starts), off) in enumerate(
-            zip(pages, offsets, strict=True)
-        ):
+        for k, ((jpeg, w, h, lens, ds, starts), off) in enumerate(zip(pages, offsets, strict=True)):
             px_per_cm = int(round(1e4 / (mpp * ds)))
             low, high = starts % 2**32, starts >> 32
             if wrap is not None:

@@ -81,9 +81,7 @@ def test_nuclei_show_the_folders_label_image_as_it_is_on_disk(make_napari_viewer
     np.testing.assert_array_equal(nuclei.features["index"], ids)
 
 
-def test_folder_without_label_image_paints_the_parquet(
-    make_napari_viewer, batch_folder, tmp_path
-):
+def test_folder_without_label_image_paints_the_parquet(make_napari_viewer, batch_folder, tmp_path):
     """Results written before the label image: the GeoParquet painted into a pyramid."""
     import shutil
 

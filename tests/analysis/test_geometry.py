@@ -298,6 +298,7 @@ def test_mask_to_polygons_draws_the_rings_find_contours_draws(seed):
         assert np.sign(_shoelace(e)) == np.sign(_shoelace(re_))
         assert all(np.sign(_shoelace(a)) == -np.sign(_shoelace(e)) for a in h)
 
+
 def _outline_per_object(labels, downsample, origin):
     """The outlines as find_contours traces them label by label (the reference)."""
     from scipy import ndimage as ndi

@@ -5,6 +5,7 @@ import os
 import shutil
 
 import numpy as np
+import pytest
 from tests.batch_setup import cli
 
 from napari_slidescope.batch.params import find_slides, local_size_mtime, stamp_slide

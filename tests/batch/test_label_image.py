@@ -57,8 +57,8 @@ def test_parquet_label_pyramid_paints_what_the_batch_wrote(tmp_path, client, sli
     level0 = np.asarray(written.levels[0])
     assert set(np.unique(level0)) - {0} == set(ids.tolist())
     # the label at a nucleus's bounding-box centre is that nucleus (convex blobs: nearly all)
-    r = ((table.column("bbox_row0").to_numpy() + table.column("bbox_row1").to_numpy()) / 2)
-    c = ((table.column("bbox_col0").to_numpy() + table.column("bbox_col1").to_numpy()) / 2)
+    r = (table.column("bbox_row0").to_numpy() + table.column("bbox_row1").to_numpy()) / 2
+    c = (table.column("bbox_col0").to_numpy() + table.column("bbox_col1").to_numpy()) / 2
     assert np.mean(level0[r.astype(int), c.astype(int)] == ids) > 0.95
     # results without a label image: the same image painted from the GeoParquet alone
     again = parquet_label_pyramid(folder / "nuclei.parquet", level0.shape)

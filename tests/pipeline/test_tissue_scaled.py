@@ -1,6 +1,5 @@
 """Tissue detection reads its working image decoded at 1/2-1/8 in the DCT domain."""
 
-import numpy as np
 import pytest
 
 import napari_slidescope.pipeline.tissue as tissue_mod

@@ -102,9 +102,7 @@ def test_scaled_read_refuses_a_corrupt_tile_as_the_full_read(tmp_path):
 
 
 @pytest.mark.parametrize("photometric", ["rgb", "ycbcr"])
-def test_full_size_scaled_read_is_the_level_readers_pixels_without_its_cache(
-    tmp_path, photometric
-):
+def test_full_size_scaled_read_is_the_level_readers_pixels_without_its_cache(tmp_path, photometric):
     from napari_slidescope.slide import tile_cache
 
     path = tmp_path / "slide.tif"

@@ -112,7 +112,7 @@ def nuclei_layer(
     image: Any = None,
     labels: Path | None = None,
 ) -> FullLayerData | None:
-    """A ``nuclei.parquet``'s nuclei as multiscale Labels layer data (None without rows).
+    """Return a ``nuclei.parquet``'s nuclei as multiscale Labels layer data (None without rows).
 
     The label image at `labels` when there is one, else the Parquet's outlines painted
     into a temporary label pyramid; features are the Parquet's id (``index``),

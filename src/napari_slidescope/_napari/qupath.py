@@ -273,9 +273,7 @@ def detections_layer(
                 # a mask of the polygon's bounding box, never of the whole block (issue 33:
                 # a block-sized mask per object took minutes for 10^5 objects)
                 lo = np.maximum(np.floor(outer.min(axis=0)).astype(int) - (y0, x0) - 1, 0)
-                hi = np.minimum(
-                    np.ceil(outer.max(axis=0)).astype(int) - (y0, x0) + 1, canvas.shape
-                )
+                hi = np.minimum(np.ceil(outer.max(axis=0)).astype(int) - (y0, x0) + 1, canvas.shape)
                 if np.any(hi <= lo):
                     continue
                 box = (int(hi[0] - lo[0]), int(hi[1] - lo[1]))

@@ -46,9 +46,7 @@ def label_image_path(slide_dir: str | os.PathLike[str], name: str = "nuclei") ->
     return Path(slide_dir) / LABELS_STORE / "labels" / name
 
 
-def paint_polygons(
-    pyramid: LabelPyramid, ids: np.ndarray, rings: Sequence[np.ndarray]
-) -> None:
+def paint_polygons(pyramid: LabelPyramid, ids: np.ndarray, rings: Sequence[np.ndarray]) -> None:
     """Paint polygons into a label pyramid, one paste over their common bounding box.
 
     Parameters
@@ -135,7 +133,11 @@ def write_label_image(
     _labels_group(partial, names, zarr_format)
     pyramids = {
         n: LabelPyramid(
-            shape0, path=partial / "labels" / n, mpp=mpp, name=n, zarr_format=zarr_format,
+            shape0,
+            path=partial / "labels" / n,
+            mpp=mpp,
+            name=n,
+            zarr_format=zarr_format,
             cache_bytes=64 * 2**20,
         )  # fmt: skip
         for n in names

@@ -629,8 +629,11 @@ class _V2Chunks:
 
     @classmethod
     def of(cls, folder: Path, chunk: int) -> _V2Chunks | None:
-        """The reader of the array in `folder`; None when zarr must read it (not a plain
-        local format 2 array of square `chunk` integer chunks, filled with 0)."""
+        """Return the reader of the array in `folder`, or None when zarr must read it.
+
+        None for anything but a plain local format 2 array of square `chunk` integer
+        chunks, filled with 0.
+        """
         import json
 
         import numcodecs
@@ -653,7 +656,7 @@ class _V2Chunks:
         return cls(folder, codec, dtype, sep, chunk) if plain and sep in "./" else None
 
     def read(self, cy: int, cx: int) -> np.ndarray | None:
-        """The decoded chunk ``(cy, cx)``; None when it was never written (all zero)."""
+        """Return the decoded chunk ``(cy, cx)``; None when it was never written (all zero)."""
         try:
             raw = (self.folder / f"{cy}{self.sep}{cx}").read_bytes()
         except FileNotFoundError:
@@ -685,9 +688,14 @@ def _create(
         group: Any = zarr.open_group(str(store), mode="w-")
         arrays = [
             group.create_dataset(
-                str(k), shape=shape, chunks=(chunk, chunk), dtype="<i4", fill_value=0,
+                str(k),
+                shape=shape,
+                chunks=(chunk, chunk),
+                dtype="<i4",
+                fill_value=0,
                 compressor=Zstd(level=1),
-                write_empty_chunks=False, dimension_separator="/",
+                write_empty_chunks=False,
+                dimension_separator="/",
             )  # fmt: skip
             for k, shape in enumerate(shapes)
         ]
@@ -707,8 +715,13 @@ def _create(
             codec = {"compressors": ZstdCodec(level=1)}
         arrays = [
             group.create_array(
-                str(k), shape=shape, chunks=(chunk, chunk), dtype="<i4", fill_value=0,
-                config={"write_empty_chunks": False}, **codec,
+                str(k),
+                shape=shape,
+                chunks=(chunk, chunk),
+                dtype="<i4",
+                fill_value=0,
+                config={"write_empty_chunks": False},
+                **codec,
             )  # fmt: skip
             for k, shape in enumerate(shapes)
         ]

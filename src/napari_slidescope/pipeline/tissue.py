@@ -228,7 +228,7 @@ def _read_strips(
 
 
 def _streams(slide: SlideLike, level: int) -> bool:
-    """True when the slide decodes `level` straight into an array (a JPEG level).
+    """Return True when the slide decodes `level` straight into an array (a JPEG level).
 
     Such a level is read through ``read_level_scaled`` even at full size: one pass into
     the working image, bypassing the shared tile cache (a whole level would only flush it,
@@ -239,7 +239,7 @@ def _streams(slide: SlideLike, level: int) -> bool:
 
 
 def _dct_scale(slide: SlideLike, level: int, factor: int) -> int:
-    """The largest scale the slide decodes `level` at in the DCT domain that divides `factor`."""
+    """Return the largest DCT-domain scale of `level` that divides `factor`."""
     scales = getattr(slide, "level_scales", None)
     if factor < 2 or scales is None:
         return 1

@@ -508,9 +508,7 @@ MAX_MCU_CROSSINGS = 1024
 MCU_WRAP = 2**32
 
 # Checked bands per page (pages are checked when opened and again per pyramid level).
-_BANDS: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray]] = (
-    weakref.WeakKeyDictionary()
-)
+_BANDS: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray]] = weakref.WeakKeyDictionary()
 
 
 def mcu_starts(
@@ -663,7 +661,7 @@ def ndpi_bands(page: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def tifffile_module() -> Any:
-    """tifffile's implementation module (its NDPI helpers are not all exported)."""
+    """Return tifffile's implementation module (its NDPI helpers are not all exported)."""
     import tifffile
 
     return getattr(tifffile, "tifffile", tifffile)

@@ -397,15 +397,16 @@ def _refresh_box(layer: Any, sl: tuple[slice, slice]) -> None:
         layer.refresh()
 
 
-#: Hover names of the pixel-position columns (whole pixels, shown as integers).
-_HOVER_NAMES = {"centroid_row": "centroid_row_px", "centroid_col": "centroid_col_px"}
+#: Position columns, shown as whole numbers (level-0 pixels and µm) under the table's names.
+_POSITIONS = ("centroid_row", "centroid_col", "centroid_y_um", "centroid_x_um")
 
 
 def set_features(layer: Any, canvas: ResultCanvas | PyramidCanvas) -> None:
     """Attach the nuclei table as the layer's ``features`` (hover shows measurements).
 
-    Positions are whole numbers (level-0 pixels and µm, never ``1.97e+03``), every name
-    carries its unit, and other values keep three decimals.
+    The columns are named as in the table, the CSV and the GeoJSON (``centroid_row`` is
+    in level-0 pixels); positions are whole numbers (never ``1.97e+03``) and other values
+    keep three decimals.
     """
     table = canvas.table()
     columns: dict[str, np.ndarray] = {}
@@ -413,8 +414,8 @@ def set_features(layer: Any, canvas: ResultCanvas | PyramidCanvas) -> None:
         if key == "id":
             continue
         values = np.asarray(values)
-        if key in _HOVER_NAMES or key in ("centroid_y_um", "centroid_x_um"):
-            columns[_HOVER_NAMES.get(key, key)] = np.rint(values).astype(np.int64)
+        if key in _POSITIONS:
+            columns[key] = np.rint(values).astype(np.int64)
         else:
             columns[key] = np.round(values, 3)
     layer.features = {"index": np.asarray(table["id"]), **columns}

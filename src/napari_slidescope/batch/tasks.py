@@ -541,7 +541,7 @@ def _outlines_wkb(
     ids = np.asarray(ids, np.int64)
     if not np.array_equal(found, ids):  # the table's order, each id outlined once
         at = np.searchsorted(found, ids)
-        if ids.size and (int(at.max()) >= found.size or not np.array_equal(found[at], ids)):
+        if ids.size and (int(np.max(at)) >= found.size or not np.array_equal(found[at], ids)):
             raise ValueError("outlines: a nucleus of the table has no pixels in the labels")
         starts, ends = offsets[at], offsets[at + 1]
         take = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends, strict=True)])

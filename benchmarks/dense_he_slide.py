@@ -29,7 +29,9 @@ from pathlib import Path
 import numpy as np
 import tifffile
 
-TOOLS = Path(os.environ.get("SLIDESCOPE_TOOLS", "/work/shared/tools"))
+#: ../shared beside the repository (as .ci/run expects it), unless the environment says otherwise
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+TOOLS = Path(os.environ.get("SLIDESCOPE_TOOLS", SHARED / "tools"))
 TILE = 256
 
 
@@ -73,7 +75,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=33)
     ap.add_argument("--quality", type=int, default=80)
     ap.add_argument("--mpp", type=float, default=0.2457)
-    data = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/work/shared/testdata"))
+    data = Path(os.environ.get("SLIDESCOPE_TESTDATA", SHARED / "testdata"))
     ap.add_argument("--data", type=Path, default=data / "nuclei_gt" / "monuseg_train")
     a = ap.parse_args()
 

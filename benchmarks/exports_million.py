@@ -35,7 +35,7 @@ import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SLIDE = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/work/shared/testdata")) / (
+SLIDE = Path(os.environ.get("SLIDESCOPE_TESTDATA", HERE.parents[1] / "shared" / "testdata")) / (
     "CMU-1-Small-Region.svs"
 )
 FORMATS = {"geojson": "to_geojson", "csv": "to_csv", "geoparquet": "to_geoparquet"}
@@ -137,7 +137,9 @@ def child(seed: Path, n: int, fmt: str, out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--baseline", default="/work/main/src", help="today's src folder")
+    ap.add_argument(
+        "--baseline", required=True, help="the src folder of the code to compare against"
+    )
     ap.add_argument("--ours", default=str(HERE.parent / "src"), help="our src folder")
     ap.add_argument("--nuclei", type=int, default=1_000_000)
     ap.add_argument("--baseline-nuclei", type=int, default=200_000)

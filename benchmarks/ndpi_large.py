@@ -124,11 +124,7 @@ def worker(name: str, path: str, boxes: list[list[int]], tools: str) -> dict:
         want = truth.region(0, y, x, y + BOX, x + BOX)
         if got.shape != want.shape or not np.array_equal(got, want):
             out["wrong"] += 1
-            diff = (
-                int(np.abs(got.astype(np.int16) - want).max())
-                if got.shape == want.shape
-                else -1
-            )
+            diff = int(np.abs(got.astype(np.int16) - want).max()) if got.shape == want.shape else -1
             out["maxdiff"] = max(out.get("maxdiff", 0), diff)
     close()
     return out
@@ -174,8 +170,11 @@ def run_worker(name: str, path: str, boxes: list[list[int]], args: argparse.Name
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="*")
-    ap.add_argument("--baseline-src", default="/work/main/src")
-    ap.add_argument("--tools", default="/work/shared/tools")
+    shared = Path(__file__).resolve().parents[2] / "shared"  # beside the repository
+    ap.add_argument(
+        "--baseline-src", required=True, help="the src folder of the code to compare against"
+    )
+    ap.add_argument("--tools", default=str(shared / "tools"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--boxes", type=int, default=6)
     ap.add_argument("--readers", default=",".join(READERS))
@@ -228,8 +227,10 @@ def main() -> int:
             failed = [e for r in opened for e in r["errors"]]
             nread = len(reads) + len(failed)
             fail_txt = f"{len(failed)}/{nread}" + (f" ({failed[0][:120]})" if failed else "")
-            print(f"| {name} | {len(opened)}/{len(rs)} | {o:.3f} | {o_ratio:.2f} | {rd:.1f} | "
-                  f"{r_ratio:.2f} | {wrong} | {fail_txt} |")
+            print(
+                f"| {name} | {len(opened)}/{len(rs)} | {o:.3f} | {o_ratio:.2f} | {rd:.1f} | "
+                f"{r_ratio:.2f} | {wrong} | {fail_txt} |"
+            )
     print(f"\n# load after: {os.getloadavg()}")
     return 0
 

@@ -42,7 +42,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "1a0715f"
-TOOLS = Path("/work/shared/tools")
+TOOLS = Path(__file__).resolve().parents[2] / "shared" / "tools"  # ../shared beside the repo
 SHARED = [
     "CMU-1-Small-Region.svs",
     "TCGA-CR-7395-01A-01-TS1.svs",
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     slides = list(args.slides)
     if args.shared:
-        testdata = Path(os.environ.get("SLIDESCOPE_TESTDATA", "/work/shared/testdata"))
+        testdata = Path(os.environ.get("SLIDESCOPE_TESTDATA", TOOLS.parent / "testdata"))
         slides += [testdata / n for n in SHARED]
     with tempfile.TemporaryDirectory() as tmp:
         base = args.base or _source_at(args.before, Path(tmp))

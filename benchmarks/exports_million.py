@@ -137,9 +137,7 @@ def child(seed: Path, n: int, fmt: str, out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--baseline", required=True, help="the src folder of the code to compare against"
-    )
+    ap.add_argument("--baseline", help="the src folder of the code to compare against")
     ap.add_argument("--ours", default=str(HERE.parent / "src"), help="our src folder")
     ap.add_argument("--nuclei", type=int, default=1_000_000)
     ap.add_argument("--baseline-nuclei", type=int, default=200_000)
@@ -151,6 +149,8 @@ def main() -> None:
     if a.child:
         child(Path(a.child[0]), int(a.child[1]), a.child[2], Path(a.child[3]))
         return
+    if not a.baseline:
+        ap.error("--baseline SRC is required: the src folder of the code to compare against")
     work = Path(a.work or tempfile.mkdtemp(prefix="exports-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     seed = work / "seed.npz"

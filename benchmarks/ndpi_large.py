@@ -171,9 +171,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="*")
     shared = Path(__file__).resolve().parents[2] / "shared"  # beside the repository
-    ap.add_argument(
-        "--baseline-src", required=True, help="the src folder of the code to compare against"
-    )
+    ap.add_argument("--baseline-src", help="the src folder of the code to compare against")
     ap.add_argument("--tools", default=str(shared / "tools"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--boxes", type=int, default=6)
@@ -186,6 +184,8 @@ def main() -> int:
         print(json.dumps(worker(args.worker, args.files[0], json.loads(args.box_json), args.tools)))
         return 0
     readers = args.readers.split(",")
+    if not args.baseline_src and any(r.startswith("main") for r in readers):
+        ap.error("--baseline-src SRC is needed for the main readers (or leave them out)")
     print(f"# load before: {os.getloadavg()}")
     for path in args.files:
         results: dict[str, list[dict]] = {r: [] for r in readers}

@@ -186,3 +186,31 @@ def test_geoparquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match=r"napari-slidescope\[batch\]"):
         _result().to_geoparquet(tmp_path / "n.parquet")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_arrow_formatted_measurements_are_the_same_numbers():
+    """to_geojson formats measurement rows with Arrow (json_rows): other text, same values,
+    rows with gaps still as json writes them."""
+    from napari_slidescope.analysis.geojson import measurements_text
+    from napari_slidescope.pipeline.geoparquet import json_rows
+
+    rng = np.random.default_rng(5)
+    n = 500
+    cols = {
+        "id": np.arange(n, dtype=np.int32),
+        "tiny": rng.normal(size=n) * 1e-7,
+        "huge": rng.random(n) * 1e22,
+        "whole": np.round(rng.random(n) * 100),
+        "flag": rng.random(n) > 0.5,
+        "gaps": np.where(np.arange(n) % 4 == 0, np.nan, rng.random(n)),
+        "neg_zero": np.full(n, -0.0),
+    }
+    plain = measurements_text(cols)
+    fast = measurements_text(cols, format_rows=json_rows)
+    assert [json.loads(t) for t in fast] == [json.loads(t) for t in plain]
+    assert fast[0] == plain[0]  # row 0 has a gap: json's own text
+    assert fast[1] != plain[1]  # e.g. "id": 1 rather than 1.0
+    whole = {k: v for k, v in cols.items() if k != "gaps"}
+    assert [json.loads(t) for t in measurements_text(whole, format_rows=json_rows)] == [
+        json.loads(t) for t in measurements_text(whole)
+    ]

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import IO, Any, Protocol
 
 import numpy as np
@@ -394,17 +394,28 @@ def random_uuids(n: int) -> list[str]:
     return [blob[36 * i : 36 * i + 36] for i in range(n)]
 
 
-def measurements_text(columns: dict[str, np.ndarray]) -> list[str]:
+#: Formats the rows of finite values as JSON objects: ``(keys, columns, rows)`` -> texts,
+#: ``keys`` the ``'"name": '`` prefixes, ``rows`` a boolean row mask or None for all rows.
+RowFormatter = Callable[[Sequence[str], Sequence[np.ndarray], np.ndarray | None], list[str]]
+
+
+def measurements_text(
+    columns: dict[str, np.ndarray], *, format_rows: RowFormatter | None = None
+) -> list[str]:
     """Each row's ``measurements`` object as JSON text, the finite numbers only.
 
-    Equals ``json.dumps({name: float(v) for finite v})`` row by row: a row of finite
-    numbers is one ``%``-format of a template (``repr`` of each float, as ``json``
-    writes them), a row with gaps is joined from its finite fields.
+    Parses to ``{name: float(v) for finite v}`` row by row, as ``json.dumps`` writes it:
+    a row of finite numbers is one ``%``-format of a template (``repr`` of each float), a
+    row with gaps is joined from its finite fields. `format_rows`, when given, formats the
+    rows of finite numbers instead (the pipeline passes Arrow's, which writes the same
+    numbers 2.5x faster, ``3`` for ``3.0``).
 
     Parameters
     ----------
     columns : dict of str to (K,) ndarray
         Numeric columns (booleans and integers are written as floats).
+    format_rows : callable, optional
+        A :data:`RowFormatter` for the rows without gaps.
 
     Returns
     -------
@@ -416,17 +427,25 @@ def measurements_text(columns: dict[str, np.ndarray]) -> list[str]:
     values = [np.asarray(col, dtype=float) for col in columns.values()]
     keys = [json.dumps(name) + ": " for name in columns]
     n = len(values[0])
-    template = "{" + ", ".join(k.replace("%", "%%") + "%r" for k in keys) + "}"
-    lists = [v.tolist() for v in values]
     finite = np.ones(n, bool)
     for v in values:
         finite &= np.isfinite(v)
-    if finite.all():
+    whole = bool(finite.all())
+    fast = None if format_rows is None else format_rows(keys, values, None if whole else finite)
+    if fast is not None and whole:
+        return fast
+    template = "{" + ", ".join(k.replace("%", "%%") + "%r" for k in keys) + "}"
+    lists = [v.tolist() for v in values]
+    if fast is None and whole:
         return [template % row for row in zip(*lists, strict=True)]
     out = [""] * n
     good = np.flatnonzero(finite).tolist()
-    for i in good:
-        out[i] = template % tuple(col[i] for col in lists)
+    if fast is not None:
+        for i, text in zip(good, fast, strict=True):
+            out[i] = text
+    else:
+        for i in good:
+            out[i] = template % tuple(col[i] for col in lists)
     for i in np.flatnonzero(~finite).tolist():
         fields = (
             k + repr(col[i]) for k, col in zip(keys, lists, strict=True) if math.isfinite(col[i])
@@ -446,6 +465,7 @@ def write_polygon_features(
     nuclei: Sequence[np.ndarray | None] | None = None,
     chunk: int = 20000,
     progress: Any = None,
+    format_rows: RowFormatter | None = None,
 ) -> int:
     """Write many polygons as one QuPath GeoJSON FeatureCollection, in bulk.
 
@@ -474,6 +494,8 @@ def write_polygon_features(
         Features formatted at once (memory grows with it).
     progress : callable, optional
         Called with ``(done, total)`` features after each chunk.
+    format_rows : callable, optional
+        Formats the measurement rows without gaps (see :func:`measurements_text`).
 
     Returns
     -------
@@ -503,7 +525,8 @@ def write_polygon_features(
         meas: list[str] = [""] * (stop - start)
         if measurements is not None:
             meas = measurements_text(
-                {k: np.asarray(v)[start:stop] for k, v in measurements.items()}
+                {k: np.asarray(v)[start:stop] for k, v in measurements.items()},
+                format_rows=format_rows,
             )
         nuc_text: list[str] = [""] * (stop - start)
         if nuclei is not None:

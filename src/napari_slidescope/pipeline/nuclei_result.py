@@ -229,6 +229,7 @@ class NucleiResult:
 
         from napari_slidescope._io import atomic_write
         from napari_slidescope.analysis.geojson import write_polygon_features
+        from napari_slidescope.pipeline.geoparquet import json_rows_if_available
 
         polys, ids = self.outlines_of("nuclei")
         nuclei: list[np.ndarray | None] | None = None
@@ -258,6 +259,7 @@ class NucleiResult:
             "measurements": numeric,
             "nuclei": nuclei,
             "progress": call,
+            "format_rows": json_rows_if_available(),
         }
         path = Path(path)
         if path.name.endswith(".gz"):

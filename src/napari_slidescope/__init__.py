@@ -28,7 +28,7 @@ from napari_slidescope.errors import (
     UncalibratedWarning,
 )
 
-__version__ = "0.1.0"
+from napari_slidescope._version import __version__
 
 _LAZY = {
     "open_slide": "napari_slidescope.slide",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from napari_slidescope._io import one_line
+from napari_slidescope._version import __version__
 from napari_slidescope.batch import outputs
 from napari_slidescope.batch.outputs import Manifest, SummaryRow, TileRecord
 from napari_slidescope.batch.params import BatchParams, SlideStamp, shown_path, stamp_slide
@@ -368,7 +369,6 @@ class Ledger:
         summary = None
         classes = None
         if self.params.nuclei:
-            from napari_slidescope import __version__
             from napari_slidescope.analysis.measure import COLUMNS
 
             if self.params.classify is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from napari_slidescope._version import __version__
 from napari_slidescope.options import NucleiOptions, TissueOptions
 
 if TYPE_CHECKING:
@@ -122,8 +123,6 @@ class BatchParams:
         :meth:`as_dict` less the classification and the scverse files: what ``resume``
         compares to redo only the classification of a finished slide.
         """
-        from napari_slidescope import __version__
-
         return {
             "tasks": list(self.tasks),
             "tissue": self.tissue_options.as_dict(),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope._types import Box
+from napari_slidescope._version import __version__
 from napari_slidescope.analysis.measure import write_csv
 from napari_slidescope.analysis.phenotypes import NUCLEUS_COLOR
 from napari_slidescope.pipeline.progress import ProgressCallback, progress_caller
@@ -339,7 +339,7 @@ class NucleiResult:
                 "region": [int(v) for v in self.region],
                 "mpp": self.mpp if isinstance(self.mpp, float) else list(self.mpp),
                 "segmenter": self.segmenter,
-                "software": f"napari-slidescope {sys.modules['napari_slidescope'].__version__}",
+                "software": f"napari-slidescope {__version__}",
                 "parameters": json.loads(json.dumps(self.parameters, default=str)),
                 "columns": {**geoparquet.NUCLEI_COLUMNS, **COLUMNS},
             },

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope.slide import _tiff
+from napari_slidescope.slide._xml import parse_xml
 from napari_slidescope.slide.cache import tile_cache
 
 #: Distinguishes the stored tiles of every stitched level in the shared decoded-tile cache.
@@ -250,8 +251,6 @@ def level0_plan(tif: Any, path: str) -> tuple[StitchPlan | None, str | None, tup
     `plan` is None when the tiles need no stitching or cannot be stitched (`why` says why
     for overlapping tiles); the overlap is (0, 0) when the joints give none.
     """
-    from napari_slidescope.slide.formats import parse_xml
-
     for page in tif.pages[:8]:
         if not str(getattr(page, "description", "") or "").startswith("level=0"):
             continue

@@ -10,13 +10,10 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from xml.etree.ElementTree import Element, ParseError
-
-from defusedxml import DefusedXmlException
-from defusedxml.ElementTree import fromstring as _defused_fromstring
 
 from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.slide import _tiff
+from napari_slidescope.slide._xml import parse_xml
 
 if TYPE_CHECKING:
     import tifffile
@@ -112,27 +109,6 @@ def resolution_mpp(page: tifffile.TiffPage) -> tuple[float, float] | None:
     return (out[0], out[1])
 
 
-def parse_xml(text: str | bytes, path: str) -> Element | None:
-    """Parse metadata XML with DTDs, entities and external references refused.
-
-    Returns None when the text is not well-formed XML; warns (naming the file) and returns
-    None when it declares a DTD or entities, which are never expanded or fetched,
-    whatever the XML library of the runtime would allow.
-    """
-    try:
-        root: Element = _defused_fromstring(text, forbid_dtd=True)
-        return root
-    except DefusedXmlException as exc:
-        warnings.warn(
-            f"{path}: metadata XML ignored: it declares a DTD or entities ({type(exc).__name__})",
-            SlidescopeWarning,
-            stacklevel=3,
-        )
-        return None
-    except (ParseError, ValueError, TypeError):
-        return None
-
-
 def _ome_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
     info = FormatInfo("ome")
     root = parse_xml(tif.ome_metadata or "", path)
@@ -199,19 +175,6 @@ def _bif_info(tif: tifffile.TiffFile, path: str) -> FormatInfo:
         if mag:
             info.magnification = positive_float(mag.group(1))
         break
-    from napari_slidescope.slide import _bif
-
-    plan, why, overlap = _bif.level0_plan(tif, path)
-    if any(round(v) for v in overlap):
-        info.properties["ventana.tile_overlap_yx"] = f"{overlap[0]:g}, {overlap[1]:g}"
-    if why is not None:
-        warnings.warn(
-            f"{path}: level-0 tiles overlap their neighbours by {overlap[0]:g} x "
-            f"{overlap[1]:g} px (rows x columns, the scanner's mean) but are not stitched: "
-            f"{why}; they are shown side by side as stored",
-            SlidescopeWarning,
-            stacklevel=4,
-        )
     return info
 
 

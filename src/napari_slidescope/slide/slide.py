@@ -16,7 +16,7 @@ import numpy as np
 
 from napari_slidescope._units import as_pair
 from napari_slidescope.errors import SlidescopeWarning
-from napari_slidescope.slide import _check, _levels, _scaled, _source, _tiff, level_choice
+from napari_slidescope.slide import _bif, _check, _levels, _scaled, _source, _tiff, level_choice
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
 from napari_slidescope.slide.errors import SlideError
@@ -521,12 +521,21 @@ class Slide(_BaseSlide):
     def _bif_stitch(self, info: FormatInfo, levels: list[Any], axes: str) -> list[Any]:
         """Per level, what stitches a BIF level's overlapping tiles (None: shown as stored)."""
         none: list[Any] = [None] * len(levels)
-        if info.format != "bif" or not axes.startswith("YX") or not levels:
+        if info.format != "bif":
             return none
-        from napari_slidescope.slide import _bif
-
-        plan = _bif.level0_plan(self._tif, self.source.display)[0]
-        if plan is None:
+        path = self.source.display
+        plan, why, overlap = _bif.level0_plan(self._tif, path)  # read once per open
+        if any(round(v) for v in overlap):
+            info.properties["ventana.tile_overlap_yx"] = f"{overlap[0]:g}, {overlap[1]:g}"
+        if why is not None:
+            warnings.warn(
+                f"{path}: level-0 tiles overlap their neighbours by {overlap[0]:g} x "
+                f"{overlap[1]:g} px (rows x columns, the scanner's mean) but are not stitched: "
+                f"{why}; they are shown side by side as stored",
+                SlidescopeWarning,
+                stacklevel=5,
+            )
+        if plan is None or not axes.startswith("YX") or not levels:
             return none
         width0 = levels[0].shape[1]
         return [

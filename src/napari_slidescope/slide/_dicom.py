@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope.slide import _dicomweb, _tiff
+from napari_slidescope.slide._network import classify, default_retries, default_timeout
 from napari_slidescope.slide._source import SlideSource, missing_extra, warn_uncalibrated
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo
@@ -98,23 +99,21 @@ def open_dicom(source: Source, *, timeout: float | None = None) -> SlideSource:
 
 def _open_web(source: Source, wsidicom: Any, *, timeout: float | None) -> SlideSource:
     """Open a series on a DICOMweb server; every failure a SlideError naming the URL."""
-    from napari_slidescope.slide import remote
-
     name = source.display
     url = _dicomweb.parse(source)
-    seconds = remote.default_timeout() if timeout is None else float(timeout)
+    seconds = default_timeout() if timeout is None else float(timeout)
     secrets = _dicomweb.secrets(source)
 
     def failed(exc: BaseException, what: str) -> SlideError:
         if isinstance(exc, SlideError):
             return exc
-        text = remote.classify(exc, seconds).problem
+        text = classify(exc, seconds).problem
         if text.startswith("cannot be read ("):
             text = f"{what} ({_tiff.describe_exception(exc)})"
         return SlideError(name, scrub(source.scrub(text), secrets))
 
     try:
-        web = _dicomweb.client(source, url, timeout=seconds, retries=remote.default_retries())
+        web = _dicomweb.client(source, url, timeout=seconds, retries=default_retries())
         series = _dicomweb.series_of(web, url, name)
         client = wsidicom.WsiDicomWebClient(web)
         wsi = wsidicom.WsiDicom.open_web(client, url.study, [series])

@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from napari_slidescope.slide._network import BACKOFF, CONCURRENCY
 from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.source import Source
+from napari_slidescope.slide.source import DICOMWEB_SCHEMES, Source
 
-#: URL schemes of DICOMweb services.
-SCHEMES = ("dicomweb+http", "dicomweb+https")
 #: Environment variable: a bearer token for DICOMweb servers (when no option gives one).
 TOKEN_ENV = "SLIDESCOPE_DICOMWEB_TOKEN"
 #: The storage options a DICOMweb URL understands.
@@ -65,7 +64,7 @@ class DicomWebUrl:
 
 def is_dicomweb(source: Source) -> bool:
     """Tell whether `source` names a slide on a DICOMweb server."""
-    return source.protocol in SCHEMES
+    return source.protocol in DICOMWEB_SCHEMES
 
 
 def parse(source: Source) -> DicomWebUrl:
@@ -110,8 +109,6 @@ def session(source: Source, url: DicomWebUrl, *, timeout: float, retries: int) -
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util.retry import Retry
-
-    from napari_slidescope.slide.remote import BACKOFF, CONCURRENCY
 
     unknown = sorted(set(source.storage_options) - set(OPTIONS))
     if unknown:

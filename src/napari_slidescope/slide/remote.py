@@ -35,6 +35,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from napari_slidescope.slide import _dicomweb, _tiff
+from napari_slidescope.slide._network import (
+    BACKOFF,
+    CHANGED,
+    CONCURRENCY,
+    RETRIES_ENV,
+    TIMEOUT_ENV,
+    Failure,
+    classify,
+    default_retries,
+    default_timeout,
+)
 from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.source import DICOMWEB_SCHEMES, Source
 
@@ -62,142 +74,11 @@ CACHE_BYTES = 64 * 2**20
 MERGE_GAP = 4 * 2**10
 #: A merged request is not grown past this many bytes.
 MERGE_MAX = 8 * 2**20
-#: Requests in flight at once for one file.
-CONCURRENCY = 32
-
-#: Environment variable: seconds one request may take before it counts as stalled.
-TIMEOUT_ENV = "SLIDESCOPE_REMOTE_TIMEOUT"
-#: Environment variable: retries of a transient failure.
-RETRIES_ENV = "SLIDESCOPE_REMOTE_RETRIES"
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_RETRIES = 3
-#: First backoff delay in seconds (doubled at each retry).
-BACKOFF = 0.1
-
-
-def default_timeout() -> float:
-    """Seconds per request: ``$SLIDESCOPE_REMOTE_TIMEOUT`` or :data:`DEFAULT_TIMEOUT`."""
-    return _env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT)
-
-
-def default_retries() -> int:
-    """Retries of a transient failure: ``$SLIDESCOPE_REMOTE_RETRIES`` or the default 3."""
-    return int(_env_number(RETRIES_ENV, DEFAULT_RETRIES))
-
-
-def _env_number(name: str, default: float) -> float:
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"${name}: expected a number, got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"${name}: expected a number >= 0, got {text!r}")
-    return value
-
-
-#: What a read says when the object is no longer the one opened.
-CHANGED = (
-    "changed on the server since it was opened (its ETag differs): open it again to read "
-    "the new version"
-)
 
 
 def _same_etag(a: str, b: str) -> bool:
     """Weak comparison of two ETags (``W/"x"`` and ``"x"`` are the same)."""
     return a.removeprefix("W/").strip() == b.removeprefix("W/").strip()
-
-
-class _Failure(Exception):
-    """A classified failure: what to say, and whether trying again may help."""
-
-    def __init__(self, problem: str, transient: bool, *, stall: bool = False) -> None:
-        super().__init__(problem)
-        self.problem, self.transient, self.stall = problem, transient, stall
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    while exc is not None and exc not in out and len(out) < 16:
-        out.append(exc)
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return out
-
-
-def _status(exc: BaseException) -> int | None:
-    for attr in ("status", "status_code"):
-        value = getattr(exc, attr, None)
-        if isinstance(value, int) and 100 <= value < 600:
-            return value
-    response = getattr(exc, "response", None)
-    value = getattr(response, "status_code", None)  # requests' HTTPError
-    if isinstance(value, int) and 100 <= value < 600:
-        return value
-    if isinstance(response, dict):  # botocore ClientError
-        meta = response.get("ResponseMetadata", {})
-        value = meta.get("HTTPStatusCode") if isinstance(meta, dict) else None
-        if isinstance(value, int):
-            return value
-    return None
-
-
-_STATUS_WORDS = {
-    400: "bad request",
-    401: "authentication required",
-    403: "access denied",
-    404: "not found",
-    410: "gone",
-    416: "range not satisfiable",
-    429: "too many requests",
-}
-
-
-def classify(exc: BaseException, timeout: float) -> _Failure:
-    """Say what a failure of a read means and whether it is worth retrying."""
-    chain = _chain(exc)
-    names = {type(e).__name__ for e in chain}
-    for e in chain:
-        if isinstance(e, _Failure):
-            return e
-    for e in chain:
-        status = _status(e)
-        if status == 412:  # If-Match failed: another object now lies under the name
-            return _Failure(CHANGED, False)
-        if status is not None and status >= 400:
-            word = _STATUS_WORDS.get(status, "server error" if status >= 500 else "refused")
-            return _Failure(f"HTTP {status} ({word})", status == 429 or status >= 500)
-    if any(isinstance(e, asyncio.TimeoutError | TimeoutError) for e in chain) or names & {
-        "FSTimeoutError",
-        "ReadTimeoutError",
-        "ConnectTimeoutError",
-        "ServerTimeoutError",
-    }:
-        return _Failure(f"no answer within the timeout ({timeout:g} s)", True, stall=True)
-    if any(isinstance(e, ConnectionRefusedError) for e in chain) or names & {
-        "ClientConnectorError",
-        "EndpointConnectionError",
-        "ConnectionRefusedError",
-    }:
-        return _Failure("connection refused (is the server up and the address right?)", True)
-    if names & {
-        "ClientPayloadError",
-        "ServerDisconnectedError",
-        "IncompleteRead",
-        "ContentLengthError",
-        "TransferEncodingError",
-        "ResponseStreamingError",
-    } or any(isinstance(e, ConnectionResetError | BrokenPipeError) for e in chain):
-        return _Failure("the server closed the connection mid-response", True)
-    if any(isinstance(e, ConnectionError) for e in chain) or names & {"ClientOSError"}:
-        return _Failure(f"connection failed ({type(exc).__name__})", True)
-    for e in chain:
-        if isinstance(e, FileNotFoundError):
-            return _Failure("not found (404)", False)
-        if isinstance(e, PermissionError):
-            return _Failure("access denied (403)", False)
-    return _Failure(f"cannot be read ({type(exc).__name__}: {exc})", False)
 
 
 class RemoteFile:
@@ -358,7 +239,7 @@ class RemoteFile:
             time.sleep(BACKOFF * 2**attempt)
             attempt += 1
 
-    def _worth_retrying(self, failure: _Failure, attempt: int) -> bool:
+    def _worth_retrying(self, failure: Failure, attempt: int) -> bool:
         """Transient failures are retried; a stall only once the server has answered.
 
         A server that accepts connections and never answers (hung, or not the server meant)
@@ -368,7 +249,7 @@ class RemoteFile:
             return False
         return self._answered or not failure.stall
 
-    def _error(self, failure: _Failure, retried: int) -> SlideError:
+    def _error(self, failure: Failure, retried: int) -> SlideError:
         if failure.stall and not self._answered:
             return SlideError(
                 self.display,
@@ -418,7 +299,7 @@ class RemoteFile:
         if self._etag is None:
             self._seen.append(got)  # the opening round: compared once the size is known
         elif not _same_etag(got, self._etag):
-            raise _Failure(CHANGED, False)
+            raise Failure(CHANGED, False)
 
     async def _ranged_http(self, spec: str) -> bytes:
         fs = self._fs
@@ -430,7 +311,7 @@ class RemoteFile:
         session = await fs.set_session()
         async with session.get(fs.encode_url(self._path), headers=headers, **kw) as r:
             if r.status == 412:
-                raise _Failure(CHANGED, False)
+                raise Failure(CHANGED, False)
             fs._raise_not_found_for_status(r, self._path)
             self._check_etag(r.headers.get("ETag"))
             return bytes(await r.read())
@@ -455,13 +336,13 @@ class RemoteFile:
         size = getattr(self, "size", None)
         want = end - start if size is None else max(0, min(end, size) - start)
         if len(data) < want and (size is not None or start > 0):
-            raise _Failure(
+            raise Failure(
                 f"the server sent {len(data):,} of the {want:,} bytes asked for at byte "
                 f"{start:,}: the connection was cut mid-response",
                 True,
             )
         if len(data) > end - start:  # a server that ignored the Range header
-            raise _Failure(
+            raise Failure(
                 "the server ignores byte-range requests (it sent the whole object); "
                 "slides need a server that answers Range requests",
                 False,
@@ -661,8 +542,6 @@ def stat_remote(
         As :class:`RemoteFile`.
     """
     if source.protocol in DICOMWEB_SCHEMES:  # a DICOMweb series: its instance UIDs
-        from napari_slidescope.slide import _dicomweb, _tiff
-
         seconds = default_timeout() if timeout is None else float(timeout)
         tries = default_retries() if retries is None else int(retries)
         try:

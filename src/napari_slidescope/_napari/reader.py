@@ -74,7 +74,7 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
 def _is_slide_folder(path: str) -> bool:
     """Tell whether `path` is a folder of DICOM WSI instances or an OME-Zarr image."""
     from napari_slidescope.slide import SlideError
-    from napari_slidescope.slide._source import choose_backend
+    from napari_slidescope.slide._registry import choose_backend
     from napari_slidescope.slide.source import resolve
 
     try:

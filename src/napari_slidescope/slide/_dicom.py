@@ -20,9 +20,9 @@ import numpy as np
 
 from napari_slidescope.slide import _dicomweb, _tiff
 from napari_slidescope.slide._network import classify, default_retries, default_timeout
-from napari_slidescope.slide._source import SlideSource, missing_extra, warn_uncalibrated
+from napari_slidescope.slide._backend import BackendSlide, missing_extra
 from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo
+from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo, warn_uncalibrated
 from napari_slidescope.slide.source import Source, scrub
 
 
@@ -32,7 +32,7 @@ def _import_wsidicom() -> Any:
     return wsidicom
 
 
-def open_dicom(source: Source, *, timeout: float | None = None) -> SlideSource:
+def open_dicom(source: Source, *, timeout: float | None = None) -> BackendSlide:
     """Open a DICOM WSI folder, file or series (local, an fsspec URL or a DICOMweb series).
 
     Parameters
@@ -97,7 +97,7 @@ def open_dicom(source: Source, *, timeout: float | None = None) -> SlideSource:
         ) from exc
 
 
-def _open_web(source: Source, wsidicom: Any, *, timeout: float | None) -> SlideSource:
+def _open_web(source: Source, wsidicom: Any, *, timeout: float | None) -> BackendSlide:
     """Open a series on a DICOMweb server; every failure a SlideError naming the URL."""
     name = source.display
     url = _dicomweb.parse(source)
@@ -188,7 +188,7 @@ def _close_all(streams: list[Any]) -> None:
             pass
 
 
-def _source(name: str, wsi: Any, close: Any, network: Any = None) -> SlideSource:
+def _source(name: str, wsi: Any, close: Any, network: Any = None) -> BackendSlide:
     levels = list(wsi.levels)
     if not levels:
         raise SlideError(name, "holds no pyramid level (no VOLUME instance)")
@@ -210,7 +210,7 @@ def _source(name: str, wsi: Any, close: Any, network: Any = None) -> SlideSource
     if wsi.overviews is not None:
         associated["macro"] = _associated(wsi.read_overview, network)
     warn_uncalibrated(name, info)
-    return SlideSource(info=info, levels=readers, axes=axes, associated=associated, close=close)
+    return BackendSlide(info=info, levels=readers, axes=axes, associated=associated, close=close)
 
 
 def _associated(read: Any, network: Any) -> Any:

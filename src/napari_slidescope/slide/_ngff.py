@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope.slide import _tiff
-from napari_slidescope.slide._source import SlideSource, warn_uncalibrated
+from napari_slidescope.slide._backend import BackendSlide
 from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo
+from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo, warn_uncalibrated
 from napari_slidescope.slide.source import Source
 
 #: Micrometres per NGFF (UDUNITS-2) length unit.
@@ -140,7 +140,7 @@ def _open_group(source: Source) -> Any:
         raise _bad(path, f"no zarr group ({problem})") from exc
 
 
-def open_ngff(source: Source) -> SlideSource:
+def open_ngff(source: Source) -> BackendSlide:
     """Open an OME-Zarr image (its first multiscale; local or an fsspec URL).
 
     Raises
@@ -236,7 +236,7 @@ def open_ngff(source: Source) -> SlideSource:
         info.channel_names, info.channel_colors = [], []
     levels = [_NgffChunks(a, names, out_axes) for a in arrays]
     warn_uncalibrated(path, info)
-    return SlideSource(info=info, levels=levels, axes=out_axes, notes=notes)
+    return BackendSlide(info=info, levels=levels, axes=out_axes, notes=notes)
 
 
 def _is_rgb(info: FormatInfo) -> bool:

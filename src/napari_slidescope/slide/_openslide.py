@@ -20,9 +20,14 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope.slide import _tiff
-from napari_slidescope.slide._source import SlideSource, missing_extra, warn_uncalibrated
+from napari_slidescope.slide._backend import BackendSlide, missing_extra
 from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo, positive_float
+from napari_slidescope.slide.formats import (
+    PLAUSIBLE_MPP,
+    FormatInfo,
+    positive_float,
+    warn_uncalibrated,
+)
 
 #: Tile size assumed for a level whose tile size OpenSlide does not report.
 _DEFAULT_TILE = 512
@@ -31,8 +36,8 @@ _DEFAULT_TILE = 512
 _MERGE_PIXELS = 4096 * 4096
 
 
-def open_openslide(path: str | os.PathLike[str]) -> SlideSource:
-    """Open a slide with OpenSlide as a :class:`SlideSource`.
+def open_openslide(path: str | os.PathLike[str]) -> BackendSlide:
+    """Open a slide with OpenSlide as a :class:`BackendSlide`.
 
     Raises
     ------
@@ -66,7 +71,7 @@ def open_openslide(path: str | os.PathLike[str]) -> SlideSource:
         ) from exc
 
 
-def _source(name: str, osr: Any) -> SlideSource:
+def _source(name: str, osr: Any) -> BackendSlide:
     props = dict(osr.properties)
     info = FormatInfo(str(props.get("openslide.vendor") or "openslide"))
     info.properties = props
@@ -83,7 +88,7 @@ def _source(name: str, osr: Any) -> SlideSource:
         str(key): partial(_associated, osr, key, bg) for key in osr.associated_images
     }
     warn_uncalibrated(name, info)
-    return SlideSource(info=info, levels=levels, axes="YXS", associated=associated, close=osr.close)
+    return BackendSlide(info=info, levels=levels, axes="YXS", associated=associated, close=osr.close)
 
 
 def _associated(osr: Any, key: str, bg: np.ndarray) -> np.ndarray:

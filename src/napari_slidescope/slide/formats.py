@@ -266,10 +266,15 @@ def describe(tif: tifffile.TiffFile, series: tifffile.TiffPageSeries, path: str)
         mpp_res = resolution_mpp(page)
         if mpp_res is not None:
             info.mpp, info.calibration_source = mpp_res, "TIFF resolution tags"
+    warn_uncalibrated(path, info)
+    return info
+
+
+def warn_uncalibrated(path: str, info: FormatInfo) -> None:
+    """Warn, naming the file, when a slide carries no pixel size (every backend says this)."""
     if info.mpp is None:
         warnings.warn(
             f"{path}: the file carries no pixel size; scale stays 1 and units are pixels",
             SlidescopeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-    return info

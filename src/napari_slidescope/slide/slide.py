@@ -16,7 +16,8 @@ import numpy as np
 
 from napari_slidescope._units import as_pair
 from napari_slidescope.errors import SlidescopeWarning
-from napari_slidescope.slide import _bif, _check, _levels, _scaled, _source, _tiff, level_choice
+from napari_slidescope.slide import _bif, _check, _levels, _registry, _scaled, _tiff, level_choice
+from napari_slidescope.slide._backend import BackendSlide
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
 from napari_slidescope.slide.errors import SlideError
@@ -402,13 +403,13 @@ class Slide(_BaseSlide):
         self.damage = _levels.DamageLog(self.source.display)
         self._tif: Any = None
         self._remote: RemoteFile | None = None
-        self._source: _source.SlideSource | None = None
-        kind = _source.choose_backend(self.source, backend)
+        self._backend_slide: BackendSlide | None = None
+        kind = _registry.choose_backend(self.source, backend)
         self.backend = kind
         if kind != "tifffile":
-            self._source = _source.open_source(kind, self.source, timeout=timeout)
+            self._backend_slide = _registry.open_source(kind, self.source, timeout=timeout)
             try:
-                self._open_source(self._source, budget, on_error)
+                self._open_backend(self._backend_slide, budget, on_error)
             except BaseException:
                 self.close()
                 raise
@@ -570,7 +571,7 @@ class Slide(_BaseSlide):
             "dtype": str(self._readers[0].dtype),
         }
 
-    def _open_source(self, src: _source.SlideSource, budget: int, on_error: OnError) -> None:
+    def _open_backend(self, src: BackendSlide, budget: int, on_error: OnError) -> None:
         """Set the slide up from a non-TIFF backend's levels and metadata."""
         path = self.source.display
         info = src.info
@@ -681,7 +682,7 @@ class Slide(_BaseSlide):
         tif = getattr(self, "_tif", None)
         if tif is not None:
             tif.close()
-        src = getattr(self, "_source", None)
+        src = getattr(self, "_backend_slide", None)
         if src is not None:
             src.close()
         remote = getattr(self, "_remote", None)

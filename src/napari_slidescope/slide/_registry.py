@@ -1,28 +1,22 @@
-"""Slides that are not TIFF files: what a backend hands to :class:`~.slide.Slide`, and dispatch.
+"""The slide backends' registry: which backend opens a path, and opening it with that one.
 
-A backend (DICOM WSI through wsidicom, OME-Zarr through zarr, OpenSlide-only formats
-through OpenSlide) opens a slide and returns a :class:`SlideSource`: one native-chunk
-reader per pyramid level (the same protocol the TIFF adapter implements, so levels get the
-same dask chunk budget, decoded-tile cache and parallel reads as every other slide), the
-metadata in a :class:`~.formats.FormatInfo`, loaders of the associated images and a
-``close``. :func:`choose_backend` decides, from a cheap look at the path, which backend
-opens it; the TIFF family stays with the tifffile path in :mod:`.slide`.
+:func:`choose_backend` decides, from a cheap look at the path, which backend opens it;
+:func:`open_source` hands the path to that backend's module, which returns a
+:class:`~._backend.BackendSlide`. The TIFF family stays with the tifffile path in
+:mod:`.slide`. A new backend is a module that imports :mod:`._backend` (and the slide
+package's leaves), one name in :data:`BACKENDS`, and a branch in each function here.
+The backends defer their heavy packages (wsidicom, zarr, openslide) to the first open,
+so importing them here costs little.
 """
 
 from __future__ import annotations
 
-import os
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from napari_slidescope.errors import SlidescopeWarning
-from napari_slidescope.slide.errors import SlideError
-from napari_slidescope.slide.formats import OPENSLIDE_SUFFIXES, FormatInfo
+from napari_slidescope.errors import SlideError
+from napari_slidescope.slide import _dicom, _ngff, _openslide
+from napari_slidescope.slide._backend import BackendSlide
+from napari_slidescope.slide.formats import OPENSLIDE_SUFFIXES
 from napari_slidescope.slide.source import DICOMWEB_SCHEMES, Source
 
 #: Backends :func:`open_slide` accepts by name (``backend=``); None chooses from the path.
@@ -33,43 +27,6 @@ OPENSLIDE_EXTENSIONS = OPENSLIDE_SUFFIXES
 
 #: Files in a folder looked at for the DICOM preamble before the folder is called "not DICOM".
 _DICOM_SNIFF_FILES = 64
-
-
-@dataclass
-class SlideSource:
-    """An opened non-TIFF slide, as a backend hands it to :class:`~.slide.Slide`.
-
-    Attributes
-    ----------
-    info : FormatInfo
-        Format name, calibration (and where it came from), channels, properties.
-    levels : list of NativeChunks
-        Native-chunk readers, level 0 first; each one's shape is in `axes` order.
-    axes : {"YXS", "CYX", "YX"}
-    associated : dict of str to callable
-        Label, overview (macro), thumbnail...: each decoded when first asked for.
-    close : callable
-        Releases what the backend holds open.
-    notes : list of str
-        What was left out or ignored (the Slide warns once with them).
-    """
-
-    info: FormatInfo
-    levels: list[Any]
-    axes: str
-    associated: dict[str, Callable[[], np.ndarray]] = field(default_factory=dict)
-    close: Callable[[], None] = lambda: None
-    notes: list[str] = field(default_factory=list)
-
-
-def warn_uncalibrated(path: str, info: FormatInfo) -> None:
-    """Warn as the TIFF path does when a slide carries no pixel size."""
-    if info.mpp is None:
-        warnings.warn(
-            f"{path}: the file carries no pixel size; scale stays 1 and units are pixels",
-            SlidescopeWarning,
-            stacklevel=4,
-        )
 
 
 def _is_dicom_file(path: Path) -> bool:
@@ -166,16 +123,7 @@ def _choose_remote(source: Source) -> str:
     return "tifffile"
 
 
-def missing_extra(path: str | os.PathLike[str], what: str, extra: str) -> SlideError:
-    """Return the error for a slide whose backend's optional packages are not installed."""
-    return SlideError(
-        path,
-        f"is {what}; reading it needs the optional packages of the [{extra}] extra: "
-        f"pip install 'napari-slidescope[{extra}]'",
-    )
-
-
-def open_source(kind: str, source: Source, *, timeout: float | None = None) -> SlideSource:
+def open_source(kind: str, source: Source, *, timeout: float | None = None) -> BackendSlide:
     """Open `source` with the non-TIFF backend `kind` (see :func:`choose_backend`).
 
     `timeout` bounds each request of a DICOMweb series (other backends use fsspec's).
@@ -183,19 +131,13 @@ def open_source(kind: str, source: Source, *, timeout: float | None = None) -> S
     if source.protocol in DICOMWEB_SCHEMES and kind != "dicom":
         raise SlideError(source.display, f"is a DICOMweb series: the {kind} backend cannot read it")
     if kind == "dicom":
-        from napari_slidescope.slide import _dicom
-
         return _dicom.open_dicom(source, timeout=timeout)
     if kind == "ome-zarr":
-        from napari_slidescope.slide import _ngff
-
         return _ngff.open_ngff(source)
     if kind == "openslide":
         if source.is_remote:
             raise SlideError(
                 source.display, "OpenSlide reads local files only: copy the slide to a disk"
             )
-        from napari_slidescope.slide import _openslide
-
         return _openslide.open_openslide(source.target)
     raise ValueError(f"no backend {kind!r}")

@@ -1,6 +1,7 @@
 """Opening whole-slide images: the only package that imports tifffile and zarr."""
 
-from napari_slidescope.slide._levels import DamageLog, damage_message, read_pixels
+from napari_slidescope.slide._levels import DamageLog, damage_message
+from napari_slidescope.slide._pixels import read_pixels
 from napari_slidescope.slide.cache import set_cache_bytes, tile_cache
 from napari_slidescope.slide.chunking import DEFAULT_CHUNK_BYTES, choose_chunks
 from napari_slidescope.slide.errors import SlideError

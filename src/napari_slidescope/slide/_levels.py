@@ -21,7 +21,6 @@ import collections
 import functools
 import itertools
 import os
-import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -469,27 +468,6 @@ def _hull(key: Any, shape: tuple[int, ...]) -> tuple[AxisRanges, tuple[Any, ...]
                 box.append((0, n))
                 rel.append(k)
     return tuple(box), tuple(rel)
-
-
-def read_pixels(region: Any) -> np.ndarray:
-    """Return a sliced level as a numpy array, read the fastest way it can be.
-
-    A basic slice of a slide's level (a :class:`~._dask_levels.RegionArray`) is read
-    directly, its missing tiles decoded on the module's thread pool, with no dask
-    scheduler in the way (and without importing ``distributed``, which dask's scheduler
-    lookup does); any other dask array is computed on dask's threaded scheduler; anything
-    else goes through ``np.asarray``. dask is not imported here: a process that never
-    made a dask array has none to compute.
-    """
-    if "dask.array" in sys.modules:
-        from napari_slidescope.slide._dask_levels import RegionArray
-
-        da = sys.modules["dask.array"]
-        if isinstance(region, RegionArray):
-            return np.asarray(region)
-        if isinstance(region, da.Array):
-            return np.asarray(region.compute(scheduler="threads"))
-    return np.asarray(region)
 
 
 def level_reader(

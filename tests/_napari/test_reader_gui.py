@@ -112,13 +112,13 @@ def _cached_tiles(owner):
 
 
 def test_removing_the_layer_releases_its_slide(make_napari_viewer, sample_slide):
-    from napari_slidescope._napari import reader
+    from napari_slidescope._napari import open_slides
 
     viewer = make_napari_viewer()
     path, _ = sample_slide
     [layer] = viewer.open(str(path), plugin="napari-slidescope")
-    slide = reader._OPEN[-1]
-    assert layer.metadata[reader.SLIDE_KEY] == slide._owner
+    slide = open_slides._OPEN[-1]
+    assert layer.metadata[open_slides.SLIDE_KEY] == slide._owner
     np.asarray(layer.data[0][:600, :600])  # decoded tiles go to the shared cache
     assert _cached_tiles(slide._owner)
     [other] = viewer.open(str(path), plugin="napari-slidescope")  # a second, separate slide
@@ -127,26 +127,26 @@ def test_removing_the_layer_releases_its_slide(make_napari_viewer, sample_slide)
     viewer.layers.remove(layer)
     assert not _cached_tiles(slide._owner)
     assert slide._tif.filehandle.closed
-    assert slide not in reader._OPEN
-    other_slide = reader._OPEN[-1]
+    assert slide not in open_slides._OPEN
+    other_slide = open_slides._OPEN[-1]
     assert _cached_tiles(other_slide._owner)  # the other slide is untouched
     assert np.asarray(other.data[0][:600, :600]).any()
     viewer.layers.clear()
     assert not _cached_tiles(other_slide._owner)
-    assert other_slide not in reader._OPEN
+    assert other_slide not in open_slides._OPEN
 
 
 def test_a_multichannel_slide_stays_open_while_a_channel_is_shown(make_napari_viewer, shared_file):
-    from napari_slidescope._napari import reader
+    from napari_slidescope._napari import open_slides
 
     viewer = make_napari_viewer()
     layers = viewer.open(str(shared_file("small_vectra.qptiff")), plugin="napari-slidescope")
-    slide = reader._OPEN[-1]
+    slide = open_slides._OPEN[-1]
     for layer in layers[:-1]:
         viewer.layers.remove(layer)
-        assert slide in reader._OPEN
+        assert slide in open_slides._OPEN
         assert not slide._tif.filehandle.closed
     assert np.asarray(layers[-1].data[:16, :16]).shape == (16, 16)  # still readable
     viewer.layers.remove(layers[-1])
-    assert slide not in reader._OPEN
+    assert slide not in open_slides._OPEN
     assert slide._tif.filehandle.closed

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from napari_slidescope._napari.canvases import Patch, tile_patch
+from napari_slidescope._napari.open_slides import source_for
 from napari_slidescope._napari.viewport import image_shape0
 from napari_slidescope._types import Box
 from napari_slidescope.options import NucleiOptions, TissueOptions
@@ -60,7 +61,6 @@ class SlideSource:
 
     def open(self) -> Any:
         """Open the slide (call on the worker thread); close it when done."""
-        from napari_slidescope._napari.reader import source_for
         from napari_slidescope.slide import ArraySlide, open_slide
 
         if self.path is not None:

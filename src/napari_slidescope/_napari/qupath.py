@@ -48,82 +48,13 @@ def get_geojson_reader(path: str) -> Callable[[str | list[str]], list[FullLayerD
     return read_geojson_layers if looks_like_geojson(path) else None
 
 
-def get_parquet_reader(path: str) -> Callable[[str | list[str]], list[FullLayerData]] | None:
-    """Return :func:`read_parquet_layers` for a GeoParquet of outlines (``slidescope batch``)."""
-    if not path.lower().endswith(".parquet") or not os.path.isfile(path):
-        return None
-    try:
-        import pyarrow.parquet as pq
-
-        schema = pq.read_schema(path)
-    except Exception:  # noqa: BLE001 - not ours: another reader may take it
-        return None
-    meta = schema.metadata or {}
-    if b"geo" not in meta or "geometry" not in schema.names:
-        return None
-    return read_parquet_layers
-
-
-def read_parquet_layers(
-    path: str | list[str],
-    *,
-    align: dict[str, Any] | None = None,
-    shape0: tuple[int, int] | None = None,
-) -> list[FullLayerData]:
-    """Read a ``nuclei.parquet`` (WKB outlines in level-0 ``(x, y)``) as aligned detections.
-
-    ``align`` (``scale``, ``translate``, ``units``) and ``shape0`` place the layer; default
-    the current viewer's slide.
-    """
-    import pyarrow.parquet as pq
-    import shapely
-
-    from napari_slidescope.analysis.qupath import QuPathObject
-
-    if isinstance(path, list):
-        path = path[0]
-    from napari_slidescope._napari.batch_results import is_nuclei_parquet, nuclei_layer
-
-    if is_nuclei_parquet(path):  # this plugin's own: painted by tile, no object per nucleus
-        align, shape0 = _placement(align, shape0)
-        stem = Path(path).parent.name if Path(path).stem == "nuclei" else Path(path).stem
-        found = nuclei_layer(Path(path), f"{stem} nuclei", align, shape0)
-        return [] if found is None else [found]
-    table = pq.read_table(path)
-    geoms = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
-    numeric = [
-        c
-        for c in table.column_names
-        if c not in ("geometry", "tile") and not c.startswith("bbox_")
-        and table.schema.field(c).type.num_fields == 0
-        and str(table.schema.field(c).type).startswith(("int", "uint", "float", "double"))
-    ]  # fmt: skip
-    cols = {c: table.column(c).to_numpy() for c in numeric}
-    objects = []
-    for k, g in enumerate(geoms):
-        parts = list(getattr(g, "geoms", [g]))
-        polys = [
-            (
-                np.asarray(p.exterior.coords, float)[:-1, ::-1],
-                [np.asarray(h.coords, float)[:-1, ::-1] for h in p.interiors],
-            )
-            for p in parts
-            if p is not None and not p.is_empty
-        ]
-        if polys:
-            meas = {c: float(cols[c][k]) for c in numeric}
-            objects.append(
-                QuPathObject("detection", polys, class_name="Nucleus", measurements=meas)
-            )
-    align, shape0 = _placement(align, shape0)
-    stem = Path(path).parent.name if Path(path).stem == "nuclei" else Path(path).stem
-    return [detections_layer(objects, f"{stem} nuclei", align, shape0)] if objects else []
-
-
-def _placement(
+def placement(
     align: dict[str, Any] | None, shape0: tuple[int, int] | None
 ) -> tuple[dict[str, Any], tuple[int, int] | None]:
-    """``align`` and ``shape0`` when given, else those of the current viewer's slide (or none)."""
+    """``align`` and ``shape0`` when given, else those of the current viewer's slide (or none).
+
+    (The GeoParquet reader, :mod:`.parquet`, places its layers the same way.)
+    """
     if align is not None:
         return align, shape0
     from napari_slidescope._napari.shapes import aligned
@@ -164,7 +95,7 @@ def read_geojson_layers(
     """Read QuPath GeoJSON objects as layers aligned with the current slide.
 
     ``align`` (``scale``, ``translate``, ``units``) and ``shape0`` place the layers instead,
-    as for :func:`read_parquet_layers`.
+    as for :func:`~napari_slidescope._napari.parquet.read_parquet_layers`.
 
     Raises
     ------
@@ -176,7 +107,7 @@ def read_geojson_layers(
     if isinstance(path, list):
         path = path[0]
     objects = read_objects(path)
-    align, shape0 = _placement(align, shape0)
+    align, shape0 = placement(align, shape0)
     stem = _stem(path)
     out: list[FullLayerData] = []
     ann = [o for o in objects if o.object_type not in ("detection", "cell", "tile")]

@@ -10,8 +10,9 @@ own rasters, never the slide's levels, so they do not keep it open.
 from __future__ import annotations
 
 import os
-import weakref
 from typing import TYPE_CHECKING, Any
+
+from napari_slidescope._napari.open_slides import SLIDE_KEY, close_with_layers, remember_source
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -23,9 +24,6 @@ if TYPE_CHECKING:
 
 #: Tiled TIFFs whose level 0 decodes to more than this are too large to load eagerly.
 EAGER_LIMIT_BYTES = 256 * 2**20
-
-#: Layer metadata key holding the id of the open slide a layer shows.
-SLIDE_KEY = "slidescope_slide"
 
 
 def get_reader(path: str | list[str]) -> ReaderFunction | None:
@@ -63,7 +61,7 @@ def get_reader(path: str | list[str]) -> ReaderFunction | None:
 
             return get_geojson_reader(os.fspath(path))
         if os.fspath(path).lower().endswith(".parquet"):
-            from napari_slidescope._napari.qupath import get_parquet_reader
+            from napari_slidescope._napari.parquet import get_parquet_reader
 
             return get_parquet_reader(os.fspath(path))
         return read_slide if _wants(os.fspath(path)) else None
@@ -168,25 +166,9 @@ def read_slide(
     slide = open_slide(path, on_error="blank", storage_options=storage_options)
     _watch_damage(slide)  # before any pixel is read
     data = layer_data(slide)
-    if slide.source.is_remote:
-        _SOURCES[slide.source.display] = slide.source
-    _close_with_layers(slide)
+    remember_source(slide)
+    close_with_layers(slide)
     return [data]
-
-
-#: The sources (URL as given, storage options) of the URLs the reader opened, by the
-#: credential-free URL the layers show: the widget reopens a layer's slide through them.
-_SOURCES: dict[str, Any] = {}
-
-
-def source_for(path: str) -> Any:
-    """Return what to open for a layer's ``metadata["path"]``.
-
-    For a URL the reader opened, the :class:`~napari_slidescope.slide.source.Source` it
-    was opened from (with its credentials and storage options, which the layer does not
-    show); else `path` itself.
-    """
-    return _SOURCES.get(path, path)
 
 
 def add_slide_layers(
@@ -209,47 +191,6 @@ def _watch_damage(slide: Any) -> None:
         from napari_slidescope._qt.damage import watch
 
         watch(viewer, slide)
-
-
-#: Slides opened by the reader that a viewer's layers may still show.
-_OPEN: list[Any] = []
-_WATCHED: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def _close_with_layers(slide: Any) -> None:
-    """Close `slide` once no layer of the current viewer shows it any more.
-
-    The layers of one slide (its channels, duplicates) carry the slide's id in their
-    metadata under :data:`SLIDE_KEY`.
-    """
-    import napari
-
-    viewer = napari.current_viewer()
-    if viewer is None:  # read outside a viewer: the caller owns the layer data
-        return
-    _OPEN.append(slide)
-    if viewer not in _WATCHED:
-        _WATCHED.add(viewer)
-        viewer.layers.events.removed.connect(_on_layer_removed)
-
-
-def _slide_key(layer: Any) -> Any:
-    metadata = getattr(layer, "metadata", None)
-    return metadata.get(SLIDE_KEY) if isinstance(metadata, dict) else None
-
-
-def _on_layer_removed(event: Any) -> None:
-    """Close the reader's slides that the remaining layers no longer show."""
-    key = _slide_key(event.value)
-    if key is None or any(_slide_key(layer) == key for layer in event.source):
-        return
-    for slide in [s for s in _OPEN if s._owner == key]:
-        _OPEN.remove(slide)
-        slide.close()
-    from napari_slidescope._napari.damage import damage_layers
-
-    for overlay in damage_layers(event.source, key):  # its damaged-tile outlines
-        event.source.remove(overlay)
 
 
 def layer_data(slide: Any) -> FullLayerData:

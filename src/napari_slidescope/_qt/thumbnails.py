@@ -92,7 +92,7 @@ def preview(img: np.ndarray, px: int) -> np.ndarray:
 
 def load_associated(path: str) -> dict[str, np.ndarray]:
     """Read the slide's label and macro images (worker thread)."""
-    from napari_slidescope._napari.reader import source_for
+    from napari_slidescope._napari.open_slides import source_for
     from napari_slidescope.slide import open_slide
 
     out = {}

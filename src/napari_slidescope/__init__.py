@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from napari_slidescope._version import __version__
 from napari_slidescope.errors import (
     Cancelled,
     ClassifierFileError,
@@ -27,8 +28,6 @@ from napari_slidescope.errors import (
     SlidescopeWarning,
     UncalibratedWarning,
 )
-
-from napari_slidescope._version import __version__
 
 _LAZY = {
     "open_slide": "napari_slidescope.slide",

@@ -88,7 +88,9 @@ def _source(name: str, osr: Any) -> BackendSlide:
         str(key): partial(_associated, osr, key, bg) for key in osr.associated_images
     }
     warn_uncalibrated(name, info)
-    return BackendSlide(info=info, levels=levels, axes="YXS", associated=associated, close=osr.close)
+    return BackendSlide(
+        info=info, levels=levels, axes="YXS", associated=associated, close=osr.close
+    )
 
 
 def _associated(osr: Any, key: str, bg: np.ndarray) -> np.ndarray:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import threading
 import time
 from collections import OrderedDict

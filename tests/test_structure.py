@@ -90,3 +90,25 @@ def test_the_circle_finder_finds_a_circle(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     graph = grimp.build_graph("circ_pkg", cache_dir=None)
     assert _circles(graph) == [["circ_pkg.a", "circ_pkg.b"]]
+
+
+#: Deprecated re-exports of :mod:`napari_slidescope.errors`, kept for old imports only.
+SHIMS = ("napari_slidescope.slide.errors", "napari_slidescope._warnings")
+#: Modules that still import through a shim because another branch is rewriting them;
+#: empty this once they import napari_slidescope.errors (and then delete _warnings.py).
+#: (_qt/widget.py is being split: whichever _qt module inherits its import is let through.)
+SHIM_USERS_PENDING = {
+    "napari_slidescope.pipeline.tissue",
+    "napari_slidescope.slide._scaled",
+    "napari_slidescope._qt.widget",
+}
+
+
+def test_the_package_imports_errors_from_their_home():
+    """No module imports SlideError or SlidescopeWarning through a deprecated re-export."""
+    import grimp
+
+    graph = grimp.build_graph("napari_slidescope", cache_dir=None)
+    users = {m for shim in SHIMS for m in graph.find_modules_that_directly_import(shim)}
+    others = {m for m in users - set(SHIMS) if not m.startswith("napari_slidescope._qt.")}
+    assert others <= SHIM_USERS_PENDING, sorted(others - SHIM_USERS_PENDING)

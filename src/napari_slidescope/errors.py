@@ -1,8 +1,9 @@
 """The errors and warnings the public API raises, in one public place.
 
 Each is also importable from where it was first defined (for example
-``napari_slidescope.slide.SlideError`` or ``napari_slidescope._warnings.SlidescopeWarning``):
-those names are this module's classes, so ``except`` clauses work with either path.
+``napari_slidescope.slide.SlideError`` or ``napari_slidescope.segmenters.SegmenterInfoWarning``):
+those names are this module's classes, so ``except`` clauses work with either path. The
+package's own modules import them from here.
 
 Every warning the package emits is a :class:`SlidescopeWarning`, so one filter turns
 them all into errors or silences them::

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from tests.fakes import ThresholdSegmenter
 
-from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.measure import COLUMNS
 from napari_slidescope.analysis.stains import RUIFROK_HE
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.pipeline.nuclei import iter_segment_nuclei, segment_nuclei
 from napari_slidescope.slide import ArraySlide
 

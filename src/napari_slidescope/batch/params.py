@@ -316,7 +316,7 @@ def find_slides(
 
 def _list_prefix(source: Source) -> list[str]:
     """Return the slide URLs under a URL prefix, sorted."""
-    from napari_slidescope.slide.errors import SlideError
+    from napari_slidescope.errors import SlideError
 
     fs, path = source.filesystem()
     try:

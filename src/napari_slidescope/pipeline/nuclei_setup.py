@@ -23,8 +23,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.stains import StainMatrix, estimate_stains, for_stain
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.options import NucleiOptions
 from napari_slidescope.pipeline import runner as _runner
 from napari_slidescope.pipeline.cancel import check_cancel

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from napari_slidescope._warnings import SlidescopeWarning
 from napari_slidescope.analysis.geometry import labels_to_polygons
 from napari_slidescope.analysis.measure import concat_tables
 from napari_slidescope.analysis.resample import resample_nearest
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 from napari_slidescope.pipeline.runner import TileResult
 from napari_slidescope.pipeline.tiling import TilePlan, paste_owned

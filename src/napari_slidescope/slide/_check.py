@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_slidescope.slide.errors import SlideError
+from napari_slidescope.errors import SlideError
 
 #: Image file directories (pages) in one file, SubIFDs included.
 MAX_IFDS = 4096

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from napari_slidescope.errors import SlideError
 from napari_slidescope.slide import _dicomweb, _tiff
 from napari_slidescope.slide._backend import BackendSlide, missing_extra
 from napari_slidescope.slide._network import classify, default_retries, default_timeout
-from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo, warn_uncalibrated
 from napari_slidescope.slide.source import Source, scrub
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from napari_slidescope.errors import SlideError
 from napari_slidescope.slide._network import BACKOFF, CONCURRENCY
-from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.source import DICOMWEB_SCHEMES, Source
 
 #: Environment variable: a bearer token for DICOMweb servers (when no option gives one).

@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from napari_slidescope.errors import SlidescopeWarning
+from napari_slidescope.errors import SlideError, SlidescopeWarning
 from napari_slidescope.slide import _tiff
 from napari_slidescope.slide.cache import tile_cache
-from napari_slidescope.slide.errors import SlideError
 
 if TYPE_CHECKING:
     import tifffile

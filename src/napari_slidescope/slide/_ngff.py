@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from napari_slidescope.errors import SlideError
 from napari_slidescope.slide import _tiff
 from napari_slidescope.slide._backend import BackendSlide
-from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import PLAUSIBLE_MPP, FormatInfo, warn_uncalibrated
 from napari_slidescope.slide.source import Source
 

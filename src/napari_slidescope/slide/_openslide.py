@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from napari_slidescope.errors import SlideError
 from napari_slidescope.slide import _tiff
 from napari_slidescope.slide._backend import BackendSlide, missing_extra
-from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import (
     PLAUSIBLE_MPP,
     FormatInfo,

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import tifffile
 
+from napari_slidescope.errors import SlideError
 from napari_slidescope.slide import _check
-from napari_slidescope.slide.errors import SlideError
 
 if TYPE_CHECKING:
     import zarr

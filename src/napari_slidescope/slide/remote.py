@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from napari_slidescope.errors import SlideError
 from napari_slidescope.slide import _dicomweb, _tiff
 from napari_slidescope.slide._network import (
     BACKOFF,
@@ -46,7 +47,6 @@ from napari_slidescope.slide._network import (
     default_retries,
     default_timeout,
 )
-from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.source import DICOMWEB_SCHEMES, Source
 
 __all__ = [

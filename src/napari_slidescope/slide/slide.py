@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from napari_slidescope._units import as_pair
-from napari_slidescope.errors import SlidescopeWarning
+from napari_slidescope.errors import SlideError, SlidescopeWarning
 from napari_slidescope.slide import _bif, _check, _levels, _registry, _scaled, _tiff, level_choice
 from napari_slidescope.slide._backend import BackendSlide
 from napari_slidescope.slide.cache import tile_cache
 from napari_slidescope.slide.chunking import default_chunk_bytes, parse_bytes
-from napari_slidescope.slide.errors import SlideError
 from napari_slidescope.slide.formats import FormatInfo, associated_name, describe
 from napari_slidescope.slide.source import Source, UrlPath, resolve
 

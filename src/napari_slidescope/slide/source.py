@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from napari_slidescope.slide.errors import SlideError
+from napari_slidescope.errors import SlideError
 
 __all__ = ["REMOTE_EXTRA", "Source", "UrlPath", "is_url", "redact", "resolve", "scrub"]
 

@@ -39,6 +39,7 @@ from napari_slidescope.analysis.phenotypes import (
     ihc_summary,
     parse_rule,
 )
+from napari_slidescope.pipeline.cell_classifier import load_classifier
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 
 __all__ = [
@@ -638,8 +639,9 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
     """Return what ``slidescope batch --classify FILE`` applies: rules, or a learned classifier.
 
     A JSON file whose top-level ``"kind"`` is :data:`RULES_KIND` is phenotype rules;
-    anything else is handed to ``napari_slidescope.classifier.load_classifier(path)``
-    (a learned classifier, when that module is installed).
+    a zip file is handed to
+    :func:`~napari_slidescope.pipeline.cell_classifier.load_classifier` (a learned
+    classifier).
 
     Returns
     -------
@@ -656,8 +658,6 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
         Unreadable file, invalid rules, or a file that is neither rules nor a classifier
         this installation can load (the message names the file).
     """
-    import importlib
-
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -671,23 +671,13 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
     if isinstance(data, Mapping) and data.get("kind") == RULES_KIND:
         rules = PhenotypeRules.from_dict(data, where=str(path))
         return rules, {"kind": "rules", "rules": rules.to_dict(), "sha256": rules.digest()}
-    try:
-        module = importlib.import_module("napari_slidescope.classifier")
-    except ImportError:
-        module = None
-    loader = getattr(module, "load_classifier", None)
     what = "JSON without" if data is not None else "not JSON, and has no"
-    if loader is None:
-        raise ValueError(
-            f'{path}: not phenotype rules ({what} "kind": "{RULES_KIND}") and no '
-            "classifier loader is installed (napari_slidescope.classifier.load_classifier)"
-        )
     if not raw.startswith(b"PK"):  # a classifier file is a zip (.npz); this is text or junk
         raise ValueError(
             f'{path}: not phenotype rules ({what} "kind": "{RULES_KIND}") and not a '
             "classifier file either"
         )
-    classifier = loader(path)
+    classifier = load_classifier(path)
     if not callable(getattr(classifier, "predict_classes", None)):
         raise ValueError(f"{path}: the loaded classifier has no predict_classes(result)")
     digest = getattr(classifier, "digest", None)

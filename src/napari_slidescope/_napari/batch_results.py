@@ -21,6 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from napari_slidescope._napari.layers import image_read_chunk
+from napari_slidescope._napari.qupath import read_geojson_layers, shown_slide_layer
+from napari_slidescope._napari.shapes import aligned
+from napari_slidescope._napari.viewport import image_shape0
+
 if TYPE_CHECKING:
     from npe2.types import FullLayerData
 
@@ -53,10 +58,6 @@ def read_batch_folder(path: str | list[str]) -> list[FullLayerData]:
     ValueError
         If the folder has no readable manifest (naming the folder).
     """
-    from napari_slidescope._napari.qupath import read_geojson_layers, shown_slide_layer
-    from napari_slidescope._napari.shapes import aligned
-    from napari_slidescope._napari.viewport import image_shape0
-
     if isinstance(path, list):
         path = path[0]
     folder = Path(path)
@@ -141,8 +142,6 @@ def nuclei_layer(
         feats[c] = np.asarray(table.column(c).to_pylist(), dtype=object)
     read_chunk = None
     if image is not None:
-        from napari_slidescope._napari.layers import image_read_chunk
-
         read_chunk = image_read_chunk(image, (1.0, 1.0))
     if labels is not None and labels.is_dir():
         pyramid = LabelPyramid.open(labels, read_chunk=read_chunk)

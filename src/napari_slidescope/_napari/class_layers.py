@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from psygnal import Signal
 
+from napari_slidescope._napari.layers import canvas_of, cells_layers_of
+
 __all__ = ["class_colormap", "events", "legend_text", "show_classes"]
 
 
@@ -65,8 +67,6 @@ def show_classes(layer: Any, result: Any) -> None:
     The cells a run drew beside the nuclei (``"<slide> cells"``, same ids) take the same
     colours.
     """
-    from napari_slidescope._napari.layers import canvas_of, cells_layers_of
-
     table = result.table
     layer.colormap = class_colormap(table["id"], table["class"], result.classes)
     for cells in cells_layers_of(canvas_of(layer)):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from napari_slidescope._io import is_writable_folder
 from napari_slidescope._napari.canvases import PyramidCanvas, ResultCanvas
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.shapes import tissue_export
@@ -179,8 +180,6 @@ def export_folder(chosen: str | os.PathLike[str]) -> tuple[Path, str]:
 
 
 def _writable(folder: Path, probe: bool) -> bool:
-    from napari_slidescope._io import is_writable_folder
-
     if probe:
         return is_writable_folder(folder)
     return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)

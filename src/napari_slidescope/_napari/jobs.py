@@ -17,7 +17,8 @@ from napari_slidescope._napari.canvases import Patch, tile_patch
 from napari_slidescope._napari.open_slides import source_for
 from napari_slidescope._napari.viewport import image_shape0
 from napari_slidescope._types import Box
-from napari_slidescope.options import NucleiOptions, TissueOptions
+from napari_slidescope.errors import SlidescopeWarning
+from napari_slidescope.options import NucleiOptions, TissueOptions, canonical_json
 
 Scope = Literal["visible", "slide", "shape"]
 Task = Literal["tissue", "nuclei"]
@@ -110,8 +111,6 @@ def slide_with_results(viewer: Any, kind: str = "nuclei") -> Any:
         No slide in the viewer.
     """
     import warnings
-
-    from napari_slidescope.errors import SlidescopeWarning
 
     active = viewer.layers.selection.active
     if active is not None and is_slide_layer(active):
@@ -291,7 +290,6 @@ def nuclei_identity(source: SlideSource, run: NucleiRun | NucleiOptions) -> dict
     with different identities computed different things: "Add (skip duplicates)" never
     mixes them on one layer.
     """
-    from napari_slidescope.options import canonical_json
     from napari_slidescope.segmenters import AUTO, resolve_auto, segmenter_identity
 
     run = NucleiRun.of(run)

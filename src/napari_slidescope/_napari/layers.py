@@ -33,6 +33,8 @@ from napari_slidescope._napari.canvases import (
     pyramid_outlines,
     tile_patch,
 )
+from napari_slidescope._napari.shapes import show_tissue as _show_tissue
+from napari_slidescope._napari.viewport import image_shape0
 from napari_slidescope._types import Box
 from napari_slidescope.analysis.resample import resample_nearest
 
@@ -149,8 +151,6 @@ def prepare_nuclei_layer(
         if old is None and not pyramid:
             canvas = ResultCanvas.for_region(region, downsample, mpp)
         else:  # a whole slide, or more than a dense canvas holds: a pyramid on disk
-            from napari_slidescope._napari.viewport import image_shape0
-
             canvas = PyramidCanvas.for_slide(
                 image_shape0(image), downsample, mpp,
                 read_chunk=image_read_chunk(image, downsample),
@@ -428,6 +428,4 @@ def _units(image: Any) -> dict[str, Any]:
 
 def show_tissue(viewer: Any, image: Any, result: Any) -> Any:
     """Show a ``TissueResult`` as ``"<image> tissue"`` (see :func:`.shapes.show_tissue`)."""
-    from napari_slidescope._napari.shapes import show_tissue as show
-
-    return show(viewer, image, result)
+    return _show_tissue(viewer, image, result)

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from napari_slidescope._napari.shapes import from_layer_coords, to_layer_coords
+from napari_slidescope._napari.jobs import slide_layers
+from napari_slidescope._napari.shapes import aligned, from_layer_coords, to_layer_coords
+from napari_slidescope._napari.viewport import image_shape0
 
 if TYPE_CHECKING:
     from npe2.types import FullLayerData
@@ -57,8 +59,6 @@ def placement(
     """
     if align is not None:
         return align, shape0
-    from napari_slidescope._napari.shapes import aligned
-    from napari_slidescope._napari.viewport import image_shape0
 
     image = shown_slide_layer()
     return ({}, None) if image is None else (aligned(image), image_shape0(image))
@@ -68,8 +68,6 @@ def shown_slide_layer() -> Any:
     """Return the slide of the current viewer (None without a viewer or a slide)."""
     try:
         import napari
-
-        from napari_slidescope._napari.jobs import slide_layers
 
         viewer = napari.current_viewer()
         found = slide_layers(viewer) if viewer is not None else []

@@ -1,7 +1,7 @@
 """How long a cancelled run takes to stop, against the same run left to finish.
 
 The figures that ``tests/pipeline/test_cancel.py``, ``tests/pipeline/test_runner.py`` and
-``tests/_napari/test_widget.py`` once asserted as wall-clock bounds (the tests now check
+``tests/_qt/test_widget.py`` once asserted as wall-clock bounds (the tests now check
 behaviour: what was read and predicted after the cancel). Each stage runs on a slow
 synthetic slide (every chunk read sleeps ``--delay`` s) or with a slow model (every
 ``predict`` sleeps ``--predict`` s); the event is set ``--after`` s into the run. Printed:

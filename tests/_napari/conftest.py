@@ -1,34 +1,5 @@
-"""Fixtures of the napari tests: a fast stand-in segmenter and a small synthetic slide."""
+"""Fixtures of the napari-glue tests: a fast stand-in segmenter and a small synthetic slide."""
 
-import pytest
-from tests.fakes import ThresholdSegmenter
+from tests.gui_fixtures import small_slide, threshold_segmenter
 
-
-@pytest.fixture
-def threshold_segmenter():
-    """The shared stand-in segmenter class, ``tests.fakes.ThresholdSegmenter``."""
-    return ThresholdSegmenter
-
-
-@pytest.fixture(scope="session")
-def small_slide(tmp_path_factory):
-    """A 1024 x 1536 synthetic slide at 0.5 µm/px (whole-slide runs in a few seconds)."""
-    from napari_slidescope.sample_data import write_sample_slide
-
-    path = tmp_path_factory.mktemp("small") / "small.svs"
-    write_sample_slide(path, shape=(1024, 1536), mpp=0.5, seed=2, tile=128)
-    return path
-
-
-@pytest.fixture
-def dock_slide(make_napari_viewer, qtbot):
-    """Open a slide in a shown viewer and dock a plugin widget: ``(viewer, layers, widget)``."""
-
-    def dock(path, widget="Slide analysis"):
-        viewer = make_napari_viewer(show=True)
-        layers = viewer.open(str(path), plugin="napari-slidescope")
-        _, docked = viewer.window.add_plugin_dock_widget("napari-slidescope", widget)
-        qtbot.wait(10)
-        return viewer, layers, docked
-
-    return dock
+__all__ = ["small_slide", "threshold_segmenter"]

@@ -123,7 +123,7 @@ def test_widget_and_console_runs_use_the_rule(seg, slide_mpp, expected):
     else:
         got = jobs.nuclei_mpp(source, {"segmenter": seg(), "target_mpp": None})
     assert got == expected
-    # what a session run then segments at: tests/_napari/test_session_resolution.py
+    # what a session run then segments at: tests/_qt/test_session_resolution.py
 
 
 def test_batch_leaves_the_resolution_to_the_rule_by_default():

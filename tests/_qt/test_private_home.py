@@ -28,9 +28,9 @@ HOME_VARS = {
     "SLIDESCOPE_CACHE",
 }
 GUI_TESTS = [
-    "tests/_napari/test_widget_ux.py::test_settings_survive_closing_and_reopening_the_widget",
-    "tests/_napari/test_launcher.py::test_launcher_opens_slide_and_docks_widget",
-    "tests/_napari/test_widget.py::test_export_buttons_write_geojson_and_csv",
+    "tests/_qt/test_widget_ux.py::test_settings_survive_closing_and_reopening_the_widget",
+    "tests/_qt/test_launcher.py::test_launcher_opens_slide_and_docks_widget",
+    "tests/_qt/test_widget.py::test_export_buttons_write_geojson_and_csv",
 ]
 
 

@@ -414,6 +414,7 @@ class Slide(_BaseSlide):
                 raise
             return
         if self.source.is_remote:
+            # deferred: remote.py imports asyncio (and fsspec), which local slides never need
             from napari_slidescope.slide.remote import RemoteFile
 
             self._remote = RemoteFile(self.source, timeout=timeout)
@@ -617,6 +618,7 @@ class Slide(_BaseSlide):
         """
         with self._level_lock:
             if self._level_list is None:
+                # deferred: _dask_levels imports dask.array (see the docstring)
                 from napari_slidescope.slide._dask_levels import as_dask
 
                 self._level_list = [

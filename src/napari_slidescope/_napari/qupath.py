@@ -29,9 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from napari_slidescope._io import atomic_write
 from napari_slidescope._napari.jobs import slide_layers
 from napari_slidescope._napari.shapes import aligned, from_layer_coords, to_layer_coords
 from napari_slidescope._napari.viewport import image_shape0
+from napari_slidescope.analysis.geojson import polygon_feature, write_features
+from napari_slidescope.analysis.qupath import looks_like_geojson, read_objects
 
 if TYPE_CHECKING:
     from npe2.types import FullLayerData
@@ -43,8 +46,6 @@ _BLOCK, _MARGIN = 2048, 256
 
 def get_geojson_reader(path: str) -> Callable[[str | list[str]], list[FullLayerData]] | None:
     """Return :func:`read_geojson_layers` when `path` is a GeoJSON file, else None."""
-    from napari_slidescope.analysis.qupath import looks_like_geojson
-
     if not path.lower().endswith(GEOJSON_SUFFIXES) or not os.path.isfile(path):
         return None
     return read_geojson_layers if looks_like_geojson(path) else None
@@ -100,8 +101,6 @@ def read_geojson_layers(
     ValueError
         If the file is not GeoJSON (naming the file).
     """
-    from napari_slidescope.analysis.qupath import read_objects
-
     if isinstance(path, list):
         path = path[0]
     objects = read_objects(path)
@@ -256,9 +255,6 @@ def write_geojson_layers(path: str, layer_data: list[Any]) -> list[str]:
     Shapes become annotations (``role == "hole"`` shapes become holes of their piece),
     Labels become one detection per label, its features row as measurements.
     """
-    from napari_slidescope._io import atomic_write
-    from napari_slidescope.analysis.geojson import write_features
-
     image = shown_slide_layer()
     feats_out: list[dict[str, Any]] = []
     for data, meta, kind in layer_data:
@@ -281,8 +277,6 @@ def write_geojson_layers(path: str, layer_data: list[Any]) -> list[str]:
 
 
 def _shape_features(data: Any, meta: dict[str, Any], to_px: Any, cls: str) -> list[dict]:
-    from napari_slidescope.analysis.geojson import polygon_feature
-
     feats = meta.get("features")
     n = len(data)
 
@@ -314,7 +308,6 @@ def _shape_features(data: Any, meta: dict[str, Any], to_px: Any, cls: str) -> li
 def _label_features(data: Any, meta: dict[str, Any], to_px: Any, cls: str) -> list[dict]:
     from pandas.api.types import is_numeric_dtype
 
-    from napari_slidescope.analysis.geojson import polygon_feature
     from napari_slidescope.analysis.geometry import labels_to_polygons
 
     level0 = data[0] if meta.get("multiscale") else data

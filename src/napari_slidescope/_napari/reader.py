@@ -5,6 +5,10 @@ layer showing a slide's levels (every channel of a multichannel slide, duplicate
 removed from the viewer, the slide is closed, which empties its part of the shared
 decoded-tile cache (:mod:`napari_slidescope.slide.cache`). Result layers hold their
 own rasters, never the slide's levels, so they do not keep it open.
+
+napari imports this module to ask whether it reads a path: the slide package (tifffile,
+numpy) and the readers of result files are imported inside the functions that need them,
+so asking stays cheap (a few ms).
 """
 
 from __future__ import annotations

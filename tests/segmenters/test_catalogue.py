@@ -281,8 +281,8 @@ def test_the_models_command_imports_no_runtime(home):
     code = (
         "import sys, contextlib, io\n"
         "from napari_slidescope.batch.cli import main\n"
-        "quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())\n"
-        "with quiet[0], quiet[1]:\n"
+        "out, err = io.StringIO(), io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
         f"    url = {closed_port_url()!r}\n"
         "    assert main(['models', 'install', 'instanseg', '--index-url', url]) == 1\n"
         "    assert main(['models', 'list']) == 0\n"

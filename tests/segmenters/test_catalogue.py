@@ -292,3 +292,11 @@ def test_the_models_command_imports_no_runtime(home):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_api_is_public_at_top_level():
+    import napari_slidescope
+
+    assert napari_slidescope.install_instanseg is catalogue.install_instanseg
+    assert napari_slidescope.installed_models is catalogue.installed_models
+    assert {"install_instanseg", "installed_models"} <= set(napari_slidescope.__all__)

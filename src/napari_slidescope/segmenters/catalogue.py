@@ -508,10 +508,13 @@ def installed_models(dest: str | os.PathLike[str] | None = None) -> list[ModelSt
 def _runtime(model: str) -> str:
     """Say what runs `model`'s network under ``runtime="auto"`` on a CPU here (imports nothing)."""
     have = {p: importlib.util.find_spec(p) is not None for p in ("onnxruntime", "onnx", "torch")}
-    if instanseg.MODELS[model].input == "brightfield" and have["onnxruntime"] and have["onnx"]:
-        return "onnxruntime (CPU; torch on a CUDA GPU)"
+    ort = have["onnxruntime"] and have["onnx"]
+    if instanseg.MODELS[model].input == "brightfield" and ort:
+        return "onnxruntime (on a CPU; torch on a CUDA GPU)"
+    if have["torch"] and ort:
+        return 'torch ("auto" keeps torch for this model; runtime="onnxruntime" when asked)'
     if have["torch"]:
-        return "torch (the [instanseg-onnx] extra adds ONNX Runtime)"
+        return "torch (the [instanseg-onnx] extra adds ONNX Runtime, faster on a CPU)"
     return "none: install the [instanseg-onnx] extra"
 
 

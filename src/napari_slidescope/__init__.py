@@ -48,6 +48,8 @@ _LAZY = {
     "write_sample_slide": "napari_slidescope.sample_data",
     "write_ki67_sample": "napari_slidescope.sample_cells",
     "write_multiplex_sample": "napari_slidescope.sample_cells",
+    "install_instanseg": "napari_slidescope.segmenters.catalogue",
+    "installed_models": "napari_slidescope.segmenters.catalogue",
 }
 
 #: The errors and warnings, also importable from :mod:`napari_slidescope.errors`.
@@ -79,6 +81,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
     from napari_slidescope.sample_cells import write_ki67_sample, write_multiplex_sample
     from napari_slidescope.sample_data import write_sample_slide
+    from napari_slidescope.segmenters.catalogue import install_instanseg, installed_models
     from napari_slidescope.slide import ArraySlide, Slide, open_slide
 
 

@@ -212,8 +212,8 @@ def test_unavailable_without_model_says_how_to_install(models_home, monkeypatch)
     for name in ("instanseg", "instanseg-fluorescence"):
         reason = missing_reason(name)
         assert "instanseg.pt not found" in reason
-        assert "segmenters.instanseg install" in reason
-        with pytest.raises(SegmenterUnavailableError, match="segmenters.instanseg install"):
+        assert "slidescope models install instanseg" in reason
+        with pytest.raises(SegmenterUnavailableError, match="slidescope models install instanseg"):
             get_segmenter(name)
 
 

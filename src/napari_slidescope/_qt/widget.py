@@ -52,6 +52,7 @@ from napari_slidescope._napari.viewport import camera_of
 from napari_slidescope._qt import session
 from napari_slidescope._qt.fields import field_value, option_widgets, set_field_value
 from napari_slidescope._qt.layout import MAX_WIDTH, FitWidth, wrap
+from napari_slidescope._qt.model_install import ModelInstaller
 from napari_slidescope._qt.settings import (
     WidgetSettings,
     builtin_defaults,
@@ -146,10 +147,14 @@ class SlideAnalysisWidget(Container):
             NucleiOptions, choices={"segmenter": ["auto", *installed]}
         )
         self.segmenter = self.nuclei_fields["segmenter"]
-        self.segmenter.tooltip = f"{self.segmenter.tooltip}; installed: {', '.join(installed)}"
+        self._segmenter_doc = self.segmenter.tooltip
+        self.segmenter.tooltip = f"{self._segmenter_doc}; installed: {', '.join(installed)}"
         # which model "auto" runs on this slide, and which models are installed, in view
         self.models = Label(label="Models", value=models_text(None, "auto"))
         wrap(self.models)
+        # below it while InstanSeg's models are missing: installs them in the background
+        self.model_installer = ModelInstaller(on_installed=self._on_models_installed)
+        self.model_installer.label = ""
         # "auto": the segmenter's resolution, never finer than the slide's own (unrounded)
         # pixel size, as segmenters.working_mpp decides for every entry point
         self.nuclei_mpp = self.nuclei_fields["target_mpp"]
@@ -173,6 +178,7 @@ class SlideAnalysisWidget(Container):
                 self.mode,
                 self.segmenter,
                 self.models,
+                self.model_installer,
                 *(self.nuclei_fields[n] for n in nuclei_main[1:]),
             ],
             labels=True,
@@ -478,6 +484,19 @@ class SlideAnalysisWidget(Container):
             warnings.simplefilter("ignore", SlidescopeWarning)  # uncalibrated: said on run
             mpp = self.controller.auto_mpp(layer, name or "auto")
         self.nuclei_mpp.tooltip = f"auto: {mpp:.4g} µm/px for {name or 'auto'} on this slide"
+
+    def _on_models_installed(self) -> None:
+        """Offer the models just installed, and say what "auto" runs now."""
+        from napari_slidescope.segmenters import available_segmenters
+
+        installed = available_segmenters()
+        combo = cast(ComboBox, self.segmenter)
+        value = combo.value
+        combo.choices = ["auto", *installed]
+        if value in combo.choices:
+            combo.value = value
+        self.segmenter.tooltip = f"{self._segmenter_doc}; installed: {', '.join(installed)}"
+        self._on_segmenter(self.segmenter.value)
 
     def _channel_choices(self, _widget: Any = None) -> list[str]:
         """``auto`` and the chosen slide's channels (red, green, blue: RGB fluorescence)."""

@@ -1,5 +1,8 @@
 """The ``slidescope`` command: ``slidescope batch SLIDE_OR_FOLDER... -o OUT``.
 
+``slidescope models install instanseg`` and ``slidescope models list`` install the learned
+models and say what is installed (:mod:`napari_slidescope.batch.models_cli`).
+
 Exit status: 0 when every slide succeeded, 1 when any failed (the others still
 finished and were written), 2 for bad usage (unknown option, no slides, output not
 writable, unknown segmenter, unreachable scheduler), with a one-line message.
@@ -209,6 +212,9 @@ def _parser() -> argparse.ArgumentParser:
         help="print the traceback of each failed slide, and dask's own warnings "
         "(default: one line per failed slide; tracebacks stay in its manifest.json)",
     )
+    from napari_slidescope.batch import models_cli
+
+    models_cli.add_parser(sub, _Formatter)
     return parser
 
 
@@ -227,6 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "models":
+        from napari_slidescope.batch import models_cli
+
+        return models_cli.run(args)
     prog = "slidescope batch"
     # dask logs each failed task with its traceback ("Compute Failed", at level error):
     # the manifest has it, and the command prints one line per failed slide

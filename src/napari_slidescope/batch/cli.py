@@ -75,19 +75,25 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
     return parse
 
 
-def _tasks(text: str) -> tuple[str, ...]:
-    from napari_slidescope.batch.params import TASKS
+def _listed_tasks() -> tuple[str, ...]:
+    """The tasks ``--tasks`` names (a task asked for by a flag with a value is not one)."""
+    from napari_slidescope.pipeline.task_table import TASK_TABLE
 
+    return tuple(t.name for t in TASK_TABLE if t.cli_flag is None)
+
+
+def _tasks(text: str) -> tuple[str, ...]:
+    known = _listed_tasks()
     tasks = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [t for t in tasks if t not in TASKS]
+    bad = [t for t in tasks if t not in known]
     if bad or not tasks:
-        raise argparse.ArgumentTypeError(f"expected some of {','.join(TASKS)}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(known)}, got {text!r}")
     return tasks
 
 
 def _parser() -> argparse.ArgumentParser:
     from napari_slidescope.batch._flags import add_option_flags
-    from napari_slidescope.batch.params import SLIDE_EXTENSIONS
+    from napari_slidescope.batch.params import DEFAULT_TASKS, SLIDE_EXTENSIONS
 
     parser = _Parser(prog="slidescope", description="napari-slidescope on the command line.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -116,9 +122,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--tasks",
         type=_tasks,
-        default=("tissue", "nuclei"),
+        default=DEFAULT_TASKS,
         metavar="LIST",
-        help="comma-separated: tissue, nuclei (nuclei implies tissue; default: tissue,nuclei)",
+        help=f"comma-separated: {', '.join(_listed_tasks())} (nuclei implies tissue; "
+        f"default: {','.join(DEFAULT_TASKS)})",
     )
     where = b.add_mutually_exclusive_group()
     where.add_argument(

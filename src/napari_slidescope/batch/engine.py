@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from napari_slidescope.batch.ledger import BatchProgress, Ledger, _Slide
 from napari_slidescope.batch.params import (
-    TASKS,
+    DEFAULT_TASKS,
     BatchParams,
     check_writable,
     find_slides,
@@ -73,7 +73,7 @@ def analyze_slides(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     out: str | os.PathLike[str],
     *,
-    tasks: Sequence[str] = TASKS,
+    tasks: Sequence[str] = DEFAULT_TASKS,
     tissue_options: TissueOptions | None = None,
     nuclei_options: NucleiOptions | None = None,
     segmenter: str | None = None,

@@ -26,6 +26,7 @@ from napari_slidescope.batch import outputs
 from napari_slidescope.batch.outputs import Manifest, SummaryRow, TileRecord
 from napari_slidescope.batch.params import BatchParams, SlideStamp, shown_path, stamp_slide
 from napari_slidescope.batch.tasks import SlideInfo, TaskFailed, TileOut
+from napari_slidescope.pipeline.task_table import task
 from napari_slidescope.slide.source import scrub
 
 if TYPE_CHECKING:
@@ -166,11 +167,9 @@ class Ledger:
             and old.requested_sha256 == self.request
             and old.slide_stamp == self.stamp_dict(s)
         )
-        kept = [s.folder / "tissue.geojson"]
-        if self.params.nuclei:
-            kept += [s.folder / "nuclei.parquet", s.folder / "nuclei.geojson.gz"]
-            if self.params.anndata:
-                kept.append(s.folder / "cells.h5ad")
+        kept = [s.folder / name for t in self.params.tasks for name in task(t).files]
+        if self.params.nuclei and self.params.anndata:
+            kept.append(s.folder / "cells.h5ad")
         no_nuclei = old is not None and old.summary is not None and old.summary.nuclei == 0
         if self.params.nuclei and self.params.spatialdata and not no_nuclei:  # none: no store
             kept.append(s.folder / outputs.SPATIALDATA_STORE / "zarr.json")  # renamed in whole
@@ -247,7 +246,7 @@ class Ledger:
             return False
         if not old.tiles or old.slide_info is None:
             return False
-        names = ["tissue.geojson", "nuclei.parquet", "nuclei.geojson.gz"]
+        names = [n for t in self.params.tasks if task(t).segmentation for n in task(t).files]
         if self.params.anndata:
             names.append("cells.h5ad")
         # a store asked for now or no longer is written or removed as the slide finishes

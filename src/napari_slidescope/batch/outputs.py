@@ -310,10 +310,13 @@ def finished_parts(slide_dir: Path, digest: str) -> dict[int, float]:
 
 def clear_slide(slide_dir: Path) -> None:
     """Remove a slide's parts and outputs (before it is redone from scratch)."""
+    from napari_slidescope.pipeline.task_table import TASK_TABLE
+
     shutil.rmtree(parts_dir(slide_dir), ignore_errors=True)
-    for name in ("nuclei.parquet", "nuclei.geojson.gz", "tissue.geojson", "manifest.json"):
+    for name in (*(f for t in TASK_TABLE for f in t.files), "manifest.json"):
         (slide_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(slide_dir / "labels.zarr", ignore_errors=True)  # batch.label_image
+    for name in (f for t in TASK_TABLE for f in t.folders):  # labels.zarr: batch.label_image
+        shutil.rmtree(slide_dir / name, ignore_errors=True)
     remove_spatialdata(slide_dir)
 
 

@@ -52,6 +52,7 @@ from napari_slidescope._napari.viewport import camera_of
 from napari_slidescope._qt import session
 from napari_slidescope._qt.fields import field_value, option_widgets, set_field_value
 from napari_slidescope._qt.layout import MAX_WIDTH, FitWidth, wrap
+from napari_slidescope._qt.task_fields import DOCK_TASKS, dock_task
 from napari_slidescope._qt.settings import (
     WidgetSettings,
     builtin_defaults,
@@ -95,8 +96,6 @@ class SlideAnalysisWidget(Container):
     """
 
     def __init__(self, napari_viewer: Any) -> None:
-        from napari_slidescope.segmenters import available_segmenters
-
         # scrollable: when the dock is shorter than the form (a small screen, other docks
         # beside it), a scroll bar appears instead of squeezing (clipping) the controls
         super().__init__(name="slide_analysis", labels=True, scrollable=True)
@@ -105,8 +104,25 @@ class SlideAnalysisWidget(Container):
         self._loading = False  # True while settings are applied (nothing is saved)
         self._settings_failed = False  # the settings file could not be written
         self._shown_stage, self._shown_at = "", 0.0
+        self._export: _Export | None = None
         d = default_settings()
+        self._build_slide_rows()
+        self._build_task_rows(d)
+        self._build_option_fields(d)
+        self._build_run_rows()
+        self._build_export_rows()
+        self._lay_out()
+        self._connect()
+        self._bind_keys()
+        self.load_settings()
+        self._on_layers_changed()
+        self._on_image(self.image.value)
+        self._on_task()
 
+    # -- building the dock, step by step -----------------------------------------------------
+
+    def _build_slide_rows(self) -> None:
+        """The slide menu, what the slide is, and its label and macro thumbnails."""
         self.image = ComboBox(label="Slide", choices=self._image_choices, nullable=True)
         combo = self.image.native
         if isinstance(combo, QComboBox):  # a long slide name must not widen the dock
@@ -119,10 +135,9 @@ class SlideAnalysisWidget(Container):
         self.label_image = self.thumbnails.label_image
         self.macro_image = self.thumbnails.macro_image
 
-        self.task = RadioButtons(
-            label="Task",
-            choices=[("Detect tissue", "tissue"), ("Segment nuclei", "nuclei")],
-        )
+    def _build_task_rows(self, d: WidgetSettings) -> None:
+        """The task buttons (one per task of the dock's task table) and the scope."""
+        self.task = RadioButtons(label="Task", choices=[(t.action, t.name) for t in DOCK_TASKS])
         self.task.value = d.task
         self.scope = RadioButtons(
             label="Scope",
@@ -133,23 +148,27 @@ class SlideAnalysisWidget(Container):
             ],
         )
         self.scope.value = d.scope
-        # nuclei parameters
+
+    def _build_option_fields(self, d: WidgetSettings) -> None:
+        """One field per option of each task, split into those shown at once and advanced."""
+        from napari_slidescope.segmenters import available_segmenters
+
         self.mode = ComboBox(
             label="Nuclei layer",
             choices=[("Add (skip duplicates)", "add"), ("Replace", "replace")],
             value=d.mode,
         )
-        installed = available_segmenters()
+        self._installed = available_segmenters()
         # one field per option of the options model: label, unit, bounds, doc from there
         self.tissue_fields = option_widgets(TissueOptions)
         self.nuclei_fields = option_widgets(
-            NucleiOptions, choices={"segmenter": ["auto", *installed]}
+            NucleiOptions, choices={"segmenter": ["auto", *self._installed]}
         )
         self.segmenter = self.nuclei_fields["segmenter"]
-        self.segmenter.tooltip = f"{self.segmenter.tooltip}; installed: {', '.join(installed)}"
-        # which model "auto" runs on this slide, and which models are installed, in view
-        self.models = Label(label="Models", value=models_text(None, "auto"))
-        wrap(self.models)
+        self.segmenter.tooltip = (
+            f"{self.segmenter.tooltip}; installed: {', '.join(self._installed)}"
+        )
+        self._build_models_row()
         # "auto": the segmenter's resolution, never finer than the slide's own (unrounded)
         # pixel size, as segmenters.working_mpp decides for every entry point
         self.nuclei_mpp = self.nuclei_fields["target_mpp"]
@@ -162,18 +181,17 @@ class SlideAnalysisWidget(Container):
         self.min_area_um2 = _spin("Nucleus area min", area["min_area_um2"], 5.0)
         self.max_area_um2 = _spin("Nucleus area max", area["max_area_um2"], 10.0)
         self.workers = SpinBox(label="Workers (0: all)", value=d.workers, min=0, max=256)
-        # tissue parameters
         self.tissue_mpp = self.tissue_fields["target_mpp"]
         self.min_tissue_um2 = self.tissue_fields["min_tissue_um2"]
         self.max_hole_um2 = self.tissue_fields["max_hole_um2"]
         self.tissue_mode = self.tissue_fields["mode"]
-        nuclei_main = ["segmenter", "target_mpp", "tile_size_um"]
+        nuclei_main = dock_task("nuclei").main
         self.nuclei_params = Container(
             widgets=[
                 self.mode,
                 self.segmenter,
                 self.models,
-                *(self.nuclei_fields[n] for n in nuclei_main[1:]),
+                *(self.nuclei_fields[n] for n in nuclei_main if n != "segmenter"),
             ],
             labels=True,
         )
@@ -185,7 +203,7 @@ class SlideAnalysisWidget(Container):
             self.workers,
         ]
         self.nuclei_advanced = Container(widgets=nuclei_advanced, labels=True)
-        tissue_main = ["target_mpp", "min_tissue_um2"]
+        tissue_main = dock_task("tissue").main
         self.tissue_params = Container(
             widgets=[self.tissue_fields[n] for n in tissue_main], labels=True
         )
@@ -198,6 +216,13 @@ class SlideAnalysisWidget(Container):
             widgets=[self.nuclei_advanced, self.tissue_advanced], labels=False, visible=False
         )
 
+    def _build_models_row(self) -> None:
+        """The "Models" line: which model "auto" runs on this slide, and those installed."""
+        self.models = Label(label="Models", value=models_text(None, "auto"))
+        wrap(self.models)
+
+    def _build_run_rows(self) -> None:
+        """Run and Cancel, the progress bar, the status and the result."""
         self.run_button = PushButton(text="Run")
         self.cancel_button = PushButton(text="Cancel", enabled=False)
         self.cancel_button.tooltip = f"Stop the run; finished tiles stay ({key_text(CANCEL_KEY)})"
@@ -208,6 +233,9 @@ class SlideAnalysisWidget(Container):
             wrap(label)
         # its text changes with every tile: it must never change the dock's width
         self.progress.native.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+
+    def _build_export_rows(self) -> None:
+        """The export folder and buttons, the export's progress, the table and defaults."""
         self.export_dir = FileEdit(
             label="Export to", mode=FileDialogMode.EXISTING_DIRECTORY, value=Path.cwd()
         )
@@ -226,11 +254,13 @@ class SlideAnalysisWidget(Container):
         )
         self.export_status = Label(label="", value="", visible=False)
         wrap(self.export_status)
-        self._export: _Export | None = None
         self.show_table = PushButton(text="Measurements table")
         self.show_table.tooltip = "One row per nucleus, a range filter and a histogram"
         self.restore_defaults = PushButton(text="Restore defaults")
         self.restore_defaults.tooltip = "Set every parameter back to its documented default"
+
+    def _lay_out(self) -> None:
+        """Put the rows into the dock, top to bottom."""
         self.extend(
             [
                 self.image,
@@ -269,6 +299,8 @@ class SlideAnalysisWidget(Container):
         self.margins = (4, 4, 4, 4)
         self._fit_scroll_area()
 
+    def _connect(self) -> None:
+        """Connect the widgets', the session's and the viewer's signals to their slots."""
         self.show_advanced.changed.connect(self._on_task)
         self.task.changed.connect(self._on_task)
         self.scope.changed.connect(self._update_run_button)
@@ -293,11 +325,6 @@ class SlideAnalysisWidget(Container):
         camera = camera_of(self._viewer)
         camera.events.center.connect(self._update_run_button)
         camera.events.zoom.connect(self._update_run_button)
-        self._bind_keys()
-        self.load_settings()
-        self._on_layers_changed()
-        self._on_image(self.image.value)
-        self._on_task()
 
     def _fit_scroll_area(self) -> None:
         """Bound the width, keep the controls at the top, and never clip them sideways."""

@@ -14,6 +14,7 @@ An optional number (None: automatic) shows its lowest value as a word (``auto``)
 from __future__ import annotations
 
 from collections.abc import Sequence
+
 from magicgui.widgets import CheckBox, ComboBox, FloatSpinBox, SpinBox
 from magicgui.widgets.bases import ValueWidget
 

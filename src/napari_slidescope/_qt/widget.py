@@ -52,7 +52,6 @@ from napari_slidescope._napari.viewport import camera_of
 from napari_slidescope._qt import session
 from napari_slidescope._qt.fields import field_value, option_widgets, set_field_value
 from napari_slidescope._qt.layout import MAX_WIDTH, FitWidth, wrap
-from napari_slidescope._qt.task_fields import DOCK_TASKS, dock_task
 from napari_slidescope._qt.settings import (
     WidgetSettings,
     builtin_defaults,
@@ -61,6 +60,7 @@ from napari_slidescope._qt.settings import (
     settings_store,
     write_settings,
 )
+from napari_slidescope._qt.task_fields import DOCK_TASKS, dock_task
 from napari_slidescope._qt.texts import (
     describe,
     duration,
@@ -122,7 +122,7 @@ class SlideAnalysisWidget(Container):
     # -- building the dock, step by step -----------------------------------------------------
 
     def _build_slide_rows(self) -> None:
-        """The slide menu, what the slide is, and its label and macro thumbnails."""
+        """Build the slide menu, what the slide is, and its label and macro thumbnails."""
         self.image = ComboBox(label="Slide", choices=self._image_choices, nullable=True)
         combo = self.image.native
         if isinstance(combo, QComboBox):  # a long slide name must not widen the dock
@@ -136,7 +136,7 @@ class SlideAnalysisWidget(Container):
         self.macro_image = self.thumbnails.macro_image
 
     def _build_task_rows(self, d: WidgetSettings) -> None:
-        """The task buttons (one per task of the dock's task table) and the scope."""
+        """Build the task buttons (one per task of the dock's task table) and the scope."""
         self.task = RadioButtons(label="Task", choices=[(t.action, t.name) for t in DOCK_TASKS])
         self.task.value = d.task
         self.scope = RadioButtons(
@@ -150,7 +150,7 @@ class SlideAnalysisWidget(Container):
         self.scope.value = d.scope
 
     def _build_option_fields(self, d: WidgetSettings) -> None:
-        """One field per option of each task, split into those shown at once and advanced."""
+        """Build one field per option of each task: those shown at once, and advanced."""
         from napari_slidescope.segmenters import available_segmenters
 
         self.mode = ComboBox(
@@ -217,12 +217,12 @@ class SlideAnalysisWidget(Container):
         )
 
     def _build_models_row(self) -> None:
-        """The "Models" line: which model "auto" runs on this slide, and those installed."""
+        """Build the "Models" line: which model "auto" runs here, and those installed."""
         self.models = Label(label="Models", value=models_text(None, "auto"))
         wrap(self.models)
 
     def _build_run_rows(self) -> None:
-        """Run and Cancel, the progress bar, the status and the result."""
+        """Build Run and Cancel, the progress bar, the status and the result."""
         self.run_button = PushButton(text="Run")
         self.cancel_button = PushButton(text="Cancel", enabled=False)
         self.cancel_button.tooltip = f"Stop the run; finished tiles stay ({key_text(CANCEL_KEY)})"
@@ -235,7 +235,7 @@ class SlideAnalysisWidget(Container):
         self.progress.native.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
 
     def _build_export_rows(self) -> None:
-        """The export folder and buttons, the export's progress, the table and defaults."""
+        """Build the export folder and buttons, the export's progress, table and defaults."""
         self.export_dir = FileEdit(
             label="Export to", mode=FileDialogMode.EXISTING_DIRECTORY, value=Path.cwd()
         )

@@ -33,9 +33,7 @@ _OptionsClass = type[TissueOptions] | type[NucleiOptions]
 #: The tasks whose options get one flag per field (a task asked for by one flag with a
 #: value, ``TaskSpec.cli_flag``, has its own).
 _CLASSES: tuple[tuple[str, _OptionsClass], ...] = tuple(
-    (spec.name, cast("_OptionsClass", spec.options))
-    for spec in TASK_TABLE
-    if spec.cli_flag is None
+    (spec.name, cast("_OptionsClass", spec.options)) for spec in TASK_TABLE if spec.cli_flag is None
 )
 _METAVARS = {"µm": "UM", "µm/px": "UM", "µm²": "UM2"}
 

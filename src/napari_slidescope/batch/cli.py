@@ -76,7 +76,7 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 
 
 def _listed_tasks() -> tuple[str, ...]:
-    """The tasks ``--tasks`` names (a task asked for by a flag with a value is not one)."""
+    """Return the tasks ``--tasks`` names (not those asked for by a flag with a value)."""
     from napari_slidescope.pipeline.task_table import TASK_TABLE
 
     return tuple(t.name for t in TASK_TABLE if t.cli_flag is None)

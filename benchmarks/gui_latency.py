@@ -76,9 +76,7 @@ def main() -> None:
             timer.timeout.connect(probe)
             timer.start()
             t0 = time.perf_counter()
-            widget.controller.run(
-                image, "nuclei", scope="slide", mode="replace", nuclei_options=opts
-            )
+            widget.controller.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=opts)
             wait_idle(widget)
             wall = time.perf_counter() - t0
             timer.stop()
@@ -101,9 +99,7 @@ def main() -> None:
                 f"p50 {row[0]:.1f} ms, p99 {row[1]:.1f} ms, max {row[2]:.1f} ms"
             )
             # cancel the same run part-way
-            widget.controller.run(
-                image, "nuclei", scope="slide", mode="replace", nuclei_options=opts
-            )
+            widget.controller.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=opts)
             run = widget.controller._run
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < args.cancel_after:

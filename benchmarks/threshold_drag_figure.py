@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             image,
             "nuclei",
             scope="visible",
-            nuclei_options={"segmenter": "builtin", "target_mpp": 0.5, "workers": 1},
+            nuclei_run={"segmenter": "builtin", "target_mpp": 0.5, "workers": 1},
         )
         deadline = time.monotonic() + 120
         while ctl.busy and time.monotonic() < deadline:

@@ -21,7 +21,7 @@ def test_add_mode_never_mixes_models_or_resolutions(
     ctl = session.controller_for(viewer)
 
     def run(box, **opts):
-        ctl.run(image, "nuclei", region=box, mode="add", nuclei_options={"workers": 1, **opts})
+        ctl.run(image, "nuclei", region=box, mode="add", nuclei_run={"workers": 1, **opts})
         qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
         assert ctl.outcome.state == "done", ctl.outcome.error
         return canvas_of(viewer.layers[f"{image.name} nuclei"])

@@ -42,7 +42,7 @@ def test_visible_region_run_with_cell_expansion_draws_cells(dock_slide, small_sl
     widget.segmenter.value = "builtin"
     widget.nuclei_mpp.value = 0.5
     widget.cell_expansion_um.value = 3.0
-    assert widget.run_options()["nuclei_options"].options.cell_expansion_um == 3.0
+    assert widget.run_options()["nuclei_run"].options.cell_expansion_um == 3.0
     assert widget.run() is not None
     _wait(qtbot, widget.controller)
     nuclei = viewer.layers[f"{image.name} nuclei"]
@@ -75,7 +75,7 @@ def test_visible_region_run_with_cell_expansion_draws_cells(dock_slide, small_sl
     np.testing.assert_array_equal(res.cells, ref.cells)
     # a run without cell expansion replaces the nuclei and draws no cells
     widget.cell_expansion_um.value = widget.cell_expansion_um.min
-    assert widget.run_options()["nuclei_options"].options.cell_expansion_um is None
+    assert widget.run_options()["nuclei_run"].options.cell_expansion_um is None
     widget.run()
     _wait(qtbot, widget.controller)
     assert f"{image.name} cells" not in viewer.layers
@@ -103,9 +103,9 @@ def test_add_skips_duplicate_cells_and_cancel_keeps_them(
     ctl = widget.controller
     opts = {**SEG, "segmenter": threshold_segmenter(), "cell_expansion_um": 2.0}
     first, second = (200, 300, 500, 700), (400, 500, 800, 1000)  # overlapping boxes
-    ctl.run(image, "nuclei", region=first, mode="replace", nuclei_options=opts)
+    ctl.run(image, "nuclei", region=first, mode="replace", nuclei_run=opts)
     _wait(qtbot, ctl)
-    ctl.run(image, "nuclei", region=second, mode="add", nuclei_options=opts)
+    ctl.run(image, "nuclei", region=second, mode="add", nuclei_run=opts)
     _wait(qtbot, ctl)
     nuclei = viewer.layers[f"{image.name} nuclei"]
     cells = viewer.layers[f"{image.name} cells"]
@@ -131,7 +131,7 @@ def test_add_skips_duplicate_cells_and_cancel_keeps_them(
 
     gated = GatedSegmenter(threshold_segmenter(), free=2)
     opts = {**opts, "segmenter": gated}
-    worker = ctl.run(image, "nuclei", scope="slide", mode="replace", nuclei_options=opts)
+    worker = ctl.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=opts)
     qtbot.waitUntil(gated.held.is_set, timeout=60_000)
     ctl.cancel()
     gated.gate.set()
@@ -157,9 +157,7 @@ def test_whole_slide_cells_are_a_multiscale_layer(
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     ctl = controller_for(viewer)
     opts = {**SEG, "cell_expansion_um": 3.0}
-    ctl.run(
-        image, "nuclei", scope="slide", nuclei_options={**opts, "segmenter": threshold_segmenter()}
-    )
+    ctl.run(image, "nuclei", scope="slide", nuclei_run={**opts, "segmenter": threshold_segmenter()})
     _wait(qtbot, ctl)
     nuclei = viewer.layers[f"{image.name} nuclei"]
     cells = viewer.layers[f"{image.name} cells"]

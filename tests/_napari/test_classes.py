@@ -18,7 +18,7 @@ def test_classify_colours_nuclei_by_class_with_a_legend(
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     ctl = controller_for(viewer)
     options = {**SEG, "segmenter": threshold_segmenter()}
-    ctl.run(image, "nuclei", scope="slide", nuclei_options=options)
+    ctl.run(image, "nuclei", scope="slide", nuclei_run=options)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     layer = viewer.layers[f"{image.name} nuclei"]
     od = layer.features["hematoxylin_od_mean"].to_numpy()
@@ -86,7 +86,7 @@ def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer
     [image] = viewer.open(str(path), plugin="napari-slidescope")
     ctl = controller_for(viewer)
     viewer.reset_view()
-    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    ctl.run(image, "nuclei", scope="visible", nuclei_run={**SEG, "segmenter": "builtin"})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     dock = ClassifyWidget(viewer)
     res = dock.apply()
@@ -141,7 +141,7 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     [image] = viewer.open(str(path), plugin="napari-slidescope")
     ctl = controller_for(viewer)
     viewer.reset_view()
-    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    ctl.run(image, "nuclei", scope="visible", nuclei_run={**SEG, "segmenter": "builtin"})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     layer = viewer.layers[f"{image.name} nuclei"]
     table = NucleiTableWidget(viewer)
@@ -220,7 +220,7 @@ def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
     [image] = viewer.open(str(path), plugin="napari-slidescope")
     ctl = controller_for(viewer)
     viewer.reset_view()
-    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    ctl.run(image, "nuclei", scope="visible", nuclei_run={**SEG, "segmenter": "builtin"})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     dock = ClassifyWidget(viewer)
     with pytest.raises(ValueError, match="Apply first"):

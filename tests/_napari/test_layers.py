@@ -32,7 +32,7 @@ def test_result_layers_come_back_after_both_are_deleted(
     for _ in range(3):  # the first run, then twice after deleting both result layers
         ctl.run(image, "tissue", scope="slide")
         qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
-        ctl.run(image, "nuclei", scope="slide", nuclei_options=seg)
+        ctl.run(image, "nuclei", scope="slide", nuclei_run=seg)
         qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
         assert all(name in viewer.layers for name in names)
         layer = viewer.layers[names[1]]

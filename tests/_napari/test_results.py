@@ -12,7 +12,7 @@ SEG = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
 
 
 def _whole_slide_run(viewer, image, ctl, segmenter, qtbot):
-    ctl.run(image, "nuclei", scope="slide", nuclei_options={**SEG, "segmenter": segmenter})
+    ctl.run(image, "nuclei", scope="slide", nuclei_run={**SEG, "segmenter": segmenter})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     return viewer.layers[f"{image.name} nuclei"]
 
@@ -132,7 +132,7 @@ def test_nuclei_erased_in_the_layer_leave_the_exports(
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     ctl = controller_for(viewer)
     opts = {**SEG, "segmenter": threshold_segmenter()}
-    ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_options=opts)
+    ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_run=opts)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     layer = viewer.layers[f"{image.name} nuclei"]
     assert not layer.multiscale  # a region run: an editable dense layer

@@ -35,7 +35,7 @@ def test_session_runs_segment_at_the_rule_resolution(
         image,
         "nuclei",
         region=(0, 0, 512, 512),
-        nuclei_options={"segmenter": segmenter(), "workers": 1},
+        nuclei_run={"segmenter": segmenter(), "workers": 1},
     )
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     assert ctl.outcome.state == "done", ctl.outcome.error

@@ -114,9 +114,7 @@ def test_analyse_inside_the_selected_shape(
     np.testing.assert_allclose(_shapes.selected_polygon(viewer, image), ring, atol=1e-6)
     ctl = controller_for(viewer)
     opts = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
-    ctl.run(
-        image, "nuclei", scope="shape", nuclei_options={**opts, "segmenter": threshold_segmenter()}
-    )
+    ctl.run(image, "nuclei", scope="shape", nuclei_run={**opts, "segmenter": threshold_segmenter()})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     table = _layers_canvas(viewer, image).table()
     assert table["id"].size > 0
@@ -147,13 +145,13 @@ def test_a_polygon_run_records_the_polygon_as_analysed(
     ctl = controller_for(viewer)
     opts = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
     opts["segmenter"] = threshold_segmenter()
-    ctl.run(image, "nuclei", region=triangle, nuclei_options=opts)
+    ctl.run(image, "nuclei", region=triangle, nuclei_run=opts)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     canvas = _layers_canvas(viewer, image)
     np.testing.assert_allclose(canvas.regions[-1], triangle)
     first = int(canvas.table()["id"].size)
     # the rest of the box, analysed next in "add" mode, is new ground: its nuclei count
-    ctl.run(image, "nuclei", region=box, mode="add", nuclei_options=opts)
+    ctl.run(image, "nuclei", region=box, mode="add", nuclei_run=opts)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     table = canvas.table()
     ref = segment_nuclei(str(small_slide), region=box, tissue="auto", **opts)

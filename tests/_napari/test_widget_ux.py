@@ -60,7 +60,7 @@ def _slow_run(widget, image, threshold_segmenter, delay=0.15, gate=None, free=6)
         "target_mpp": 0.5,
         "workers": 1,
     }
-    return widget.controller.run(image, "nuclei", scope="slide", nuclei_options=opts)
+    return widget.controller.run(image, "nuclei", scope="slide", nuclei_run=opts)
 
 
 def test_progress_shows_stage_tiles_and_time_left(
@@ -146,7 +146,7 @@ def test_replace_run_clears_the_previous_summary(
 ):
     viewer, [image], widget = dock_slide(small_slide)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
-    widget.controller.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_options=seg)
+    widget.controller.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_run=seg)
     qtbot.waitUntil(lambda: not widget.controller.busy, timeout=20_000)
     assert "nuclei" in widget.summary.value
     gate = threading.Event()  # the run stays in flight until the test lets it go
@@ -265,7 +265,7 @@ def test_shortcuts_start_and_cancel_a_run(
     gate = threading.Event()  # the run stays in flight until the test lets it go
     seg = GatedSegmenter(threshold_segmenter(), 0, gate)
     nuclei = {"segmenter": seg, "target_mpp": 0.5, "workers": 1}
-    monkeypatch.setattr(type(widget), "run_options", lambda self: {"nuclei_options": nuclei})
+    monkeypatch.setattr(type(widget), "run_options", lambda self: {"nuclei_run": nuclei})
     canvas = viewer.window._qt_viewer.canvas.native
     viewer.reset_view()  # the whole slide in view: the run on the view has tissue tiles
     mods = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier

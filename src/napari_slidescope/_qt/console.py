@@ -189,7 +189,7 @@ def add_nuclei(
         region=region,
         mode=mode,
         tissue_options=tissue_options,
-        nuclei_options=options,
+        nuclei_run=options,
     )
     if not wait:
         return worker

@@ -560,14 +560,14 @@ class SlideAnalysisWidget(Container):
         """Return the run's options, from the widgets.
 
         ``tissue_options``: a :class:`~napari_slidescope.options.TissueOptions`;
-        ``nuclei_options``: a :class:`~napari_slidescope._napari.jobs.NucleiRun` (the
+        ``nuclei_run``: a :class:`~napari_slidescope._napari.jobs.NucleiRun` (the
         options with the chosen nuclear channel, and the worker threads).
         """
         settings = self.settings()
         run = settings.nuclei_run()
         channel = None if self.channel.value == "auto" else self.channel.value
         run = dataclasses.replace(run, options=run.options.replace(channel=channel))
-        return {"tissue_options": settings.tissue, "nuclei_options": run}
+        return {"tissue_options": settings.tissue, "nuclei_run": run}
 
     def why_not_runnable(self) -> str | None:
         """Why Run is disabled now (None when it can run)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class RegionTruth:
         return self.classes_at(r[:, None], c[None, :])
 
 
-def _hash(*keys: np.ndarray) -> np.ndarray:
+def _hash(*keys: Any) -> np.ndarray:
     """Uniform [0, 1) from integer keys (splitmix64), elementwise."""
     h = np.uint64(0x9E3779B97F4A7C15)
     with np.errstate(over="ignore"):

@@ -34,6 +34,7 @@ __all__ = [
     "forest_arrays",
     "forest_votes",
     "read_npz",
+    "row_votes",
     "rebuild_trees",
     "sklearn_or_error",
     "write_npz",
@@ -141,6 +142,33 @@ def forest_votes(trees: list[Any], x: np.ndarray, n_classes: int) -> np.ndarray:
     with ThreadPoolExecutor(len(groups)) as pool:
         total = np.sum(list(pool.map(votes, groups)), axis=0)
     return np.asarray(total) / len(trees)
+
+
+def row_votes(trees: list[Any], x: np.ndarray, n_classes: int, *, threads: int = 1) -> np.ndarray:
+    """Mean leaf class fractions ``(K, n_classes)``, each row's trees summed in tree order.
+
+    Unlike :func:`forest_votes` (threads share the trees), threads share the rows here,
+    so a row's probabilities never depend on how many rows came with it: a pixel gets
+    the same class in a tile and in a whole image, even where two classes tie.
+    """
+    shape = (x.shape[0], n_classes)
+    chunk = 32_768
+
+    def votes(a: int) -> np.ndarray:
+        part = x[a : a + chunk]
+        out = np.zeros((len(part), n_classes))
+        for tree in trees:
+            out += tree.predict(part).reshape(len(part), n_classes)
+        return out
+
+    starts = range(0, shape[0], chunk)
+    if threads <= 1 or len(starts) <= 1:
+        parts = [votes(a) for a in starts]
+    else:
+        with ThreadPoolExecutor(min(threads, len(starts))) as pool:
+            parts = list(pool.map(votes, starts))
+    total = np.concatenate(parts) if parts else np.zeros(shape)
+    return total / len(trees)
 
 
 def write_npz(

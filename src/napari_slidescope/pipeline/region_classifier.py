@@ -164,7 +164,7 @@ class RegionClassifier:
             raise ValueError(f"features: expected (K, {len(self.features)}), got {x.shape}")
         if not len(x):
             return np.zeros((0, len(self.class_names)))
-        return forest_file.forest_votes(self._forest(), x, len(self.class_names))
+        return forest_file.row_votes(self._forest(), x, len(self.class_names))
 
     def predict_image(
         self, rgb: np.ndarray, *, mpp: float, crop: int = 0, mask: np.ndarray | None = None
@@ -502,11 +502,14 @@ def train_region_classifier(
             "(examples outside the slide, or thinner than a pixel?)"
         )
     stains = _stains(crops, halo)
-    clf_parts = dict(channels=tuple(channels), scales_um=tuple(float(s) for s in scales_um))
+    chans = tuple(str(c) for c in channels)
+    scales = tuple(float(s) for s in scales_um)
     rng = np.random.default_rng(random_state)
     xs: list[list[np.ndarray]] = [[] for _ in names]
     for k, rgb, mask in crops:
-        feats = region_features(rgb, mpp=grid.mpp, stains=stains, crop=halo, **clf_parts)
+        feats = region_features(
+            rgb, mpp=grid.mpp, stains=stains, crop=halo, channels=chans, scales_um=scales
+        )
         xs[k].append(feats[mask])
     x_parts, y_parts, used = [], [], {}
     for k, name in enumerate(names):
@@ -548,8 +551,8 @@ def train_region_classifier(
         ignore=tuple(c for c in ignore if c in names),
         mpp=float(mpp),
         trained_mpp=grid.mpp,
-        channels=clf_parts["channels"],
-        scales_um=clf_parts["scales_um"],
+        channels=chans,
+        scales_um=scales,
         stains=stains,
         examples=used,
         parameters=params,

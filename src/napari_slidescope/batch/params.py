@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from napari_slidescope.options import NucleiOptions, TissueOptions
+from napari_slidescope.options import NucleiOptions, RegionsOptions, TissueOptions
 from napari_slidescope.pipeline.task_table import TASK_NAMES, TASK_TABLE, task, with_needs
 
 if TYPE_CHECKING:
@@ -63,6 +63,10 @@ class BatchParams:
     nuclei_options : NucleiOptions
         Options of the nuclei segmentation; its ``segmenter`` ``"auto"`` is resolved per
         slide (the manifest records what it resolved to, see :meth:`run_digest`).
+    regions_options : RegionsOptions or None
+        The region classifier's file and its content's SHA-256 (task ``"regions"``): in
+        :meth:`as_dict` and the digest only when regions are asked for, and never in
+        :meth:`segmentation_dict` (a new classifier redoes the regions, not the nuclei).
     classify : str or None
         What classifies the cells, as canonical JSON of
         :func:`~napari_slidescope.pipeline.classify.load_classification`'s descriptor
@@ -87,6 +91,7 @@ class BatchParams:
     anndata: bool = False
     spatialdata: bool = False
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    regions_options: RegionsOptions | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", with_needs(self.tasks))
@@ -111,6 +116,11 @@ class BatchParams:
     def nuclei(self) -> bool:
         """Whether nuclei are segmented."""
         return self.has("nuclei")
+
+    @property
+    def regions(self) -> bool:
+        """Whether tissue regions are classified."""
+        return self.has("regions")
 
     def as_dict(self) -> dict[str, Any]:
         """Return the parameters and the software version as JSON-ready values.

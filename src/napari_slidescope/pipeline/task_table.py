@@ -17,7 +17,7 @@ Examples
 --------
 >>> from napari_slidescope.pipeline.task_table import TASK_NAMES, task, with_needs
 >>> TASK_NAMES
-('tissue', 'nuclei')
+('tissue', 'nuclei', 'regions')
 >>> with_needs(["nuclei"])
 ('tissue', 'nuclei')
 >>> task("nuclei").options.__name__
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from napari_slidescope.options import NucleiOptions, TissueOptions
+from napari_slidescope.options import NucleiOptions, RegionsOptions, TissueOptions
 
 __all__ = ["TASK_NAMES", "TASK_TABLE", "TaskSpec", "task", "with_needs"]
 
@@ -57,6 +57,18 @@ def _nuclei_result() -> type:
     from napari_slidescope.pipeline.nuclei_result import NucleiResult
 
     return NucleiResult
+
+
+def _classify_regions() -> Callable[..., Any]:
+    from napari_slidescope.pipeline.region_map import classify_regions
+
+    return classify_regions
+
+
+def _regions_result() -> type:
+    from napari_slidescope.pipeline.region_map import RegionMap
+
+    return RegionMap
 
 
 @dataclass(frozen=True)
@@ -172,6 +184,20 @@ TASK_TABLE: tuple[TaskSpec, ...] = (
         files=("nuclei.parquet", "nuclei.geojson.gz"),
         folders=("labels.zarr",),
         flag_names={"target_mpp": "--nuclei-mpp"},
+    ),
+    TaskSpec(
+        "regions",
+        "Tissue regions",
+        RegionsOptions,
+        "regions_options",
+        _classify_regions,
+        _regions_result,
+        needs=("tissue",),
+        segmentation=False,
+        batch_steps=("regions",),
+        files=("regions.geojson", "regions.csv"),
+        folders=("regions.zarr",),
+        cli_flag="--regions",
     ),
 )
 

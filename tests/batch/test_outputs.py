@@ -33,6 +33,7 @@ def test_summary_columns_are_the_documented_ones_in_order():
         "positive_percent",
         "h_score",
         "positive_per_mm2",
+        "regions",
         "path",
     )
 

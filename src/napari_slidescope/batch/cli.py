@@ -29,6 +29,9 @@ outputs, in OUT/<slide file name>/:
                      centroid (level-0 px and µm), bounding box, measurements (µm, µm², OD)
   nuclei.geojson.gz  the nuclei as QuPath detections (drag it onto the slide in QuPath)
   tissue.geojson     the tissue as QuPath annotations
+  regions.zarr/      (--regions) the class map, OME-NGFF labels at the classifier's µm/px
+  regions.geojson    (--regions) each region class's outlines as QuPath annotations
+  regions.csv        (--regions) per region: area, cells, cells per mm², cell classes
   manifest.json      slide size, time and hash, parameters and what they resolved to (the
                      segmenter that ran, its model, version and weights' SHA-256, working
                      µm/px, stain mode, nuclear channel), tile grid, each tile's status, and
@@ -185,6 +188,14 @@ def _parser() -> argparse.ArgumentParser:
         "QuPath classes and per-class counts / H-score to summary.csv (default: none)",
     )
     b.add_argument(
+        "--regions",
+        metavar="CLASSIFIER",
+        help="classify each slide's tissue into regions with this region classifier's file "
+        "(train_region_classifier(...).save); writes regions.zarr, regions.geojson and "
+        "regions.csv, adds region columns to the cells and a regions column to summary.csv; "
+        "with --resume a changed classifier redoes the regions, not the nuclei (default: none)",
+    )
+    b.add_argument(
         "--anndata",
         action="store_true",
         help="also write cells.h5ad per slide: cells x markers for scanpy / squidpy "
@@ -307,6 +318,10 @@ def _batch(args: argparse.Namespace) -> int:
             from napari_slidescope.pipeline.classify import load_classification
 
             load_classification(args.classify)
+        if args.regions is not None:  # so does a file that is not a region classifier
+            from napari_slidescope.batch.engine import _regions_options
+
+            _regions_options(args.regions)
         if params.nuclei:
             from napari_slidescope.segmenters import missing_reason
 
@@ -358,6 +373,7 @@ def _batch(args: argparse.Namespace) -> int:
                 tissue_options=tissue_options,
                 nuclei_options=nuclei_options,
                 classify=args.classify,
+                regions=args.regions,
                 anndata=args.anndata,
                 spatialdata=args.spatialdata,
                 client=client,

@@ -25,7 +25,7 @@ from napari_slidescope._io import one_line
 from napari_slidescope.batch import outputs
 from napari_slidescope.batch.outputs import Manifest, SummaryRow, TileRecord
 from napari_slidescope.batch.params import BatchParams, SlideStamp, shown_path, stamp_slide
-from napari_slidescope.batch.tasks import SlideInfo, TaskFailed, TileOut
+from napari_slidescope.batch.tasks import RegionsOut, SlideInfo, TaskFailed, TileOut
 from napari_slidescope.pipeline.task_table import task
 from napari_slidescope.slide.source import scrub
 
@@ -86,6 +86,12 @@ class _Slide:
     #: What ran on this slide (``SlideInfo.resolved``) and its digest (``run_digest``).
     resolved: dict[str, Any] = field(default_factory=dict)
     digest: str = ""
+    #: The slide's class map (``--regions``) once the regions task is in, and its seconds.
+    regions: Any = None
+    regions_seconds: float = 0.0
+    #: Only the regions task is submitted: the nuclei are kept (``resume`` after the
+    #: region classifier changed), the slide task is not run again.
+    regions_only: bool = False
     # the scheduler's: the slide task's future (its tissue mask feeds the tile tasks),
     # the chunks of tiles still to submit and the futures in flight
     prep: Future[Any] | None = None
@@ -188,8 +194,8 @@ class Ledger:
                 return False
             same = False  # another model now: redone from scratch, never mixed
         if not same and old is not None and self._classes_only(s, old):
-            self._reclassify(s, old)
-            return False
+            # the nuclei are kept: only their classes and regions are computed again
+            return self._reclassify(s, old)
         if same:
             s.keep_parts = True  # parts of this run's model are kept once it is known
         else:
@@ -254,12 +260,14 @@ class Ledger:
             return False
         return self._model_unchanged(resolved)
 
-    def _reclassify(self, s: _Slide, old: Manifest) -> None:
+    def _reclassify(self, s: _Slide, old: Manifest) -> bool:
         """Classify a finished slide again from its stored measurements (no segmentation).
 
         Its tile parts are written back from ``nuclei.parquet`` and the slide is finished
         as a run from scratch finishes it: the same tables, outlines and ids, the new
-        classes. ``tissue.geojson`` is not touched.
+        classes. ``tissue.geojson`` is not touched. With ``--regions`` the slide's class
+        map is computed again first (the regions task alone: True, the scheduler submits
+        it), then the slide finishes with the new regions; else it finishes here (False).
         """
         assert old.tiles is not None and old.slide_info is not None
         shown = old.slide_info
@@ -294,10 +302,14 @@ class Ledger:
             s.done = {i: old.tiles[i].seconds or 0.0 for i in s.tiles}
             self.state.tiles_total += len(s.tiles)
             self.state.tiles_done += len(s.tiles)
+            if self.params.regions:
+                s.regions_only = True
+                return True
             self.finish(s)
         except Exception as exc:  # noqa: BLE001 - the slide fails, the batch goes on
             outputs.remove_parts(s.folder)
             self.fail(s, exc)
+        return False
 
     def stamp_dict(self, s: _Slide) -> dict[str, Any]:
         """Return what the manifest records of the slide's stamp."""
@@ -332,7 +344,7 @@ class Ledger:
             segmentation_sha256=self.params.segmentation_digest(s.resolved),
         )
         if not self.params.nuclei:
-            self.finish(s)
+            self._finish_when_ready(s)
             return []
         s.tiles = list(info.tiles)
         # parts an interrupted run wrote with this very model and plan (same digest)
@@ -344,7 +356,7 @@ class Ledger:
         self.state.tiles_done += len(s.done)
         self.write_manifest(s, force=True)
         if not todo:
-            self.finish(s)
+            self._finish_when_ready(s)
         else:
             self.report(self.state)
         return todo
@@ -355,17 +367,34 @@ class Ledger:
             outputs.write_part(s.folder, tile, s.digest)
             s.done[tile.index] = tile.seconds
             self.state.tiles_done += 1
-        if len(s.done) == len(s.tiles):
-            self.finish(s)
-        else:
+        if not self._finish_when_ready(s):
             self.write_manifest(s)
             self.report(self.state)
+
+    def regions_done(self, s: _Slide, out: RegionsOut) -> None:
+        """Write the slide's class map and outlines; finish the slide if its tiles are in."""
+        outputs.write_regions(s.folder, out.regions)
+        s.regions, s.regions_seconds = out.regions, out.seconds
+        if not self._finish_when_ready(s):
+            self.report(self.state)
+
+    def _finish_when_ready(self, s: _Slide) -> bool:
+        """Finish the slide once its slide task, tiles and regions are all in."""
+        if s.info is None or len(s.done) < len(s.tiles):
+            return False
+        if self.params.regions and s.regions is None:
+            return False
+        self.finish(s)
+        return True
 
     def finish(self, s: _Slide) -> None:
         """Write a slide's outputs (classified), manifest and summary row: it is done."""
         assert s.info is not None and s.stamp is not None
         summary = None
         classes = None
+        regions = None  # the region of each nucleus
+        if self.params.nuclei and s.regions is not None:
+            regions = outputs.region_columns(s.folder, s.tiles, s.regions)
         if self.params.nuclei:
             from napari_slidescope import __version__
             from napari_slidescope.analysis.measure import COLUMNS
@@ -395,9 +424,15 @@ class Ledger:
                     "parameters_sha256": s.digest,
                     "plan": s.info.plan,
                     "columns": {**outputs.NUCLEI_COLUMNS, **COLUMNS},
+                    **(
+                        {"regions": {"classes": list(s.regions.classes)}}
+                        if s.regions is not None
+                        else {}
+                    ),
                 },
                 units={k: v for k, v in COLUMNS.items() if k != "id"},
                 feature_ns=f"{s.name}/{s.stamp.head_sha256}/{s.digest}",
+                regions=regions,
             )
             # the nuclei (and cells) as an OME-NGFF label image: viewers show them without
             # drawing a polygon (napari_slidescope.batch.label_image)
@@ -411,6 +446,7 @@ class Ledger:
                 slide=s.name,
                 mpp=s.info.mpp or 1.0,
                 classes=classes,
+                regions=regions,
             )
         if self.params.nuclei and self.params.spatialdata:
             outputs.write_spatialdata(
@@ -421,6 +457,7 @@ class Ledger:
                 mpp=s.info.mpp or 1.0,
                 segmenter=str(s.resolved.get("segmenter", "")),
                 classes=classes,
+                regions=regions,
             )
         else:  # one an earlier run asked for no longer matches what was asked
             outputs.remove_spatialdata(s.folder)
@@ -428,6 +465,12 @@ class Ledger:
         s.row = self._row(s, summary)
         if self.params.nuclei and classes is not None:
             s.row = dataclasses.replace(s.row, **classes.row())
+        if s.regions is not None:
+            rows = outputs.region_rows(s.regions, regions, classes)
+            outputs.write_regions_csv(s.folder, rows)
+            s.row = dataclasses.replace(s.row, regions=outputs.regions_text(rows))
+        elif not self.params.regions:  # those of an earlier run with --regions
+            outputs.remove_regions(s.folder)
         s.manifest = self._manifest(s).replace(status="done", error=None, summary=s.row)
         self.write_manifest(s, force=True)
         outputs.remove_parts(s.folder)
@@ -495,7 +538,7 @@ class Ledger:
             area = info.tissue_area_um2 / 1e6
         seconds = None
         if info is not None:
-            seconds = info.seconds + sum(s.done.values())
+            seconds = info.seconds + sum(s.done.values()) + s.regions_seconds
         row = SummaryRow(
             s.name, s.status, s.error, tissue_area_mm2=area, seconds=seconds, path=s.shown
         )

@@ -2,8 +2,9 @@
 
 One module per kind of file: :mod:`.summary` (``summary.csv``), :mod:`.manifest`
 (``manifest.json``), :mod:`.parts` (tile parts), :mod:`.nuclei` (the joined nuclei),
-:mod:`.classes` (``--classify``), :mod:`.scverse` (AnnData, SpatialData), :mod:`.tissue`
-and :mod:`.folder` (clearing a slide's folder). Their names are importable from here.
+:mod:`.classes` (``--classify``), :mod:`.regions` (``--regions``), :mod:`.scverse`
+(AnnData, SpatialData), :mod:`.tissue` and :mod:`.folder` (clearing a slide's folder).
+Their names are importable from here.
 
 Layout of ``OUT``::
 
@@ -40,6 +41,16 @@ from napari_slidescope.batch.outputs.parts import (
     remove_parts,
     write_part,
 )
+from napari_slidescope.batch.outputs.regions import (
+    REGIONS_STORE,
+    RegionColumns,
+    region_columns,
+    region_rows,
+    regions_text,
+    remove_regions,
+    write_regions,
+    write_regions_csv,
+)
 from napari_slidescope.batch.outputs.scverse import (
     SPATIALDATA_STORE,
     remove_spatialdata,
@@ -58,9 +69,11 @@ from napari_slidescope.pipeline.geoparquet import NUCLEI_COLUMNS
 
 __all__ = [
     "NUCLEI_COLUMNS",
+    "REGIONS_STORE",
     "SPATIALDATA_STORE",
     "SUMMARY_COLUMNS",
     "Manifest",
+    "RegionColumns",
     "SlideClasses",
     "SlideSummary",
     "SummaryRow",
@@ -73,12 +86,18 @@ __all__ = [
     "parts_from_nuclei",
     "read_manifest",
     "read_summary",
+    "region_columns",
+    "region_rows",
+    "regions_text",
     "remove_parts",
+    "remove_regions",
     "remove_spatialdata",
     "write_anndata",
     "write_manifest",
     "write_nuclei",
     "write_part",
+    "write_regions",
+    "write_regions_csv",
     "write_spatialdata",
     "write_summary",
     "write_tissue",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from napari_slidescope._io import atomic_write
 from napari_slidescope.analysis.phenotypes import NUCLEUS_COLOR
 from napari_slidescope.batch.outputs.classes import SlideClasses
 from napari_slidescope.batch.outputs.parts import part_path
+from napari_slidescope.batch.outputs.regions import RegionColumns
 from napari_slidescope.batch.outputs.summary import SlideSummary
 from napari_slidescope.batch.tasks import wkb_ring
 from napari_slidescope.pipeline import geoparquet
@@ -29,6 +30,7 @@ def write_nuclei(
     units: dict[str, str],
     feature_ns: str,
     classes: SlideClasses | None = None,
+    regions: RegionColumns | None = None,
 ) -> SlideSummary:
     """Join a slide's parts into ``nuclei.parquet`` and ``nuclei.geojson.gz``.
 
@@ -52,6 +54,10 @@ def write_nuclei(
     classes : SlideClasses, optional
         Adds the ``class`` and positivity columns to the Parquet rows and each class and
         its colour to the GeoJSON features' classification.
+    regions : RegionColumns, optional
+        Adds the ``region`` and ``region_id`` columns to the Parquet rows (after the class
+        columns) and ``region_id`` to the GeoJSON features' measurements (QuPath
+        measurements are numbers; ``regions.geojson`` names the classes).
 
     Returns
     -------
@@ -79,10 +85,12 @@ def write_nuclei(
                 if "cell_geometry" in table.column_names:
                     cell_rings = [wkb_ring(b) for b in table.column("cell_geometry").to_pylist()]
                 names = None
+                n = table.num_rows
                 if classes is not None:
-                    n = table.num_rows
-                    table = _with_classes(table, classes, offset, n)
+                    table = _with_columns(table, classes.columns, offset, n)
                     names = classes.columns["class"][offset : offset + n]
+                if regions is not None:
+                    table = _with_columns(table, regions.columns(), offset, n)
                 if writer is None:
                     writer = pq.ParquetWriter(
                         pq_fh, table.schema.with_metadata(file_meta), compression="zstd"
@@ -96,6 +104,8 @@ def write_nuclei(
                 for k in range(n):
                     meas = {c: float(v[k]) for c, v in measures.items()}
                     meas["id"] = float(ids[k])
+                    if regions is not None:
+                        meas["region_id"] = float(regions.region_id[offset + k])
                     name = "Nucleus" if names is None else str(names[k])
                     nucleus = rings[k][:-1, ::-1]
                     yield polygon_feature(
@@ -118,7 +128,9 @@ def write_nuclei(
         if writer is None:  # a slide without nuclei: an empty table with every column
             empty = _nuclei_table(_empty_part(), 0, 0, units)[0]
             if classes is not None:
-                empty = _with_classes(empty, classes, 0, 0)
+                empty = _with_columns(empty, classes.columns, 0, 0)
+            if regions is not None:
+                empty = _with_columns(empty, regions.columns(), 0, 0)
             writer = pq.ParquetWriter(pq_fh, empty.schema.with_metadata(file_meta))
         writer.close()
     return summary
@@ -153,12 +165,12 @@ def _nuclei_table(
     return table, rings, measures
 
 
-def _with_classes(table: Any, classes: SlideClasses, offset: int, n: int) -> Any:
-    """Rows ``offset .. offset + n`` of the class columns added before ``geometry``."""
+def _with_columns(table: Any, columns: Mapping[str, np.ndarray], offset: int, n: int) -> Any:
+    """Rows ``offset .. offset + n`` of `columns` (class, region...) added before ``geometry``."""
     import pyarrow as pa
 
     at = table.column_names.index("geometry")
-    for name, col in classes.columns.items():
+    for name, col in columns.items():
         values = np.asarray(col)[offset : offset + n]
         array = (
             pa.array(values.tolist(), pa.string()) if values.dtype.kind == "U" else pa.array(values)

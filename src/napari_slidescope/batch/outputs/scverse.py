@@ -13,6 +13,7 @@ import numpy as np
 
 from napari_slidescope.batch.outputs.classes import SlideClasses
 from napari_slidescope.batch.outputs.parts import part_measurements, part_outlines
+from napari_slidescope.batch.outputs.regions import RegionColumns
 
 
 def write_anndata(
@@ -22,6 +23,7 @@ def write_anndata(
     slide: str,
     mpp: Any,
     classes: SlideClasses | None = None,
+    regions: RegionColumns | None = None,
 ) -> Path:
     """Write ``cells.h5ad``: the slide's cells x markers (``to_anndata``), atomically.
 
@@ -36,6 +38,8 @@ def write_anndata(
     if classes is not None:
         table.update(classes.columns)
         colors = classes.colors
+    if regions is not None:  # the region of each cell: obs "region", "region_id"
+        table.update(regions.columns())
     n = int(np.asarray(table["id"]).size)
     res = NucleiResult(None, mpp, (0, 0), (1.0, 1.0), n, table, (0, 0, 0, 0), classes=colors)
     adata = to_anndata(res, slide=slide)
@@ -62,6 +66,7 @@ def write_spatialdata(
     mpp: Any,
     segmenter: str = "",
     classes: SlideClasses | None = None,
+    regions: RegionColumns | None = None,
 ) -> Path | None:
     """Write ``cells.zarr``: the slide's SpatialData store, whole or not at all.
 
@@ -86,6 +91,8 @@ def write_spatialdata(
     if classes is not None:
         table.update(classes.columns)
         colors = classes.colors
+    if regions is not None:  # the region of each cell: obs "region", "region_id"
+        table.update(regions.columns())
     ids = np.asarray(table["id"], dtype=np.int64).reshape(-1)
     if ids.size == 0:
         remove_spatialdata(slide_dir)

@@ -34,6 +34,9 @@ class SummaryRow:
         Counts per class, ``"name: n; ..."`` (``--classify``).
     positive_percent, h_score, positive_per_mm2 : float or None
         The IHC figures of a classified slide.
+    regions : str or None
+        Per tissue region (``--regions``): its area and share, cells, cells per mm² and
+        positive percentage, ``"name: ...; ..."`` (``regions.csv`` has them as numbers).
     path : str
         The slide's absolute path, or its URL without credentials.
     """
@@ -50,6 +53,7 @@ class SummaryRow:
     positive_percent: float | None = None
     h_score: float | None = None
     positive_per_mm2: float | None = None
+    regions: str | None = None
     path: str = ""
 
     def to_json(self) -> dict[str, Any]:

@@ -33,7 +33,6 @@ def test_summary_columns_are_the_documented_ones_in_order():
         "positive_percent",
         "h_score",
         "positive_per_mm2",
-        "regions",
         "path",
     )
 

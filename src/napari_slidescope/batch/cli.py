@@ -192,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="CLASSIFIER",
         help="classify each slide's tissue into regions with this region classifier's file "
         "(train_region_classifier(...).save); writes regions.zarr, regions.geojson and "
-        "regions.csv, adds region columns to the cells and a regions column to summary.csv; "
+        "regions.csv, adds region columns to the cells and per-region figures to summary.csv; "
         "with --resume a changed classifier redoes the regions, not the nuclei (default: none)",
     )
     b.add_argument(

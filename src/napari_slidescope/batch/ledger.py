@@ -466,9 +466,9 @@ class Ledger:
         if self.params.nuclei and classes is not None:
             s.row = dataclasses.replace(s.row, **classes.row())
         if s.regions is not None:
-            rows = outputs.region_rows(s.regions, regions, classes)
-            outputs.write_regions_csv(s.folder, rows)
-            s.row = dataclasses.replace(s.row, regions=outputs.regions_text(rows))
+            figures = outputs.region_figures(s.regions, regions, classes)
+            outputs.write_regions_csv(s.folder, outputs.region_rows(s.regions, figures))
+            s.row = dataclasses.replace(s.row, regions=figures)
         elif not self.params.regions:  # those of an earlier run with --regions
             outputs.remove_regions(s.folder)
         s.manifest = self._manifest(s).replace(status="done", error=None, summary=s.row)

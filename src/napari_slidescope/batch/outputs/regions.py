@@ -5,12 +5,12 @@ Files in ``OUT/<slide>/``::
     regions.zarr/labels/regions/   the class map as OME-NGFF labels, at the classifier's
                                    working resolution (its scale in µm), classes 1..K
     regions.geojson                the outline of each class's pieces (QuPath annotations)
-    regions.csv                    one row per region class: area, cells, cells per mm²,
-                                   cell classes and IHC figures per region
+    regions.csv                    one row per region class: area, share, cells, cells
+                                   per mm², cell classes and IHC figures per region
 
 and, with nuclei, the ``region`` (class name, ``""`` off the map) and ``region_id``
 (0..K) columns of ``nuclei.parquet`` / ``cells.h5ad`` / ``cells.zarr``, and the
-``regions`` column of ``summary.csv``.
+per-region columns of ``summary.csv`` (:func:`region_figures`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,8 @@ __all__ = [
     "REGIONS_STORE",
     "RegionColumns",
     "region_columns",
+    "region_figures",
     "region_rows",
-    "regions_text",
     "remove_regions",
     "write_regions",
     "write_regions_csv",
@@ -158,67 +158,53 @@ def region_columns(slide_dir: Path, tiles: Sequence[int], regions: Any) -> Regio
     return RegionColumns(names[ids], ids)
 
 
-def region_rows(
+def region_figures(
     regions: Any, cells: RegionColumns | None, classes: SlideClasses | None
-) -> list[dict[str, Any]]:
-    """Return one row per region class: its area and, with nuclei, its cells.
+) -> dict[str, Any]:
+    """Return the slide's per-region figures, as ``region_summary`` gives them.
 
-    ``region``, ``area_mm2``, ``area_percent`` (of the classes not ignored; None for an
-    ignored class), and with nuclei ``cells``, ``cells_per_mm2``, with classified cells
-    ``<class>_count`` per cell class and, for IHC-scored cells, ``positive_percent``
-    (the Ki-67 index in that region) and ``h_score``.
+    :func:`~napari_slidescope.pipeline.region_cells.region_summary` of the slide's cells
+    (their regions, classes and DAB scores; none without nuclei, and then no cell
+    figures): ``{R}_area_mm2``, ``{R}_percent``, ``{R}_cells``, ``{R}_cells_per_mm2``,
+    ``{R}_{class}_count`` / ``_per_mm2``, ``{R}_positive_percent``, ``{R}_h_score``...,
+    ``tumour_stroma_ratio`` and ``stroma_percent`` when both classes exist.
     """
-    area = dict(regions.area_um2)
-    fractions = dict(regions.fractions)
-    out = []
-    for k, name in enumerate(regions.classes, start=1):
-        mm2 = float(area.get(name, 0.0)) / 1e6
-        share = fractions.get(name)
-        row: dict[str, Any] = {
-            "region": name,
-            "area_mm2": mm2,
-            "area_percent": None if share is None else 100.0 * float(share),
-        }
-        if cells is not None:
-            inside = cells.region_id == k
-            n = int(np.count_nonzero(inside))
-            row["cells"] = n
-            row["cells_per_mm2"] = n / mm2 if mm2 > 0 else None
-            if classes is not None:
-                row.update(_class_figures(classes, inside))
-        out.append(row)
-    return out
+    from types import SimpleNamespace
+
+    from napari_slidescope.pipeline.region_cells import region_summary
+
+    table: dict[str, np.ndarray] = {
+        "region": np.zeros(0, str) if cells is None else cells.region,
+    }
+    names: list[str] = []
+    if classes is not None:
+        table["class"] = np.asarray(classes.columns["class"])
+        names = list(classes.colors)
+        if "dab_score" in classes.columns:
+            table["dab_score"] = np.asarray(classes.columns["dab_score"])
+    # the whole map counts (region=None); the cell classes in the rules' order
+    result = SimpleNamespace(table=table, classes=names, region=None)
+    figures = dict(region_summary(result, regions))
+    if cells is None:  # no nuclei were looked for: no cell figures
+        for r in regions.classes:
+            figures.pop(f"{r}_cells", None)
+            figures.pop(f"{r}_cells_per_mm2", None)
+    return figures
 
 
-def _class_figures(classes: SlideClasses, inside: np.ndarray) -> dict[str, Any]:
-    """Return the counts per cell class, and the IHC figures, of the cells `inside` a region."""
-    names = np.asarray(classes.columns["class"])[inside]
-    out: dict[str, Any] = {f"{c}_count": int(np.count_nonzero(names == c)) for c in classes.colors}
-    if "dab_score" in classes.columns:
-        from napari_slidescope.analysis.phenotypes import ihc_summary
+def region_rows(regions: Any, figures: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Return one row per region class of :func:`region_figures`, for ``regions.csv``.
 
-        ihc = ihc_summary(np.asarray(classes.columns["dab_score"])[inside])
-        for key in ("positive_percent", "h_score"):
-            if key in ihc:
-                out[key] = ihc[key]
-    return out
-
-
-def regions_text(rows: Sequence[dict[str, Any]]) -> str:
-    """Return the ``regions`` field of ``summary.csv``: ``"name: 1.2 mm² (40%), ..."``."""
-    parts = []
-    for r in rows:
-        text = f"{r['region']}: {r['area_mm2']:.4g} mm²"
-        if r.get("area_percent") is not None:
-            text += f" ({r['area_percent']:.3g}%)"
-        if r.get("cells") is not None:
-            text += f", {r['cells']} cells"
-            if r.get("cells_per_mm2") is not None:
-                text += f" ({r['cells_per_mm2']:.4g}/mm²)"
-        if r.get("positive_percent") is not None:
-            text += f", {r['positive_percent']:.3g}% positive"
-        parts.append(text)
-    return "; ".join(parts)
+    A figure ``{R}_{name}`` goes to the row of region ``R`` as ``name`` (the longest
+    class name that prefixes it, so ``Tumor stroma`` is not taken for ``Tumor``).
+    """
+    order = sorted(regions.classes, key=len, reverse=True)
+    rows: dict[str, dict[str, Any]] = {r: {"region": r} for r in regions.classes}
+    for key, value in figures.items():
+        owner = next((r for r in order if key.startswith(f"{r}_")), None)
+        if owner is not None:
+            rows[owner][key[len(owner) + 1 :]] = value
+    return [rows[r] for r in regions.classes]
 
 
 def write_regions_csv(slide_dir: Path, rows: Sequence[dict[str, Any]]) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,13 @@ class SummaryRow:
         Counts per class, ``"name: n; ..."`` (``--classify``).
     positive_percent, h_score, positive_per_mm2 : float or None
         The IHC figures of a classified slide.
-    regions : str or None
-        Per tissue region (``--regions``): its area and share, cells, cells per mm² and
-        positive percentage, ``"name: ...; ..."`` (``regions.csv`` has them as numbers).
+    regions : mapping of str to number
+        The per-region figures of a slide run with ``--regions``
+        (:func:`~napari_slidescope.pipeline.region_cells.region_summary`:
+        ``{R}_area_mm2``, ``{R}_percent``, ``{R}_cells``, ``{R}_cells_per_mm2``, cell
+        classes and IHC figures per region, ``tumour_stroma_ratio``...): columns of
+        ``summary.csv`` after :data:`SUMMARY_COLUMNS`, the same for every slide of a run
+        (one classifier); empty otherwise, so a run without regions has the columns it had.
     path : str
         The slide's absolute path, or its URL without credentials.
     """
@@ -53,31 +57,36 @@ class SummaryRow:
     positive_percent: float | None = None
     h_score: float | None = None
     positive_per_mm2: float | None = None
-    regions: str | None = None
     path: str = ""
+    regions: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """Return the row as a dict of :data:`SUMMARY_COLUMNS` (JSON-ready)."""
-        return {c: getattr(self, c) for c in SUMMARY_COLUMNS}
+        """Return the row as a dict of :data:`SUMMARY_COLUMNS` and the region figures."""
+        return {**{c: getattr(self, c) for c in SUMMARY_COLUMNS}, **self.regions}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SummaryRow:
-        """Build from :meth:`to_json`'s dict (unknown keys are ignored, missing ones None)."""
+        """Build from :meth:`to_json`'s dict (keys of no column are region figures)."""
         values: dict[str, Any] = {c: data.get(c) for c in SUMMARY_COLUMNS}
         values["slide"] = str(values["slide"] or "")
         values["status"] = str(values["status"] or "")
         values["path"] = str(values["path"] or "")
+        values["regions"] = {k: v for k, v in data.items() if k not in SUMMARY_COLUMNS}
         return cls(**values)
 
-    def to_csv(self) -> list[str]:
-        """Return the row's ``summary.csv`` fields, in :data:`SUMMARY_COLUMNS` order."""
-        return [_fmt(getattr(self, c)) for c in SUMMARY_COLUMNS]
+    def to_csv(self, extra: Sequence[str] = ()) -> list[str]:
+        """Return the row's ``summary.csv`` fields: :data:`SUMMARY_COLUMNS`, then `extra`."""
+        return [_fmt(getattr(self, c)) for c in SUMMARY_COLUMNS] + [
+            _fmt(self.regions.get(c)) for c in extra
+        ]
 
     @classmethod
     def from_csv(cls, fields: Mapping[str, str]) -> SummaryRow:
         """Build from a ``csv.DictReader`` row of ``summary.csv`` (numbers parsed)."""
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {"regions": _numbers(fields)}
         for f in dataclasses.fields(cls):
+            if f.name == "regions":
+                continue
             text = fields.get(f.name, "")
             if text == "":
                 values[f.name] = "" if f.name in ("slide", "status", "path") else None
@@ -90,8 +99,24 @@ class SummaryRow:
         return cls(**values)
 
 
-#: Columns of ``summary.csv``: the fields of :class:`SummaryRow`, in order.
-SUMMARY_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SummaryRow))
+#: Columns of ``summary.csv``: the fields of :class:`SummaryRow`, in order (the region
+#: figures of a run with ``--regions`` follow them).
+SUMMARY_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(SummaryRow) if f.name != "regions"
+)
+
+
+def _numbers(fields: Mapping[str, str]) -> dict[str, Any]:
+    """Return the region figures of a ``summary.csv`` row (its other columns), as numbers."""
+    out: dict[str, Any] = {}
+    for k, text in fields.items():
+        if k in SUMMARY_COLUMNS or k is None:
+            continue
+        try:
+            out[k] = None if text == "" else float(text)
+        except ValueError:
+            out[k] = text
+    return out
 
 
 @dataclass
@@ -116,12 +141,19 @@ def _fmt(value: Any) -> str:
 
 
 def write_summary(path: Path, rows: Sequence[SummaryRow]) -> None:
-    """Write ``summary.csv`` (:data:`SUMMARY_COLUMNS`, one row per slide), atomically."""
+    """Write ``summary.csv`` (:data:`SUMMARY_COLUMNS`, one row per slide), atomically.
+
+    The region figures of the rows (``--regions``) follow, each column once, in the order
+    they first appear.
+    """
+    extra: list[str] = []
+    for row in rows:
+        extra += [k for k in row.regions if k not in extra]
     with atomic_write(path, "w", newline="") as fh:
         w = csv.writer(fh, lineterminator="\n")
-        w.writerow(SUMMARY_COLUMNS)
+        w.writerow([*SUMMARY_COLUMNS, *extra])
         for row in rows:
-            w.writerow(row.to_csv())
+            w.writerow(row.to_csv(extra))
 
 
 def read_summary(path: Path) -> list[SummaryRow]:

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         [image] = viewer.open(str(path), plugin="napari-slidescope")
         _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
         table = widget.open_table()
-        ctl = widget.controller
+        ctl = widget.session
         viewer.reset_view()
         ctl.run(
             image,

@@ -25,7 +25,7 @@ def test_result_layers_come_back_after_both_are_deleted(
     viewer = make_napari_viewer()
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
-    ctl = widget.controller
+    ctl = widget.session
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "tile_size_um": 128.0}
     names = (f"{image.name} tissue", f"{image.name} nuclei")
     counts = []

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gui
 
 
 def _wait_ready(qtbot, widget, timeout=20_000):
-    qtbot.waitUntil(lambda: not widget.controller.busy, timeout=timeout)
+    qtbot.waitUntil(lambda: not widget.session.busy, timeout=timeout)
 
 
 def test_widget_describes_the_slide_and_uses_function_defaults(dock_slide, sample_slide, qtbot):
@@ -82,7 +82,7 @@ def test_widget_runs_on_a_multichannel_slide(make_napari_viewer, shared_file, qt
     widget.channel.value = "DAPI"
     opts = widget.run_options()
     assert opts["nuclei_run"].options.channel == "DAPI"
-    widget.controller.run(widget.image.value, "nuclei", region=(300, 300, 600, 600), **opts)
+    widget.session.run(widget.image.value, "nuclei", region=(300, 300, 600, 600), **opts)
     _wait_ready(qtbot, widget, timeout=60_000)
     nuclei = viewer.layers[f"{widget.image.value.name} nuclei"]
     assert nuclei.features.shape[0] > 5
@@ -147,7 +147,7 @@ def test_add_mode_skips_nuclei_already_found_and_replace_starts_afresh(
     dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     a, b = (0, 0, 512, 768), (256, 384, 768, 1152)  # overlapping regions
     ctl.run(image, "nuclei", region=a, nuclei_run=seg)
@@ -176,7 +176,7 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
     dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     seg = GatedSegmenter(threshold_segmenter(), free=2)  # the third tile waits at the gate
     slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
     worker = ctl.run(image, "nuclei", scope="slide", nuclei_run=slow)
@@ -206,7 +206,7 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
 
 def test_a_new_run_cancels_the_one_in_flight(dock_slide, small_slide, qtbot, threshold_segmenter):
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     seg = GatedSegmenter(threshold_segmenter(), free=1)  # held in flight after one tile
     slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
     first = ctl.run(image, "nuclei", scope="slide", nuclei_run=slow)
@@ -256,12 +256,12 @@ def test_export_buttons_write_geojson_and_csv(
 ):
     viewer, [image], widget = dock_slide(small_slide)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
-    widget.controller.run(image, "nuclei", scope="slide", nuclei_run=seg)
+    widget.session.run(image, "nuclei", scope="slide", nuclei_run=seg)
     _wait_ready(qtbot, widget)
     widget.export_dir.value = tmp_path
     widget.export_tissue.clicked.emit()
     qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
-    widget.controller.run(image, "tissue", scope="slide")
+    widget.session.run(image, "tissue", scope="slide")
     _wait_ready(qtbot, widget)
     buttons = (widget.export_tissue, widget.export_nuclei, widget.export_csv, widget.export_parquet)
     for button in buttons:  # each written in the background, one at a time
@@ -306,7 +306,7 @@ def test_tile_work_runs_off_the_main_thread_while_the_event_loop_turns(
 
     def whole_slide_run():
         ticks_at_tile.clear()
-        widget.controller.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=options)
+        widget.session.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=options)
         _wait_ready(qtbot, widget, timeout=60_000)
 
     whole_slide_run()  # creating the result layers is napari's one-off work on the main thread
@@ -344,7 +344,7 @@ def test_memory_is_bounded_and_returns_after_runs(
         return proc.memory_info().rss
 
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "tile_size_um": 128.0}
 
     def one_run():

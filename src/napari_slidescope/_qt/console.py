@@ -126,7 +126,7 @@ def add_tissue(
     from napari_slidescope._napari import jobs
     from napari_slidescope._qt import session
 
-    ctl = session.controller_for(viewer)
+    ctl = session.session_for(viewer)
     image = layer if layer is not None else jobs.active_slide_layer(viewer)
     worker = ctl.run(image, "tissue", scope=scope, region=region, tissue_options=options)
     if not wait:
@@ -180,7 +180,7 @@ def add_nuclei(
     from napari_slidescope._napari import jobs
     from napari_slidescope._qt import session
 
-    ctl = session.controller_for(viewer)
+    ctl = session.session_for(viewer)
     image = layer if layer is not None else jobs.active_slide_layer(viewer)
     worker = ctl.run(
         image,
@@ -217,11 +217,11 @@ def summary(viewer: Any, layer: Any = None) -> Any:
     from napari_slidescope._qt import session
 
     image = layer if layer is not None else jobs.slide_with_results(viewer, "nuclei")
-    return session.controller_for(viewer).summary(image)
+    return session.session_for(viewer).summary(image)
 
 
 def cancel(viewer: Any) -> None:
     """Stop the run in flight after its current tile (finished tiles stay)."""
     from napari_slidescope._qt import session
 
-    session.controller_for(viewer).cancel()
+    session.session_for(viewer).cancel()

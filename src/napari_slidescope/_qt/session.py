@@ -1,6 +1,6 @@
-"""The analysis model behind the dock widget and the console helpers.
+"""The analysis session behind the dock widget and the console helpers.
 
-:class:`SlideAnalysis` runs tissue detection and nuclei segmentation for one viewer
+:class:`AnalysisSession` runs tissue detection and nuclei segmentation for one viewer
 in the background: a napari generator worker opens the slide and reads its pixels on
 worker threads, yields per finished tile, and the main thread paints each tile into a
 Labels layer (throttled) and advances a napari progress bar. One run at a time: a new
@@ -54,10 +54,10 @@ __all__ = [
     "Outcome",
     "Progress",
     "Scope",
-    "SlideAnalysis",
+    "AnalysisSession",
     "SlideSource",
     "Summary",
-    "controller_for",
+    "session_for",
     "slide_layers",
 ]
 
@@ -70,7 +70,7 @@ STAGE_WORDS = {
 }
 
 
-# -- the controller: main thread --------------------------------------------------------------
+# -- the session: main thread -----------------------------------------------------------------
 
 
 @dataclass
@@ -236,7 +236,7 @@ class _Run:
     segmenting_since: float | None = None
 
 
-class SlideAnalysis:
+class AnalysisSession:
     """Background analysis for one viewer (shared by the dock widget and the console).
 
     Signals: ``started(task)``, ``progress(Progress)``, ``finished(summary_or_None)``
@@ -261,7 +261,7 @@ class SlideAnalysis:
         """The viewer (raises ReferenceError once it is gone)."""
         viewer = self._viewer()
         if viewer is None:
-            raise ReferenceError("the viewer of this SlideAnalysis was closed")
+            raise ReferenceError("the viewer of this AnalysisSession was closed")
         return viewer
 
     @property
@@ -489,7 +489,7 @@ class SlideAnalysis:
         except Exception as exc:  # noqa: BLE001
             run.failed = run.failed or exc
             run.cancel.set()
-            if slot == self._on_finished:  # never leave the controller busy
+            if slot == self._on_finished:  # never leave the session busy
                 if run.worker is not None:
                     _release(run)
                 if run.outcome is None:
@@ -664,12 +664,12 @@ def _release(run: _Run) -> None:
     run.pending.clear()
 
 
-_CONTROLLERS: weakref.WeakKeyDictionary[Any, SlideAnalysis] = weakref.WeakKeyDictionary()
+_SESSIONS: weakref.WeakKeyDictionary[Any, AnalysisSession] = weakref.WeakKeyDictionary()
 
 
-def controller_for(viewer: Any) -> SlideAnalysis:
-    """Return the :class:`SlideAnalysis` of `viewer` (one per viewer, shared)."""
+def session_for(viewer: Any) -> AnalysisSession:
+    """Return the :class:`AnalysisSession` of `viewer` (one per viewer, shared)."""
     viewer = getattr(viewer, "__wrapped__", viewer)
-    if viewer not in _CONTROLLERS:
-        _CONTROLLERS[viewer] = SlideAnalysis(viewer)
-    return _CONTROLLERS[viewer]
+    if viewer not in _SESSIONS:
+        _SESSIONS[viewer] = AnalysisSession(viewer)
+    return _SESSIONS[viewer]

@@ -1,10 +1,10 @@
-"""The "Slide analysis" dock widget: a magicgui view of :class:`~.session.SlideAnalysis`.
+"""The "Slide analysis" dock widget: a magicgui view of :class:`~.session.AnalysisSession`.
 
 Pick a slide layer, a task (tissue or nuclei) and a scope (visible region or whole
 slide), press Run: the analysis runs in the background, its tiles stream into
 ``"<slide> tissue"`` / ``"<slide> nuclei"``, and the widget shows the stage, a progress
 bar with tiles done and the time left, then the result (marked partial after Cancel or
-an error). All the work and state live in the controller, which the napari console
+an error). All the work and state live in the session, which the napari console
 helpers (:mod:`napari_slidescope._qt.console`) share; this module only wires widgets.
 
 Parameters are remembered between sessions (Qt's settings store, see :func:`settings_store`)
@@ -100,7 +100,7 @@ class SlideAnalysisWidget(Container):
         # beside it), a scroll bar appears instead of squeezing (clipping) the controls
         super().__init__(name="slide_analysis", labels=True, scrollable=True)
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
-        self.controller = session.controller_for(self._viewer)
+        self.session = session.session_for(self._viewer)
         self._loading = False  # True while settings are applied (nothing is saved)
         self._settings_failed = False  # the settings file could not be written
         self._shown_stage, self._shown_at = "", 0.0
@@ -316,9 +316,9 @@ class SlideAnalysisWidget(Container):
         self.export_parquet.clicked.connect(self._on_export_parquet)
         for widget in self._setting_widgets():
             widget.changed.connect(self._on_setting_changed)
-        self.controller.started.connect(self._on_started)
-        self.controller.progress.connect(self._on_progress)
-        self.controller.finished.connect(self._on_finished)
+        self.session.started.connect(self._on_started)
+        self.session.progress.connect(self._on_progress)
+        self.session.finished.connect(self._on_finished)
         layers_events = self._viewer.layers.events
         layers_events.inserted.connect(self._on_layers_changed)
         layers_events.removed.connect(self._on_layers_changed)
@@ -471,14 +471,14 @@ class SlideAnalysisWidget(Container):
     # -- choices and slide info -------------------------------------------------------------
 
     def _image_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
-        return [(ly.name, ly) for ly in self.controller.slide_layers()]
+        return [(ly.name, ly) for ly in self.session.slide_layers()]
 
     def _on_layers_changed(self, event: Any = None) -> None:
         before = self.image.value
         self.image.reset_choices()
         if self.image.value is None:
             try:
-                self.image.value = self.controller.active_slide()
+                self.image.value = self.session.active_slide()
             except ValueError:
                 pass
         if self.image.value is None and before is not None:
@@ -500,10 +500,10 @@ class SlideAnalysisWidget(Container):
         if layer is None:
             self.models.value = models_text(None, name or "auto")
             return
-        self.models.value = models_text(self.controller.slide_kind(layer), name or "auto")
+        self.models.value = models_text(self.session.slide_kind(layer), name or "auto")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SlidescopeWarning)  # uncalibrated: said on run
-            mpp = self.controller.auto_mpp(layer, name or "auto")
+            mpp = self.session.auto_mpp(layer, name or "auto")
         self.nuclei_mpp.tooltip = f"auto: {mpp:.4g} µm/px for {name or 'auto'} on this slide"
 
     def _channel_choices(self, _widget: Any = None) -> list[str]:
@@ -511,7 +511,7 @@ class SlideAnalysisWidget(Container):
         layer = getattr(self, "image", None) and self.image.value
         if layer is None:
             return ["auto"]
-        return ["auto", *self.controller.channel_names(layer)]
+        return ["auto", *self.session.channel_names(layer)]
 
     def _on_image(self, layer: Any) -> None:
         self.thumbnails.clear()
@@ -519,7 +519,7 @@ class SlideAnalysisWidget(Container):
         if layer is None:
             self.info.value = "Open a slide (a 2D RGB image layer)"
             return
-        src = self.controller.source(layer)
+        src = self.session.source(layer)
         self.info.value = describe(src)
         self.channel.reset_choices()
         self.channel.value = "auto"
@@ -574,7 +574,7 @@ class SlideAnalysisWidget(Container):
         layer = self.image.value
         if layer is None:
             return "Open a slide first (File ▸ Open, or File ▸ Open Sample ▸ Slidescope)"
-        if self.controller.busy:
+        if self.session.busy:
             return f"A run is in progress: Cancel it first ({key_text(CANCEL_KEY)})"
         if self.scope.value == "visible":
             from napari_slidescope._napari.viewport import visible_region
@@ -607,7 +607,7 @@ class SlideAnalysisWidget(Container):
             show_warning("Slide analysis: open a slide first")
             return None
         try:
-            return self.controller.run(
+            return self.session.run(
                 layer,
                 self.task.value,
                 scope=cast(session.Scope, scope or self.scope.value),
@@ -621,13 +621,13 @@ class SlideAnalysisWidget(Container):
 
     def run_on_view(self) -> Any:
         """Run the chosen task on the current view (the run shortcut); None if busy."""
-        if self.controller.busy:
+        if self.session.busy:
             return None
         return self.run("visible")
 
     def cancel(self) -> None:
         """Cancel the run in flight (finished tiles stay; the result is marked partial)."""
-        self.controller.cancel()
+        self.session.cancel()
 
     def _on_started(self, task: str) -> None:
         self._shown_stage = ""
@@ -658,13 +658,13 @@ class SlideAnalysisWidget(Container):
             self.status.value = f"{prog.words}…"
 
     def _on_finished(self, summary: Any) -> None:
-        busy = self.controller.busy
+        busy = self.session.busy
         self.cancel_button.enabled = busy
         self.progress.visible = busy
         self._update_run_button()
         if busy:
             return  # a new run already started
-        out = self.controller.outcome
+        out = self.session.outcome
         if out is None:
             self.status.value = "Ready"
             return
@@ -846,7 +846,7 @@ def _run_shortcut(viewer: Any) -> None:
 
 
 def _cancel_shortcut(viewer: Any) -> None:
-    session.controller_for(viewer).cancel()
+    session.session_for(viewer).cancel()
 
 
 _run_shortcut.__doc__ = "Slide analysis: run the chosen task on the current view"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
+from napari_slidescope._qt.task_fields import dock_task
 from napari_slidescope._types import Box
 
 __all__ = ["add_nuclei", "add_slide", "add_tissue", "cancel", "summary", "visible_region"]
@@ -132,7 +133,7 @@ def add_tissue(
     if not wait:
         return worker
     ctl.wait()
-    name = f"{image.name} tissue"
+    name = dock_task("tissue").layer_name(image.name)
     return ctl.viewer.layers[name] if name in ctl.viewer.layers else None
 
 
@@ -194,7 +195,7 @@ def add_nuclei(
     if not wait:
         return worker
     ctl.wait()
-    return ctl.viewer.layers[f"{image.name} nuclei"]
+    return ctl.viewer.layers[dock_task("nuclei").layer_name(image.name)]
 
 
 def summary(viewer: Any, layer: Any = None) -> Any:

@@ -43,6 +43,7 @@ from napari_slidescope._napari.jobs import (
 )
 from napari_slidescope._napari.viewport import visible_region
 from napari_slidescope._qt.nuclei_canvas import resolve_nuclei_run, set_up_nuclei
+from napari_slidescope._qt.task_fields import dock_task
 from napari_slidescope._types import Box
 from napari_slidescope.options import NucleiOptions, TissueOptions
 
@@ -407,7 +408,7 @@ class AnalysisSession:
         another working resolution...) would then stay beside the new ones. Such a run
         replaces the layer instead, and says so.
         """
-        name = f"{image.name} nuclei"
+        name = dock_task("nuclei").layer_name(image.name)
         layer = self.viewer.layers[name] if name in self.viewer.layers else None
         canvas = _layers.canvas_of(layer) if layer is not None else None
         if mode != "add" or canvas is None or canvas.identity in (None, identity):
@@ -453,7 +454,7 @@ class AnalysisSession:
         After a run that stopped early the summary is marked partial and covers the
         finished tiles only: nuclei of those tiles over the tissue inside them.
         """
-        name = f"{image.name} nuclei"
+        name = dock_task("nuclei").layer_name(image.name)
         layer = self.viewer.layers[name] if name in self.viewer.layers else None
         canvas = _layers.canvas_of(layer) if layer is not None else None
         if canvas is None:

@@ -131,8 +131,9 @@ def analyze_slides(
         map, OME-NGFF labels), ``regions.geojson`` (the outlines) and ``regions.csv``
         (area, cells, cells per mm², cell classes and IHC figures per region); the cells
         gain ``region`` and ``region_id`` columns and ``summary.csv`` (and the rows
-        returned) the per-region figures of ``region_summary``. The file's SHA-256 is in the parameters: with ``resume``, a changed
-        classifier redoes the regions and the tables, never the segmentation.
+        returned) the per-region figures of ``region_summary``. The file's SHA-256 is in
+        the parameters: with ``resume``, a changed classifier redoes the regions and the
+        tables, never the segmentation.
     anndata : bool
         Also write ``cells.h5ad`` per slide (cells x markers, as ``result.to_anndata()``;
         needs the ``scverse`` extra).

@@ -193,7 +193,7 @@ class Ledger:
                 self.state.finished, self.state.kept = None, False
                 return False
             same = False  # another model now: redone from scratch, never mixed
-        if not same and old is not None and self._classes_only(s, old):
+        if not same and old is not None and self._nuclei_kept(s, old):
             # the nuclei are kept: only their classes and regions are computed again
             return self._reclassify(s, old)
         if same:
@@ -235,11 +235,13 @@ class Ledger:
         now = self.expected[mode]
         return all(resolved.get(k) == now.get(k) for k in IDENTITY_KEYS)
 
-    def _classes_only(self, s: _Slide, old: Manifest) -> bool:
-        """Whether only the classification of a finished slide differs from what is asked.
+    def _nuclei_kept(self, s: _Slide, old: Manifest) -> bool:
+        """Whether only what a finished slide's nuclei feed differs from what is asked.
 
-        Then its tissue and nuclei (same slide file, options and model) are kept and only
-        its classes are computed again, from the measurements ``nuclei.parquet`` holds.
+        That is the classification or the regions (the tasks outside the segmentation
+        digest, ``TaskSpec.segmentation``). Then its tissue and nuclei (same slide file,
+        options and model) are kept; its classes are computed again from the measurements
+        ``nuclei.parquet`` holds, and its regions by the regions task alone.
         """
         if not (self.resume and self.params.nuclei and old.status == "done"):
             return False

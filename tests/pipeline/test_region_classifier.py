@@ -255,7 +255,8 @@ def test_ignore_class_is_left_out_of_fractions(region_slide):
     path, truth = region_slide
     ex = _strokes(truth, 3)
     ex["Ignore"] = ex.pop("Fat")
-    clf = train_region_classifier(path, ex, scales_um=(2.0, 4.0))
+    clf = train_region_classifier(path, ex, scales_um=(2.0, 4.0), kinds=("gaussian", "gradient"))
+    assert len(clf.features) == 5 * 2 * 2
     rm = classify_regions(path, clf, tissue=False)
     assert "Ignore" not in rm.fractions and "Ignore" in rm.area_um2
     assert sum(rm.fractions.values()) == pytest.approx(1.0)

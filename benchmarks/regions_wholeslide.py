@@ -1,0 +1,110 @@
+"""Tissue regions over whole slides: time, peak memory, throughput, and the live-update time.
+
+Usage: python benchmarks/regions_wholeslide.py SYNTH.svs [SCANNER.svs ...] [--runs 5]
+
+SYNTH.svs is a slide of benchmarks/regions_data.py (its SYNTH.svs.truth.npz gives the
+strokes: 5 per class, and the accuracy of the whole-slide map); the classifier trained on
+it is saved and applied to every slide given (a scanner-size one shows time and memory
+only: its content is not drawn from known regions). Each whole-slide run is a fresh child
+process (python -c), so its peak resident memory (ru_maxrss) is its own; it prints wall
+time, tiles, tissue working pixels classified and Mpx/s. Then viewport-sized regions
+(256, 512 and 1024 working px square, tissue gating off, as a live preview would ask) are
+timed on the synthetic slide: median of `--runs`, on a warm process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+CHILD = r"""
+import json, resource, sys, time, threading
+import numpy as np
+from napari_slidescope import classify_regions, load_region_classifier, open_slide
+clf = load_region_classifier(sys.argv[1])
+slide = open_slide(sys.argv[2])
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+tiles = []
+t0 = time.perf_counter()
+rm = classify_regions(slide, clf, progress=lambda p: tiles.append(p.total))
+dt = time.perf_counter() - t0
+out = {"seconds": dt, "tiles": tiles[-1] if tiles else 0, "shape": list(rm.labels.shape),
+       "tissue_px": int((rm.labels > 0).sum()), "peak_rss_mib": resource.getrusage(
+       resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_before_mib": rss0 / 1024,
+       "mpp": rm.mpp, "fractions": rm.fractions}
+if len(sys.argv) > 3:
+    np.save(sys.argv[3], rm.labels)
+print(json.dumps(out))
+"""
+
+
+def main() -> None:
+    from regions_data import load_truth
+
+    from napari_slidescope import classify_regions, open_slide, train_region_classifier
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("synthetic")
+    ap.add_argument("others", nargs="*")
+    ap.add_argument("--runs", type=int, default=5)
+    a = ap.parse_args()
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    truth = load_truth(a.synthetic)
+    tmp = Path(tempfile.mkdtemp())
+    t0 = time.perf_counter()
+    clf = train_region_classifier(a.synthetic, truth.example_lines(per_class=5, seed=0))
+    print(f"training on 25 strokes: {time.perf_counter() - t0:.1f} s", flush=True)
+    clf_path = clf.save(tmp / "clf.npz")
+    for path in [a.synthetic, *a.others]:
+        labels_out = str(tmp / "labels.npy") if path == a.synthetic else None
+        cmd = [sys.executable, "-c", CHILD, str(clf_path), path] + ([labels_out] if labels_out else [])
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode:
+            print(run.stderr[-3000:])
+            continue
+        r = json.loads(run.stdout.strip().splitlines()[-1])
+        mpx = r["tissue_px"] / 1e6
+        print(
+            f"{Path(path).name}: map {r['shape'][0]} x {r['shape'][1]} at {r['mpp']:.3f} µm/px, "
+            f"{r['tiles']} tissue tiles, {mpx:.1f} Mpx of tissue classified in {r['seconds']:.1f} s "
+            f"({mpx / r['seconds']:.2f} Mpx/s); peak RSS {r['peak_rss_mib']:.0f} MiB "
+            f"({r['rss_before_mib']:.0f} MiB after imports and open)",
+            flush=True,
+        )
+        if labels_out:
+            lab = np.load(labels_out)
+            want = truth.grid(truth.shape[0] / lab.shape[0], lab.shape)
+            ok = (want > 0) & (lab > 0)
+            print(f"  accuracy on the tissue classified: {(lab[ok] == want[ok]).mean():.3f}")
+    print("\nviewport-sized regions (tissue gating off), warm process:")
+    slide = open_slide(a.synthetic)
+    cy, cx = slide.shape0[0] // 2, slide.shape0[1] // 2
+    ds = 2.0 / slide.mpp[0]
+    for side in (256, 512, 1024):
+        half = int(side * ds / 2)
+        box = (cy - half, cx - half, cy + half, cx + half)
+        times = []
+        for k in range(a.runs + 1):
+            t0 = time.perf_counter()
+            classify_regions(slide, clf, region=box, tissue=False)
+            if k:  # the first warms the tile cache and the trees
+                times.append(time.perf_counter() - t0)
+        med = statistics.median(times)
+        print(f"  {side} x {side} working px ({side * 2 / 1000:.2f} mm square): median {med:.2f} s "
+              f"(min {min(times):.2f}, max {max(times):.2f}) = {side * side / med / 1e6:.2f} Mpx/s", flush=True)
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,8 +9,6 @@ import zipfile
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn")
-
 from napari_slidescope import (
     ClassifierFileError,
     RegionMap,
@@ -26,6 +24,8 @@ from napari_slidescope.analysis.measure import measure_nuclei
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 from napari_slidescope.sample_regions import REGION_CLASSES, write_region_slide
 from napari_slidescope.slide import ArraySlide
+
+pytest.importorskip("sklearn")
 
 #: Level-0 pixels of one truth pixel (8 µm at 0.5 µm/px).
 TRUTH_PX = 16

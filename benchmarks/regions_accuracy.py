@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 
 from napari_slidescope import classify_regions, train_region_classifier
-from napari_slidescope.analysis.region_features import FEATURE_KINDS
 from napari_slidescope.sample_regions import REGION_CLASSES, make_region_truth, write_region_slide
 
 SIDE_UM = 2048.0
@@ -89,12 +88,19 @@ def main() -> None:
         res: dict[str, list[tuple[float, dict[str, float]]]] = {"40x": [], "20x": []}
         for d in range(a.draws):
             clf = train_region_classifier(p40, strokes(t40, n, d))
-            res["40x"].append(score(classify_regions(p40, clf, region=right_half(t40), tissue=False), t40))
-            res["20x"].append(score(classify_regions(p20, clf, region=right_half(t20), tissue=False), t20))
+            res["40x"].append(
+                score(classify_regions(p40, clf, region=right_half(t40), tissue=False), t40)
+            )
+            res["20x"].append(
+                score(classify_regions(p20, clf, region=right_half(t20), tissue=False), t20)
+            )
         for where, rows in res.items():
             acc = statistics.median(r[0] for r in rows)
             ious = [statistics.median(r[1][c] for r in rows) for c in REGION_CLASSES]
-            print(f"| {n} | {where} | {acc:.3f} | " + " | ".join(f"{v:.3f}" for v in ious) + " |", flush=True)
+            print(
+                f"| {n} | {where} | {acc:.3f} | " + " | ".join(f"{v:.3f}" for v in ious) + " |",
+                flush=True,
+            )
 
     print("\n## 2. feature sets and working resolution (5 strokes/class, 40x)")
     print("| features | mpp | features/px | pixel accuracy | min IoU | Mpx/s |")
@@ -120,7 +126,10 @@ def main() -> None:
             rows.append(score(rm, t40))
         acc = statistics.median(r[0] for r in rows)
         miou = statistics.median(min(r[1].values()) for r in rows)
-        print(f"| {label} | {mpp} | {nf} | {acc:.3f} | {miou:.3f} | {statistics.median(speed):.3f} |", flush=True)
+        print(
+            f"| {label} | {mpp} | {nf} | {acc:.3f} | {miou:.3f} | {statistics.median(speed):.3f} |",
+            flush=True,
+        )
 
     print("\n## 3. seams (5 strokes/class, 40x, right half)")
     clf = train_region_classifier(p40, strokes(t40, 5, 0))
@@ -132,8 +141,13 @@ def main() -> None:
     ok = want > 0
     acc_band = (tiled.labels[ok & band] == want[ok & band]).mean()
     acc_in = (tiled.labels[ok & ~band] == want[ok & ~band]).mean()
-    print(f"pixels differing tiled (128 px) vs untiled: {int((tiled.labels != whole.labels).sum())} of {tiled.labels.size}")
-    print(f"accuracy within 4 px of tile borders: {acc_band:.4f} ({int((ok & band).sum())} px); interior: {acc_in:.4f}")
+    differ = int((tiled.labels != whole.labels).sum())
+    print(f"pixels differing tiled (128 px) vs untiled: {differ} of {tiled.labels.size}")
+    n_band = int((ok & band).sum())
+    print(
+        f"accuracy within 4 px of tile borders: {acc_band:.4f} ({n_band} px); "
+        f"interior: {acc_in:.4f}"
+    )
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -92,13 +92,19 @@ def main(argv: list[str] | None = None) -> None:
         f"{w}x{h} [0,0 {w}x{h}] ({TILE}x{TILE}) JPEG/RGB Q={a.quality}"
         f"|AppMag = {round(10 / a.mpp)}|MPP = {a.mpp:.4f}|Filename = regions"
     )
-    opts = dict(photometric="rgb", compression="jpeg", compressionargs={"level": a.quality}, metadata=None)
+    opts = dict(
+        photometric="rgb", compression="jpeg", compressionargs={"level": a.quality}, metadata=None
+    )
     with tifffile.TiffWriter(a.out, bigtiff=True) as tw:
-        tw.write(tiles(), shape=(h, w, 3), dtype=np.uint8, tile=(TILE, TILE), description=desc, **opts)
+        tw.write(
+            tiles(), shape=(h, w, 3), dtype=np.uint8, tile=(TILE, TILE), description=desc, **opts
+        )
         levels = [l1]
         while min(levels[-1].shape[:2]) // 4 >= 512:
             levels.append(_down4(levels[-1]))
-        tw.write(levels[-1][::2, ::2], description=desc.replace("JPEG/RGB", "thumbnail JPEG/RGB"), **opts)
+        tw.write(
+            levels[-1][::2, ::2], description=desc.replace("JPEG/RGB", "thumbnail JPEG/RGB"), **opts
+        )
         for lv in levels:
             tw.write(lv, tile=(TILE, TILE), description=desc, **opts)
     print(f"wrote {a.out} in {time.perf_counter() - t0:.0f}s", flush=True)

@@ -50,9 +50,8 @@ print(json.dumps(out))
 
 
 def main() -> None:
-    from regions_data import load_truth
-
     from napari_slidescope import classify_regions, open_slide, train_region_classifier
+    from regions_data import load_truth
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("synthetic")
@@ -68,7 +67,9 @@ def main() -> None:
     clf_path = clf.save(tmp / "clf.npz")
     for path in [a.synthetic, *a.others]:
         labels_out = str(tmp / "labels.npy") if path == a.synthetic else None
-        cmd = [sys.executable, "-c", CHILD, str(clf_path), path] + ([labels_out] if labels_out else [])
+        cmd = [sys.executable, "-c", CHILD, str(clf_path), path] + (
+            [labels_out] if labels_out else []
+        )
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode:
             print(run.stderr[-3000:])
@@ -77,7 +78,8 @@ def main() -> None:
         mpx = r["tissue_px"] / 1e6
         print(
             f"{Path(path).name}: map {r['shape'][0]} x {r['shape'][1]} at {r['mpp']:.3f} µm/px, "
-            f"{r['tiles']} tissue tiles, {mpx:.1f} Mpx of tissue classified in {r['seconds']:.1f} s "
+            f"{r['tiles']} tissue tiles, {mpx:.1f} Mpx of tissue classified "
+            f"in {r['seconds']:.1f} s "
             f"({mpx / r['seconds']:.2f} Mpx/s); peak RSS {r['peak_rss_mib']:.0f} MiB "
             f"({r['rss_before_mib']:.0f} MiB after imports and open)",
             flush=True,
@@ -101,8 +103,11 @@ def main() -> None:
             if k:  # the first warms the tile cache and the trees
                 times.append(time.perf_counter() - t0)
         med = statistics.median(times)
-        print(f"  {side} x {side} working px ({side * 2 / 1000:.2f} mm square): median {med:.2f} s "
-              f"(min {min(times):.2f}, max {max(times):.2f}) = {side * side / med / 1e6:.2f} Mpx/s", flush=True)
+        print(
+            f"  {side} x {side} working px ({side * 2 / 1000:.2f} mm square): median {med:.2f} s "
+            f"(min {min(times):.2f}, max {max(times):.2f}) = {side * side / med / 1e6:.2f} Mpx/s",
+            flush=True,
+        )
     print(f"load average at end: {os.getloadavg()}")
 
 

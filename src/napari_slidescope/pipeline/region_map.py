@@ -313,13 +313,8 @@ def _classify(
         for y in range(wy0, wy1, tile_px)
         for x in range(wx0, wx1, tile_px)
     ]
-    masks: dict[Box, np.ndarray | None] = {}
-    todo = []
-    for t in tiles:
-        m = _tissue_mask(tissue, grid, t) if gated else None
-        if m is None or m.any():
-            masks[t] = m
-            todo.append(t)
+    # a tile's mask is looked up again by its worker: memory stays that of the tiles in flight
+    todo = [t for t in tiles if not gated or _tissue_mask(tissue, grid, t).any()]
     call = progress_caller(progress)
     total = len(todo)
     if call:
@@ -327,8 +322,9 @@ def _classify(
 
     def work(t: Box) -> np.ndarray:
         check_cancel(cancel, "regions")
+        mask = _tissue_mask(tissue, grid, t) if gated else None
         rgb = read_working(src, grid, t, halo)
-        return clf.predict_image(rgb, mpp=grid.mpp, crop=halo, mask=masks[t])
+        return clf.predict_image(rgb, mpp=grid.mpp, crop=halo, mask=mask)
 
     done = 0
     with ThreadPoolExecutor(max(1, workers)) as pool:

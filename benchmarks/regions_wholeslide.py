@@ -68,7 +68,8 @@ def main() -> None:
     a = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     tmp = Path(tempfile.mkdtemp())
-    has_truth = Path(a.synthetic + ".truth.npz").exists()
+    tpath = Path(a.synthetic + ".truth.npz")  # (the huge_* generators write another kind)
+    has_truth = tpath.exists() and "labels" in np.load(tpath).files
     truth = load_truth(a.synthetic) if has_truth else None
     if a.classifier:
         from napari_slidescope import load_region_classifier

@@ -43,13 +43,14 @@ def progress(p):
     if p.total and (p.done % max(1, p.total // 20) == 0):
         el = time.perf_counter() - t0
         print(f"  {p.done}/{p.total} tiles, {el:.0f} s", file=sys.stderr, flush=True)
-rm = classify_regions(slide, clf, progress=progress)
+region = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
+rm = classify_regions(slide, clf, progress=progress, region=region)
 dt = time.perf_counter() - t0
 out = {"seconds": dt, "tiles": tiles[-1] if tiles else 0, "shape": list(rm.labels.shape),
        "tissue_px": int((rm.labels > 0).sum()), "peak_rss_mib": resource.getrusage(
        resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_before_mib": rss0 / 1024,
        "mpp": rm.mpp, "fractions": rm.fractions}
-if len(sys.argv) > 3:
+if len(sys.argv) > 3 and sys.argv[3]:
     np.save(sys.argv[3], rm.labels)
 print(json.dumps(out))
 """
@@ -65,6 +66,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--classifier", help="a saved classifier (else trained on SYNTH.svs)")
     ap.add_argument("--no-viewport", action="store_true")
+    ap.add_argument(
+        "--region", help="y0,x0,y1,x1: classify this level-0 box of the slides (not all of them)"
+    )
     a = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     tmp = Path(tempfile.mkdtemp())

@@ -48,7 +48,8 @@ region = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
 rm = classify_regions(slide, clf, progress=progress, region=region)
 dt = time.perf_counter() - t0
 u = resource.getrusage(resource.RUSAGE_SELF)
-out = {"seconds": dt, "cpu_seconds": u.ru_utime + u.ru_stime - cpu0, "tiles": tiles[-1] if tiles else 0, "shape": list(rm.labels.shape),
+out = {"seconds": dt, "cpu_seconds": u.ru_utime + u.ru_stime - cpu0,
+       "tiles": tiles[-1] if tiles else 0, "shape": list(rm.labels.shape),
        "tissue_px": int((rm.labels > 0).sum()), "peak_rss_mib": resource.getrusage(
        resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_before_mib": rss0 / 1024,
        "mpp": rm.mpp, "fractions": rm.fractions}
@@ -133,7 +134,8 @@ def main() -> None:
         cpu = statistics.median(cpus)
         print(
             f"  {side} x {side} working px ({side * 2 / 1000:.2f} mm square): median {med:.2f} s "
-            f"(min {min(times):.2f}, max {max(times):.2f}) = {side * side / med / 1e6:.2f} Mpx/s; CPU {cpu:.2f} s (all threads)",
+            f"(min {min(times):.2f}, max {max(times):.2f}) = {side * side / med / 1e6:.2f} Mpx/s; "
+            f"CPU {cpu:.2f} s (all threads)",
             flush=True,
         )
     print(f"load average at end: {os.getloadavg()}")

@@ -91,9 +91,9 @@ def main() -> None:
         clf_path = clf.save(tmp / "clf.npz")
     for path in [a.synthetic, *a.others]:
         labels_out = str(tmp / "labels.npy") if path == a.synthetic and truth else None
-        cmd = [sys.executable, "-c", CHILD, str(clf_path), path] + (
-            [labels_out] if labels_out else []
-        )
+        cmd = [sys.executable, "-c", CHILD, str(clf_path), path, labels_out or ""]
+        if a.region:
+            cmd.append(json.dumps([int(v) for v in a.region.split(",")]))
         run = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
         if run.returncode:
             continue

@@ -81,6 +81,33 @@ class RegionTruth:
         )
         return np.asarray(self.labels[ty, tx])
 
+    def example_lines(
+        self, per_class: int = 5, *, seed: int = 0, length_um: float = 40.0
+    ) -> dict[str, list[np.ndarray]]:
+        """Short horizontal lines, level-0 ``(row, col)`` ``(2, 2)`` arrays, inside each class.
+
+        What a user's strokes would be: each centred on a truth pixel at least 32 µm inside
+        its region (where there is one), drawn with `seed`.
+        """
+        from scipy import ndimage
+
+        rng = np.random.default_rng(seed)
+        px = TRUTH_MPP / self.mpp
+        half = length_um / 2 / self.mpp
+        out = {}
+        for k, name in enumerate(REGION_CLASSES, start=1):
+            inner = ndimage.binary_erosion(self.labels == k, iterations=4)
+            ys, xs = np.nonzero(inner if inner.any() else self.labels == k)
+            if not len(ys):
+                continue
+            pick = rng.choice(len(ys), per_class, replace=len(ys) < per_class)
+            out[name] = [
+                np.array([[(ys[i] + 0.5) * px, (xs[i] + 0.5) * px - half],
+                          [(ys[i] + 0.5) * px, (xs[i] + 0.5) * px + half]])
+                for i in pick
+            ]  # fmt: skip
+        return out
+
     def grid(
         self, downsample: float, shape: tuple[int, int], origin: tuple[float, float] = (0, 0)
     ) -> np.ndarray:

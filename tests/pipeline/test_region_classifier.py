@@ -9,8 +9,6 @@ import zipfile
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn")
-
 from napari_slidescope import (
     ClassifierFileError,
     RegionMap,
@@ -26,6 +24,8 @@ from napari_slidescope.analysis.measure import measure_nuclei
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 from napari_slidescope.sample_regions import REGION_CLASSES, write_region_slide
 from napari_slidescope.slide import ArraySlide
+
+pytest.importorskip("sklearn")
 
 #: Level-0 pixels of one truth pixel (8 µm at 0.5 µm/px).
 TRUTH_PX = 16
@@ -255,7 +255,8 @@ def test_ignore_class_is_left_out_of_fractions(region_slide):
     path, truth = region_slide
     ex = _strokes(truth, 3)
     ex["Ignore"] = ex.pop("Fat")
-    clf = train_region_classifier(path, ex, scales_um=(2.0, 4.0))
+    clf = train_region_classifier(path, ex, scales_um=(2.0, 4.0), kinds=("gaussian", "gradient"))
+    assert len(clf.features) == 5 * 2 * 2
     rm = classify_regions(path, clf, tissue=False)
     assert "Ignore" not in rm.fractions and "Ignore" in rm.area_um2
     assert sum(rm.fractions.values()) == pytest.approx(1.0)

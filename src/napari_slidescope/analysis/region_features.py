@@ -56,7 +56,9 @@ FEATURE_KINDS: tuple[str, ...] = (
 _TRUNCATE = 4.0
 
 
-def feature_names(channels: Sequence[str], scales_um: Sequence[float]) -> tuple[str, ...]:
+def feature_names(
+    channels: Sequence[str], scales_um: Sequence[float], kinds: Sequence[str] = FEATURE_KINDS
+) -> tuple[str, ...]:
     """Names of the features, in the order :func:`region_features` returns them.
 
     Examples
@@ -64,7 +66,7 @@ def feature_names(channels: Sequence[str], scales_um: Sequence[float]) -> tuple[
     >>> feature_names(["hematoxylin"], [2.0])[:3]
     ('hematoxylin_gaussian_2um', 'hematoxylin_log_2um', 'hematoxylin_gradient_2um')
     """
-    return tuple(f"{c}_{k}_{s:g}um" for c in channels for s in scales_um for k in FEATURE_KINDS)
+    return tuple(f"{c}_{k}_{s:g}um" for c in channels for s in scales_um for k in kinds)
 
 
 def _sigmas(scales_um: Sequence[float], mpp: float) -> list[float]:
@@ -123,6 +125,7 @@ def region_features(
     channels: Sequence[str] = DEFAULT_CHANNELS,
     scales_um: Sequence[float] = DEFAULT_SCALES_UM,
     stains: StainMatrix = RUIFROK_HE,
+    kinds: Sequence[str] = FEATURE_KINDS,
     crop: int = 0,
 ) -> np.ndarray:
     """Compute the per-pixel features of an RGB image.
@@ -139,6 +142,8 @@ def region_features(
         Gaussian sigmas in µm.
     stains : StainMatrix
         Stain vectors of the colour deconvolution (hematoxylin and eosin channels).
+    kinds : sequence of str
+        Some of :data:`FEATURE_KINDS`, computed in that order (fewer kinds: faster).
     crop : int
         Pixels to drop on every side of the output (the halo a tile was read with).
 
@@ -161,34 +166,51 @@ def region_features(
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
         raise ValueError(f"rgb: expected an (M, N, 3) uint8 image, got {rgb.dtype} {rgb.shape}")
     sigmas = _sigmas(scales_um, mpp)
+    bad = [k for k in kinds if k not in FEATURE_KINDS]
+    if bad or not kinds:
+        raise ValueError(f"kinds: expected some of {list(FEATURE_KINDS)}, got {list(kinds)}")
+    want = [k for k in FEATURE_KINDS if k in kinds]
+    structure = "structure_max" in want or "structure_min" in want
+    second = any(k in want for k in ("log", "hessian_max", "hessian_min"))
+    first = structure or "gradient" in want
     h, w = rgb.shape[0] - 2 * crop, rgb.shape[1] - 2 * crop
     if h <= 0 or w <= 0:
         raise ValueError(f"crop: {crop} px leaves nothing of a {rgb.shape[:2]} image")
     core = (slice(crop, crop + h), slice(crop, crop + w))
     planes = _channels(rgb, channels, stains)
-    out = np.empty((h, w, len(planes) * len(sigmas) * len(FEATURE_KINDS)), np.float32)
-    diff = np.array([0.5, 0.0, -0.5], np.float32)  # correlate1d: (f[i+1] - f[i-1]) / 2
+    out = np.empty((h, w, len(planes) * len(sigmas) * len(want)), np.float32)
+    diff = np.array([-0.5, 0.0, 0.5], np.float32)  # correlate1d: (f[i+1] - f[i-1]) / 2
     k = 0
     for plane in planes:
         for s in sigmas:
             g = ndimage.gaussian_filter(plane, s, truncate=_TRUNCATE, mode="nearest")
-            gy = ndimage.correlate1d(g, diff[::-1], axis=0, mode="nearest")
-            gx = ndimage.correlate1d(g, diff[::-1], axis=1, mode="nearest")
-            gyy = ndimage.correlate1d(g, np.array([1, -2, 1], np.float32), axis=0, mode="nearest")
-            gxx = ndimage.correlate1d(g, np.array([1, -2, 1], np.float32), axis=1, mode="nearest")
-            gxy = ndimage.correlate1d(gx, diff[::-1], axis=0, mode="nearest")
             s1, s2 = np.float32(s), np.float32(s * s)
-            jyy = ndimage.gaussian_filter(gy * gy, s, truncate=_TRUNCATE, mode="nearest")
-            jxx = ndimage.gaussian_filter(gx * gx, s, truncate=_TRUNCATE, mode="nearest")
-            jxy = ndimage.gaussian_filter(gy * gx, s, truncate=_TRUNCATE, mode="nearest")
-            st_max, st_min = _eig(jyy[core], jxx[core], jxy[core])
-            h_max, h_min = _eig(gyy[core], gxx[core], gxy[core])
-            out[..., k] = g[core]
-            out[..., k + 1] = s2 * (gyy[core] + gxx[core])
-            out[..., k + 2] = s1 * np.hypot(gy[core], gx[core])
-            out[..., k + 3] = s2 * st_max
-            out[..., k + 4] = s2 * st_min
-            out[..., k + 5] = s2 * h_max
-            out[..., k + 6] = s2 * h_min
-            k += len(FEATURE_KINDS)
+            feats: dict[str, np.ndarray] = {"gaussian": g[core]}
+            if first:
+                gy = ndimage.correlate1d(g, diff, axis=0, mode="nearest")
+                gx = ndimage.correlate1d(g, diff, axis=1, mode="nearest")
+                feats["gradient"] = s1 * np.hypot(gy[core], gx[core])
+            if second:
+                lap = np.array([1, -2, 1], np.float32)
+                gyy = ndimage.correlate1d(g, lap, axis=0, mode="nearest")[core]
+                gxx = ndimage.correlate1d(g, lap, axis=1, mode="nearest")[core]
+                feats["log"] = s2 * (gyy + gxx)
+                if "hessian_max" in want or "hessian_min" in want:
+                    gxy = ndimage.correlate1d(
+                        gx if first else ndimage.correlate1d(g, diff, axis=1, mode="nearest"),
+                        diff,
+                        axis=0,
+                        mode="nearest",
+                    )[core]
+                    h_max, h_min = _eig(gyy, gxx, gxy)
+                    feats["hessian_max"], feats["hessian_min"] = s2 * h_max, s2 * h_min
+            if structure:
+                jyy = ndimage.gaussian_filter(gy * gy, s, truncate=_TRUNCATE, mode="nearest")
+                jxx = ndimage.gaussian_filter(gx * gx, s, truncate=_TRUNCATE, mode="nearest")
+                jxy = ndimage.gaussian_filter(gy * gx, s, truncate=_TRUNCATE, mode="nearest")
+                st_max, st_min = _eig(jyy[core], jxx[core], jxy[core])
+                feats["structure_max"], feats["structure_min"] = s2 * st_max, s2 * st_min
+            for name in want:
+                out[..., k] = feats[name]
+                k += 1
     return out

@@ -30,6 +30,7 @@ from napari_slidescope.analysis.region_features import (
     CHANNELS,
     DEFAULT_CHANNELS,
     DEFAULT_SCALES_UM,
+    FEATURE_KINDS,
     FEATURES_VERSION,
     feature_names,
     halo_px,
@@ -113,7 +114,8 @@ class RegionClassifier:
         The working pixel size it was trained at (the grid's exact value).
     channels : tuple of str
     scales_um : tuple of float
-        Feature channels and Gaussian scales in µm.
+    kinds : tuple of str
+        Feature channels, Gaussian scales in µm and feature kinds.
     stains : StainMatrix
         Colour-deconvolution vectors of the hematoxylin and eosin channels.
     examples : dict of str to int
@@ -130,6 +132,7 @@ class RegionClassifier:
     trained_mpp: float
     channels: tuple[str, ...]
     scales_um: tuple[float, ...]
+    kinds: tuple[str, ...]
     stains: StainMatrix
     examples: dict[str, int]
     parameters: dict[str, Any]
@@ -140,7 +143,7 @@ class RegionClassifier:
     @property
     def features(self) -> tuple[str, ...]:
         """Feature names, in the forest's input order."""
-        return feature_names(self.channels, self.scales_um)
+        return feature_names(self.channels, self.scales_um, self.kinds)
 
     def halo_px(self, mpp: float) -> int:
         """Margin a tile needs at `mpp` µm/px for its features to be exact."""
@@ -154,6 +157,7 @@ class RegionClassifier:
             channels=self.channels,
             scales_um=self.scales_um,
             stains=self.stains,
+            kinds=self.kinds,
             crop=crop,
         )
 
@@ -210,6 +214,7 @@ class RegionClassifier:
             "trained_mpp": float(self.trained_mpp),
             "channels": list(self.channels),
             "scales_um": [float(s) for s in self.scales_um],
+            "kinds": list(self.kinds),
             "stains": [[float(v) for v in row] for row in self.stains.matrix],
             "examples": {k: int(v) for k, v in self.examples.items()},
             "parameters": dict(self.parameters),
@@ -385,6 +390,7 @@ def train_region_classifier(
     mpp: float = DEFAULT_REGION_MPP,
     scales_um: Sequence[float] = DEFAULT_SCALES_UM,
     channels: Sequence[str] = DEFAULT_CHANNELS,
+    kinds: Sequence[str] = FEATURE_KINDS,
     classes: Sequence[str] | None = None,
     colors: Mapping[str, Sequence[int]] | None = None,
     ignore: Sequence[str] = (IGNORE,),
@@ -412,6 +418,11 @@ def train_region_classifier(
         Feature scales (Gaussian sigmas), µm.
     channels : sequence of str
         Feature channels (:data:`~napari_slidescope.analysis.region_features.CHANNELS`).
+    kinds : sequence of str
+        Feature kinds
+        (:data:`~napari_slidescope.analysis.region_features.FEATURE_KINDS`: Gaussian,
+        Laplacian of Gaussian, gradient magnitude, structure-tensor and Hessian
+        eigenvalues); fewer are faster.
     classes : sequence of str, optional
         Class order (default: that of `examples`); each needs examples.
     colors : mapping of str to (r, g, b), optional
@@ -504,11 +515,20 @@ def train_region_classifier(
     stains = _stains(crops, halo)
     chans = tuple(str(c) for c in channels)
     scales = tuple(float(s) for s in scales_um)
+    kind_t = tuple(k for k in FEATURE_KINDS if k in kinds)
+    if not kind_t or any(k not in FEATURE_KINDS for k in kinds):
+        raise ValueError(f"kinds: expected some of {list(FEATURE_KINDS)}, got {list(kinds)}")
     rng = np.random.default_rng(random_state)
     xs: list[list[np.ndarray]] = [[] for _ in names]
     for k, rgb, mask in crops:
         feats = region_features(
-            rgb, mpp=grid.mpp, stains=stains, crop=halo, channels=chans, scales_um=scales
+            rgb,
+            mpp=grid.mpp,
+            stains=stains,
+            crop=halo,
+            channels=chans,
+            scales_um=scales,
+            kinds=kind_t,
         )
         xs[k].append(feats[mask])
     x_parts, y_parts, used = [], [], {}
@@ -539,6 +559,7 @@ def train_region_classifier(
         "mpp": float(mpp),
         "scales_um": [float(s) for s in scales_um],
         "channels": list(channels),
+        "kinds": list(kind_t),
         "max_pixels_per_class": int(max_pixels_per_class),
         "n_estimators": int(n_estimators),
         "min_samples_leaf": int(min_samples_leaf),
@@ -553,6 +574,7 @@ def train_region_classifier(
         trained_mpp=grid.mpp,
         channels=chans,
         scales_um=scales,
+        kinds=kind_t,
         stains=stains,
         examples=used,
         parameters=params,
@@ -621,13 +643,18 @@ def load_region_classifier(path: str | os.PathLike[str]) -> RegionClassifier:
             trained_mpp=float(meta["trained_mpp"]),
             channels=tuple(meta["channels"]),
             scales_um=tuple(float(s) for s in meta["scales_um"]),
+            kinds=tuple(str(k) for k in meta["kinds"]),
             stains=stains,
             examples={k: int(v) for k, v in meta["examples"].items()},
             parameters=dict(meta["parameters"]),
             software_version=str(meta["software_version"]),
             _arrays=arrays,
         )
-        if m.shape != (3, 3) or any(c not in CHANNELS for c in clf.channels):
+        if (
+            m.shape != (3, 3)
+            or any(c not in CHANNELS for c in clf.channels)
+            or any(k not in FEATURE_KINDS for k in clf.kinds)
+        ):
             raise ValueError("stains or channels malformed")
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ClassifierFileError(f"{path}: incomplete region classifier file ({exc})") from exc

@@ -35,6 +35,9 @@ __all__ = ["DEFAULT_TILE_PX", "RegionMap", "classify_regions"]
 
 #: Tile side in working pixels (1 mm at 2 µm/px): large enough that the halo costs little.
 DEFAULT_TILE_PX = 512
+#: Holes of the tissue mask filled before gating, µm²: fat (empty vacuoles) and lumens inside
+#: tissue are regions to classify, not glass (tissue detection alone fills up to 1000 µm²).
+TISSUE_MAX_HOLE_UM2 = 250_000.0
 #: Worker threads (reads, features and prediction).
 _WORKERS = min(2, os.cpu_count() or 1)
 
@@ -231,8 +234,9 @@ def classify_regions(
     region : (int, int, int, int), optional
         Level-0 box ``(y0, x0, y1, x1)``; default the whole slide.
     tissue : TissueResult, False or None
-        The tissue mask gating the work: None detects it (default options, within
-        `region`); False classifies every pixel (a viewport preview of a known-tissue area).
+        The tissue mask gating the work: None detects it (default options within
+        `region`, but holes up to :data:`TISSUE_MAX_HOLE_UM2` filled: fat is tissue);
+        False classifies every pixel (a viewport preview of a known-tissue area).
     tile_px : int
         Tile side in working pixels.
     workers : int, optional
@@ -301,7 +305,7 @@ def _classify(
     if tissue is None:
         from napari_slidescope.pipeline.tissue import detect_tissue
 
-        tissue = detect_tissue(src, region=box0, cancel=cancel)
+        tissue = detect_tissue(src, region=box0, cancel=cancel, max_hole_um2=TISSUE_MAX_HOLE_UM2)
     halo = clf.halo_px(grid.mpp)
     labels = np.zeros((wy1 - wy0, wx1 - wx0), np.uint8)
     tiles = [
@@ -309,13 +313,8 @@ def _classify(
         for y in range(wy0, wy1, tile_px)
         for x in range(wx0, wx1, tile_px)
     ]
-    masks: dict[Box, np.ndarray | None] = {}
-    todo = []
-    for t in tiles:
-        m = _tissue_mask(tissue, grid, t) if gated else None
-        if m is None or m.any():
-            masks[t] = m
-            todo.append(t)
+    # a tile's mask is looked up again by its worker: memory stays that of the tiles in flight
+    todo = [t for t in tiles if not gated or _tissue_mask(tissue, grid, t).any()]
     call = progress_caller(progress)
     total = len(todo)
     if call:
@@ -323,8 +322,9 @@ def _classify(
 
     def work(t: Box) -> np.ndarray:
         check_cancel(cancel, "regions")
+        mask = _tissue_mask(tissue, grid, t) if gated else None
         rgb = read_working(src, grid, t, halo)
-        return clf.predict_image(rgb, mpp=grid.mpp, crop=halo, mask=masks[t])
+        return clf.predict_image(rgb, mpp=grid.mpp, crop=halo, mask=mask)
 
     done = 0
     with ThreadPoolExecutor(max(1, workers)) as pool:

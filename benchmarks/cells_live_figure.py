@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     widget.show_advanced.value = True  # where "Cell expansion" is
     widget.cell_expansion_um.value = 3.0
     widget.run()
-    while widget.controller.busy:
+    while widget.session.busy:
         app.processEvents()
         time.sleep(0.01)
     app.processEvents()

@@ -48,7 +48,7 @@ def main() -> None:
 
     def wait_idle(widget, timeout_s: float = 300.0) -> None:
         t0 = time.perf_counter()
-        while widget.controller.busy:
+        while widget.session.busy:
             QApplication.processEvents()
             time.sleep(0.002)
             if time.perf_counter() - t0 > timeout_s:
@@ -76,9 +76,7 @@ def main() -> None:
             timer.timeout.connect(probe)
             timer.start()
             t0 = time.perf_counter()
-            widget.controller.run(
-                image, "nuclei", scope="slide", mode="replace", nuclei_options=opts
-            )
+            widget.session.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=opts)
             wait_idle(widget)
             wall = time.perf_counter() - t0
             timer.stop()
@@ -101,10 +99,8 @@ def main() -> None:
                 f"p50 {row[0]:.1f} ms, p99 {row[1]:.1f} ms, max {row[2]:.1f} ms"
             )
             # cancel the same run part-way
-            widget.controller.run(
-                image, "nuclei", scope="slide", mode="replace", nuclei_options=opts
-            )
-            run = widget.controller._run
+            widget.session.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=opts)
+            run = widget.session._run
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < args.cancel_after:
                 QApplication.processEvents()

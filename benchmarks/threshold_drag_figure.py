@@ -64,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         [image] = viewer.open(str(path), plugin="napari-slidescope")
         _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
         table = widget.open_table()
-        ctl = widget.controller
+        ctl = widget.session
         viewer.reset_view()
         ctl.run(
             image,
             "nuclei",
             scope="visible",
-            nuclei_options={"segmenter": "builtin", "target_mpp": 0.5, "workers": 1},
+            nuclei_run={"segmenter": "builtin", "target_mpp": 0.5, "workers": 1},
         )
         deadline = time.monotonic() + 120
         while ctl.busy and time.monotonic() < deadline:

@@ -113,7 +113,7 @@ def _analysed(path: Path | None, *, center: tuple[float, float], zoom: float) ->
     def run(task: str, scope: str) -> None:
         widget.task.value, widget.scope.value = task, scope
         widget.run()
-        widget.controller.wait()
+        widget.session.wait()
 
     run("tissue", "slide")
     camera.center, camera.zoom = center, zoom
@@ -150,7 +150,7 @@ def _widget_states() -> None:
     _settle()
     _grab(widget.native, OUT / "widget_idle.png")
 
-    ctl = widget.controller
+    ctl = widget.session
     widget.task.value, widget.scope.value = "nuclei", "slide"
     widget.tile_size_um.value = 128.0  # many small tiles: a run long enough to watch
     widget.run()
@@ -230,7 +230,7 @@ def _whole_slide_shot() -> None:
     widget.task.value, widget.scope.value, widget.mode.value = "nuclei", "slide", "replace"
     widget.segmenter.value = "builtin"
     widget.run()
-    widget.controller.wait()
+    widget.session.wait()
     layer = viewer.layers[f"{image.name} nuclei"]
     assert layer.multiscale, "a whole-slide run shows a multiscale labels layer"
     layer.contour = 1

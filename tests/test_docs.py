@@ -39,6 +39,10 @@ def test_docs_build_without_warnings(build):
         ("classify", ["classify_cells", "class_summary", "train_classifier", "load_classifier"]),
         ("samples", ["write_sample_slide", "write_ki67_sample", "write_multiplex_sample"]),
         ("batch", ["analyze_slides"]),
+        (
+            "regions",
+            ["train_region_classifier", "classify_regions", "RegionMap", "assign_regions"],
+        ),
         ("errors", ["errors.SlidescopeWarning", "errors.SlideError", "errors.Cancelled"]),
     ],
 )

@@ -50,6 +50,15 @@ _LAZY = {
     "write_multiplex_sample": "napari_slidescope.sample_cells",
     "install_instanseg": "napari_slidescope.segmenters.catalogue",
     "installed_models": "napari_slidescope.segmenters.catalogue",
+    "train_region_classifier": "napari_slidescope.pipeline.region_classifier",
+    "load_region_classifier": "napari_slidescope.pipeline.region_classifier",
+    "RegionClassifier": "napari_slidescope.pipeline.region_classifier",
+    "Stroke": "napari_slidescope.pipeline.region_classifier",
+    "classify_regions": "napari_slidescope.pipeline.region_map",
+    "RegionMap": "napari_slidescope.pipeline.region_map",
+    "assign_regions": "napari_slidescope.pipeline.region_cells",
+    "region_summary": "napari_slidescope.pipeline.region_cells",
+    "write_region_slide": "napari_slidescope.sample_regions",
 }
 
 #: The errors and warnings, also importable from :mod:`napari_slidescope.errors`.
@@ -78,10 +87,19 @@ if TYPE_CHECKING:  # pragma: no cover
         load_rules,
     )
     from napari_slidescope.pipeline.nuclei import NucleiResult, segment_nuclei
+    from napari_slidescope.pipeline.region_cells import assign_regions, region_summary
+    from napari_slidescope.pipeline.region_classifier import (
+        RegionClassifier,
+        Stroke,
+        load_region_classifier,
+        train_region_classifier,
+    )
+    from napari_slidescope.pipeline.region_map import RegionMap, classify_regions
     from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
     from napari_slidescope.sample_cells import write_ki67_sample, write_multiplex_sample
     from napari_slidescope.sample_data import write_sample_slide
     from napari_slidescope.segmenters.catalogue import install_instanseg, installed_models
+    from napari_slidescope.sample_regions import write_region_slide
     from napari_slidescope.slide import ArraySlide, Slide, open_slide
 
 

@@ -45,6 +45,7 @@ import hashlib
 import json
 import math
 import numbers
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
@@ -53,6 +54,7 @@ __all__ = [
     "FrozenMapping",
     "NucleiOptions",
     "OptionInfo",
+    "RegionsOptions",
     "TissueOptions",
     "canonical_json",
     "option_fields",
@@ -502,3 +504,44 @@ class NucleiOptions(_Options):
                 f"segmenter_options: expected a mapping of keyword names to values, got {opts!r}"
             )
         object.__setattr__(self, "segmenter_options", FrozenMapping(opts))
+
+
+@dataclass(frozen=True)
+class RegionsOptions(_Options):
+    """Options of whole-slide tissue-region classification (the ``regions`` task).
+
+    The classifier is the option: the file ``classifier.save(path)`` wrote
+    (:func:`~napari_slidescope.load_region_classifier` reads it), and the SHA-256 of its
+    content, so that a retrained classifier saved under the same name changes the
+    parameters (and ``--resume`` redoes the regions, and only them).
+
+    Attributes
+    ----------
+    classifier : str
+        Path of the region classifier's file ("" before one is chosen).
+    classifier_sha256 : str
+        SHA-256 of the file's bytes (:meth:`of_file` fills it in).
+    """
+
+    _what: ClassVar[str] = "regions options"
+
+    classifier: str = ""
+    classifier_sha256: str = ""
+
+    @classmethod
+    def of_file(cls, path: str | os.PathLike[str]) -> RegionsOptions:
+        """Return the options of the classifier in `path`, its content hashed.
+
+        Raises
+        ------
+        FileNotFoundError
+            If `path` is not a file (naming it).
+        """
+        p = os.path.abspath(os.fspath(path))
+        if not os.path.isfile(p):
+            raise FileNotFoundError(f"{p}: no such region classifier file")
+        digest = hashlib.sha256()
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(2**20), b""):
+                digest.update(block)
+        return cls(p, digest.hexdigest())

@@ -25,14 +25,14 @@ def test_result_layers_come_back_after_both_are_deleted(
     viewer = make_napari_viewer()
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
-    ctl = widget.controller
+    ctl = widget.session
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "tile_size_um": 128.0}
     names = (f"{image.name} tissue", f"{image.name} nuclei")
     counts = []
     for _ in range(3):  # the first run, then twice after deleting both result layers
         ctl.run(image, "tissue", scope="slide")
         qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
-        ctl.run(image, "nuclei", scope="slide", nuclei_options=seg)
+        ctl.run(image, "nuclei", scope="slide", nuclei_run=seg)
         qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
         assert all(name in viewer.layers for name in names)
         layer = viewer.layers[names[1]]

@@ -12,7 +12,7 @@ SEG = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
 
 
 def _whole_slide_run(viewer, image, ctl, segmenter, qtbot):
-    ctl.run(image, "nuclei", scope="slide", nuclei_options={**SEG, "segmenter": segmenter})
+    ctl.run(image, "nuclei", scope="slide", nuclei_run={**SEG, "segmenter": segmenter})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     return viewer.layers[f"{image.name} nuclei"]
 
@@ -20,12 +20,12 @@ def _whole_slide_run(viewer, image, ctl, segmenter, qtbot):
 def test_whole_slide_nuclei_are_exact_at_full_zoom(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
     from napari_slidescope.pipeline.nuclei import segment_nuclei
 
     viewer = make_napari_viewer(show=True)
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     layer = _whole_slide_run(viewer, image, ctl, threshold_segmenter(), qtbot)
     assert layer.multiscale
     assert len(layer.data) >= 2
@@ -87,7 +87,7 @@ def test_memory_does_not_grow_with_the_slide(
     make_napari_viewer, tmp_path, qtbot, threshold_segmenter, monkeypatch
 ):
     """On a slide 4x larger, the result's in-memory structures stay within the same bound."""
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
     from napari_slidescope.pipeline import label_pyramid
     from napari_slidescope.sample_data import write_sample_slide
 
@@ -99,7 +99,7 @@ def test_memory_does_not_grow_with_the_slide(
         write_sample_slide(path, shape=shape, mpp=0.5, seed=2, tile=128)
         viewer = make_napari_viewer()
         [image] = viewer.open(str(path), plugin="napari-slidescope")
-        ctl = controller_for(viewer)
+        ctl = session_for(viewer)
         layer = _whole_slide_run(viewer, image, ctl, threshold_segmenter(), qtbot)
         canvas = _layers.canvas_of(layer)
         pyr = canvas.pyramid
@@ -126,13 +126,13 @@ def test_nuclei_erased_in_the_layer_leave_the_exports(
 ):
     import json
 
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
 
     viewer = make_napari_viewer()
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     opts = {**SEG, "segmenter": threshold_segmenter()}
-    ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_options=opts)
+    ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_run=opts)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     layer = viewer.layers[f"{image.name} nuclei"]
     assert not layer.multiscale  # a region run: an editable dense layer

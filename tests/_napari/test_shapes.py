@@ -24,12 +24,12 @@ def test_tissue_is_shapes_aligned_in_world_with_areas_and_edits_exported(
 ):
     from napari.layers import Shapes
 
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
 
     viewer = make_napari_viewer()
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     image.translate = (100.0, -40.0)  # a moved slide: the outlines must follow it
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     ctl.run(image, "tissue", scope="slide")
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     layer = viewer.layers[f"{image.name} tissue"]
@@ -99,7 +99,7 @@ def test_a_new_tissue_result_replaces_the_old_one_in_the_same_layer(
 def test_analyse_inside_the_selected_shape(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
     from napari_slidescope.pipeline.nuclei import segment_nuclei
     from napari_slidescope.pipeline.regions import inside_polygon
 
@@ -112,11 +112,9 @@ def test_analyse_inside_the_selected_shape(
     shapes = viewer.add_shapes([world], shape_type="polygon", name="drawn")
     shapes.selected_data = {0}
     np.testing.assert_allclose(_shapes.selected_polygon(viewer, image), ring, atol=1e-6)
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     opts = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
-    ctl.run(
-        image, "nuclei", scope="shape", nuclei_options={**opts, "segmenter": threshold_segmenter()}
-    )
+    ctl.run(image, "nuclei", scope="shape", nuclei_run={**opts, "segmenter": threshold_segmenter()})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     table = _layers_canvas(viewer, image).table()
     assert table["id"].size > 0
@@ -137,23 +135,23 @@ def _layers_canvas(viewer, image):
 def test_a_polygon_run_records_the_polygon_as_analysed(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
     from napari_slidescope.pipeline.nuclei import segment_nuclei
 
     viewer = make_napari_viewer()
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     triangle = np.array([[0.0, 0.0], [0.0, 1024.0], [768.0, 0.0]])
     box = (0, 0, 768, 1024)  # the triangle's bounding box
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     opts = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
     opts["segmenter"] = threshold_segmenter()
-    ctl.run(image, "nuclei", region=triangle, nuclei_options=opts)
+    ctl.run(image, "nuclei", region=triangle, nuclei_run=opts)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     canvas = _layers_canvas(viewer, image)
     np.testing.assert_allclose(canvas.regions[-1], triangle)
     first = int(canvas.table()["id"].size)
     # the rest of the box, analysed next in "add" mode, is new ground: its nuclei count
-    ctl.run(image, "nuclei", region=box, mode="add", nuclei_options=opts)
+    ctl.run(image, "nuclei", region=box, mode="add", nuclei_run=opts)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=30_000)
     table = canvas.table()
     ref = segment_nuclei(str(small_slide), region=box, tissue="auto", **opts)

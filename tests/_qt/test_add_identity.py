@@ -18,10 +18,10 @@ def test_add_mode_never_mixes_models_or_resolutions(
     register_segmenter("instanseg", FakeLearned, identity=lambda: dict(MODEL))
     viewer = make_napari_viewer()
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
-    ctl = session.controller_for(viewer)
+    ctl = session.session_for(viewer)
 
     def run(box, **opts):
-        ctl.run(image, "nuclei", region=box, mode="add", nuclei_options={"workers": 1, **opts})
+        ctl.run(image, "nuclei", region=box, mode="add", nuclei_run={"workers": 1, **opts})
         qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
         assert ctl.outcome.state == "done", ctl.outcome.error
         return canvas_of(viewer.layers[f"{image.name} nuclei"])

@@ -39,9 +39,9 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
 
     path, truth = cells_slide
     viewer, [image], analysis = dock_slide(path)
-    ctl = analysis.controller
+    ctl = analysis.session
     seg = {"segmenter": "builtin", "target_mpp": 0.5, "workers": 1}
-    ctl.run(image, "nuclei", region=(0, 0, 512, 512), nuclei_options=seg)
+    ctl.run(image, "nuclei", region=(0, 0, 512, 512), nuclei_run=seg)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     _, dock = viewer.window.add_plugin_dock_widget(
         "napari-slidescope", "Cell classifier", tabify=True

@@ -42,9 +42,9 @@ def test_visible_region_run_with_cell_expansion_draws_cells(dock_slide, small_sl
     widget.segmenter.value = "builtin"
     widget.nuclei_mpp.value = 0.5
     widget.cell_expansion_um.value = 3.0
-    assert widget.run_options()["nuclei_options"].options.cell_expansion_um == 3.0
+    assert widget.run_options()["nuclei_run"].options.cell_expansion_um == 3.0
     assert widget.run() is not None
-    _wait(qtbot, widget.controller)
+    _wait(qtbot, widget.session)
     nuclei = viewer.layers[f"{image.name} nuclei"]
     cells = viewer.layers[f"{image.name} cells"]
     assert cells.contour == 1
@@ -75,9 +75,9 @@ def test_visible_region_run_with_cell_expansion_draws_cells(dock_slide, small_sl
     np.testing.assert_array_equal(res.cells, ref.cells)
     # a run without cell expansion replaces the nuclei and draws no cells
     widget.cell_expansion_um.value = widget.cell_expansion_um.min
-    assert widget.run_options()["nuclei_options"].options.cell_expansion_um is None
+    assert widget.run_options()["nuclei_run"].options.cell_expansion_um is None
     widget.run()
-    _wait(qtbot, widget.controller)
+    _wait(qtbot, widget.session)
     assert f"{image.name} cells" not in viewer.layers
     assert int(viewer.layers[f"{image.name} nuclei"].features.shape[0]) == ref.count
 
@@ -91,7 +91,7 @@ def test_run_without_cell_expansion_adds_no_cells_layer(dock_slide, small_slide,
     widget.nuclei_mpp.value = 0.5
     widget.cell_expansion_um.value = widget.cell_expansion_um.min  # "off"
     widget.run()
-    _wait(qtbot, widget.controller)
+    _wait(qtbot, widget.session)
     assert int(viewer.layers[f"{image.name} nuclei"].features.shape[0]) > 0
     assert f"{image.name} cells" not in viewer.layers
 
@@ -100,12 +100,12 @@ def test_add_skips_duplicate_cells_and_cancel_keeps_them(
     dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     opts = {**SEG, "segmenter": threshold_segmenter(), "cell_expansion_um": 2.0}
     first, second = (200, 300, 500, 700), (400, 500, 800, 1000)  # overlapping boxes
-    ctl.run(image, "nuclei", region=first, mode="replace", nuclei_options=opts)
+    ctl.run(image, "nuclei", region=first, mode="replace", nuclei_run=opts)
     _wait(qtbot, ctl)
-    ctl.run(image, "nuclei", region=second, mode="add", nuclei_options=opts)
+    ctl.run(image, "nuclei", region=second, mode="add", nuclei_run=opts)
     _wait(qtbot, ctl)
     nuclei = viewer.layers[f"{image.name} nuclei"]
     cells = viewer.layers[f"{image.name} cells"]
@@ -131,7 +131,7 @@ def test_add_skips_duplicate_cells_and_cancel_keeps_them(
 
     gated = GatedSegmenter(threshold_segmenter(), free=2)
     opts = {**opts, "segmenter": gated}
-    worker = ctl.run(image, "nuclei", scope="slide", mode="replace", nuclei_options=opts)
+    worker = ctl.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=opts)
     qtbot.waitUntil(gated.held.is_set, timeout=60_000)
     ctl.cancel()
     gated.gate.set()
@@ -150,16 +150,14 @@ def test_add_skips_duplicate_cells_and_cancel_keeps_them(
 def test_whole_slide_cells_are_a_multiscale_layer(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
     from napari_slidescope.pipeline.nuclei import segment_nuclei
 
     viewer = make_napari_viewer(show=True)
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     opts = {**SEG, "cell_expansion_um": 3.0}
-    ctl.run(
-        image, "nuclei", scope="slide", nuclei_options={**opts, "segmenter": threshold_segmenter()}
-    )
+    ctl.run(image, "nuclei", scope="slide", nuclei_run={**opts, "segmenter": threshold_segmenter()})
     _wait(qtbot, ctl)
     nuclei = viewer.layers[f"{image.name} nuclei"]
     cells = viewer.layers[f"{image.name} cells"]

@@ -11,14 +11,14 @@ SEG = {"target_mpp": 0.5, "tile_size_um": 128.0, "workers": 1}
 def test_classify_colours_nuclei_by_class_with_a_legend(
     make_napari_viewer, small_slide, qtbot, threshold_segmenter
 ):
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
     from napari_slidescope.viewer import classify
 
     viewer = make_napari_viewer(show=True)
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     options = {**SEG, "segmenter": threshold_segmenter()}
-    ctl.run(image, "nuclei", scope="slide", nuclei_options=options)
+    ctl.run(image, "nuclei", scope="slide", nuclei_run=options)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     layer = viewer.layers[f"{image.name} nuclei"]
     od = layer.features["hematoxylin_od_mean"].to_numpy()
@@ -77,16 +77,16 @@ def test_cells_layer_and_classified_geojson_read_back(make_napari_viewer, tmp_pa
 
 def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer, tmp_path, qtbot):
     from napari_slidescope._qt.classify_widget import ClassifyWidget
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
     from napari_slidescope.pipeline.classify import load_rules
     from napari_slidescope.sample_cells import make_hdab
 
     path = make_hdab(seed=9, shape=(256, 256)).write(tmp_path / "ki67.ome.tif")
     viewer = make_napari_viewer()
     [image] = viewer.open(str(path), plugin="napari-slidescope")
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     viewer.reset_view()
-    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    ctl.run(image, "nuclei", scope="visible", nuclei_run={**SEG, "segmenter": "builtin"})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     dock = ClassifyWidget(viewer)
     res = dock.apply()
@@ -131,7 +131,7 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
 ):
     from napari_slidescope._qt.classes import classify
     from napari_slidescope._qt.classify_widget import ClassifyWidget
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
     from napari_slidescope._qt.table import NucleiTableWidget
     from napari_slidescope.pipeline.classify import load_rules
     from napari_slidescope.sample_cells import make_hdab
@@ -139,9 +139,9 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     path = make_hdab(seed=9, shape=(256, 256)).write(tmp_path / "ki67.ome.tif")
     viewer = make_napari_viewer(show=True)
     [image] = viewer.open(str(path), plugin="napari-slidescope")
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     viewer.reset_view()
-    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    ctl.run(image, "nuclei", scope="visible", nuclei_run={**SEG, "segmenter": "builtin"})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     layer = viewer.layers[f"{image.name} nuclei"]
     table = NucleiTableWidget(viewer)
@@ -211,16 +211,16 @@ def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
 ):
     from napari_slidescope._napari.shapes import aligned, to_layer_coords
     from napari_slidescope._qt.classify_widget import ClassifyWidget
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
     from napari_slidescope.sample_cells import make_hdab
 
     truth = make_hdab(seed=9, shape=(256, 256))
     path = truth.write(tmp_path / "ki67.ome.tif")
     viewer = make_napari_viewer()
     [image] = viewer.open(str(path), plugin="napari-slidescope")
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     viewer.reset_view()
-    ctl.run(image, "nuclei", scope="visible", nuclei_options={**SEG, "segmenter": "builtin"})
+    ctl.run(image, "nuclei", scope="visible", nuclei_run={**SEG, "segmenter": "builtin"})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     dock = ClassifyWidget(viewer)
     with pytest.raises(ValueError, match="Apply first"):

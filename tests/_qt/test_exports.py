@@ -38,8 +38,8 @@ def test_opening_a_slide_writes_nothing_into_its_folder(dock_slide, tmp_path, qt
 
 
 def _run(widget, image, qtbot, seg, **where):
-    widget.controller.run(image, "nuclei", nuclei_options=seg, **where)
-    qtbot.waitUntil(lambda: not widget.controller.busy, timeout=30_000)
+    widget.session.run(image, "nuclei", nuclei_run=seg, **where)
+    qtbot.waitUntil(lambda: not widget.session.busy, timeout=30_000)
 
 
 @pytest.mark.parametrize("scope", ["region", "slide"])

@@ -40,7 +40,7 @@ def test_viewer_opens_a_url_and_the_widget_analyses_it(make_napari_viewer, serve
     widget.task.value = "tissue"
     widget.scope.value = "slide"
     assert widget.run() is not None
-    qtbot.waitUntil(lambda: not widget.controller.busy, timeout=60_000)
+    qtbot.waitUntil(lambda: not widget.session.busy, timeout=60_000)
     assert widget.status.value.startswith("Done"), widget.status.value
     assert any(ly.name.startswith("web.svs") and ly is not layer for ly in viewer.layers)
     assert all("s3cr3t" not in ly.name for ly in viewer.layers)

@@ -30,12 +30,12 @@ def test_session_runs_segment_at_the_rule_resolution(
     write_sample_slide(path, shape=(512, 512), mpp=slide_mpp, seed=4, tile=128)
     viewer = make_napari_viewer()
     [image] = viewer.open(str(path), plugin="napari-slidescope")
-    ctl = session.controller_for(viewer)
+    ctl = session.session_for(viewer)
     ctl.run(
         image,
         "nuclei",
         region=(0, 0, 512, 512),
-        nuclei_options={"segmenter": segmenter(), "workers": 1},
+        nuclei_run={"segmenter": segmenter(), "workers": 1},
     )
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     assert ctl.outcome.state == "done", ctl.outcome.error

@@ -55,13 +55,13 @@ def test_table_dock_follows_a_run_and_selection_moves_the_camera(
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
     dock = widget.open_table()
-    ctl = widget.controller
+    ctl = widget.session
     ctl.run(image, "tissue", scope="slide")
     qtbot.waitUntil(lambda: not ctl.busy, timeout=20_000)
     assert dock.tissue.text().startswith("Tissue: ")
     assert "% of the area" in dock.tissue.text()
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
-    ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_options=seg)
+    ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_run=seg)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=20_000)
     layer = viewer.layers[f"{image.name} nuclei"]
     n = layer.features.shape[0]
@@ -102,9 +102,9 @@ def test_hover_values_are_readable(make_napari_viewer, small_slide, qtbot, thres
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     from napari_slidescope._qt import session
 
-    ctl = session.controller_for(viewer)
+    ctl = session.session_for(viewer)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
-    ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_options=seg)
+    ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_run=seg)
     qtbot.waitUntil(lambda: not ctl.busy, timeout=20_000)
     feats = viewer.layers[f"{image.name} nuclei"].features
     # the table's names (the CSV and GeoJSON use them too), shown as whole numbers

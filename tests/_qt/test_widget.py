@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gui
 
 
 def _wait_ready(qtbot, widget, timeout=20_000):
-    qtbot.waitUntil(lambda: not widget.controller.busy, timeout=timeout)
+    qtbot.waitUntil(lambda: not widget.session.busy, timeout=timeout)
 
 
 def test_widget_describes_the_slide_and_uses_function_defaults(dock_slide, sample_slide, qtbot):
@@ -33,7 +33,7 @@ def test_widget_describes_the_slide_and_uses_function_defaults(dock_slide, sampl
     # "auto" (0): the resolution rule decides, with the slide's own pixel size
     assert widget.nuclei_mpp.value == 0
     assert widget.nuclei_mpp.native.text() == "auto"
-    assert widget.run_options()["nuclei_options"].options.target_mpp is None
+    assert widget.run_options()["nuclei_run"].options.target_mpp is None
     assert NucleiParams().target_mpp < 0.5
     assert "0.5 µm/px" in widget.nuclei_mpp.tooltip
     assert widget.tissue_mpp.value == 8.0  # detect_tissue's documented 8 µm/px (1.25x)
@@ -61,11 +61,11 @@ def test_choosing_a_segmenter_shows_its_working_resolution(
     widget.segmenter.value = "coarse-model"
     assert widget.nuclei_mpp.value == 0
     assert "auto: 1 µm/px" in widget.nuclei_mpp.tooltip
-    assert widget.run_options()["nuclei_options"].options.target_mpp is None  # the rule decides
+    assert widget.run_options()["nuclei_run"].options.target_mpp is None  # the rule decides
     widget.segmenter.value = "builtin"
     assert "auto: 0.5 µm/px" in widget.nuclei_mpp.tooltip  # the slide's 0.5, not 0.25
     widget.nuclei_mpp.value = 0.3  # the user asks: that wins
-    assert widget.run_options()["nuclei_options"].options.target_mpp == 0.3
+    assert widget.run_options()["nuclei_run"].options.target_mpp == 0.3
 
 
 def test_widget_runs_on_a_multichannel_slide(make_napari_viewer, shared_file, qtbot):
@@ -81,8 +81,8 @@ def test_widget_runs_on_a_multichannel_slide(make_napari_viewer, shared_file, qt
     widget.segmenter.value = "builtin-fluorescence"
     widget.channel.value = "DAPI"
     opts = widget.run_options()
-    assert opts["nuclei_options"].options.channel == "DAPI"
-    widget.controller.run(widget.image.value, "nuclei", region=(300, 300, 600, 600), **opts)
+    assert opts["nuclei_run"].options.channel == "DAPI"
+    widget.session.run(widget.image.value, "nuclei", region=(300, 300, 600, 600), **opts)
     _wait_ready(qtbot, widget, timeout=60_000)
     nuclei = viewer.layers[f"{widget.image.value.name} nuclei"]
     assert nuclei.features.shape[0] > 5
@@ -147,17 +147,17 @@ def test_add_mode_skips_nuclei_already_found_and_replace_starts_afresh(
     dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     a, b = (0, 0, 512, 768), (256, 384, 768, 1152)  # overlapping regions
-    ctl.run(image, "nuclei", region=a, nuclei_options=seg)
+    ctl.run(image, "nuclei", region=a, nuclei_run=seg)
     _wait_ready(qtbot, widget)
     layer = viewer.layers[f"{image.name} nuclei"]
     n_a = canvas_of(layer).table()["id"].size
-    ctl.run(image, "nuclei", region=a, nuclei_options=seg)  # the same region again: nothing new
+    ctl.run(image, "nuclei", region=a, nuclei_run=seg)  # the same region again: nothing new
     _wait_ready(qtbot, widget)
     assert canvas_of(layer).table()["id"].size == n_a
-    ctl.run(image, "nuclei", region=b, nuclei_options=seg)
+    ctl.run(image, "nuclei", region=b, nuclei_run=seg)
     _wait_ready(qtbot, widget)
     table = canvas_of(layer).table()
     ids = table["id"]
@@ -166,7 +166,7 @@ def test_add_mode_skips_nuclei_already_found_and_replace_starts_afresh(
     cents = np.stack([table["centroid_row"], table["centroid_col"]], 1)
     d = np.linalg.norm(cents[:, None] - cents[None], axis=-1) + np.eye(len(cents)) * 1e9
     assert d.min() > 2.0  # no nucleus twice
-    ctl.run(image, "nuclei", region=b, mode="replace", nuclei_options=seg)
+    ctl.run(image, "nuclei", region=b, mode="replace", nuclei_run=seg)
     _wait_ready(qtbot, widget)
     assert layer.data.shape == (512, 768)
     assert canvas_of(layer).table()["id"].size < ids.size
@@ -176,10 +176,10 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
     dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     seg = GatedSegmenter(threshold_segmenter(), free=2)  # the third tile waits at the gate
     slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
-    worker = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
+    worker = ctl.run(image, "nuclei", scope="slide", nuclei_run=slow)
     run = ctl._run
     qtbot.waitUntil(lambda: run.pbar.n >= 2 and seg.held.is_set(), timeout=20_000)
     total = run.pbar.total
@@ -197,7 +197,7 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
     assert np.asarray(layer.data[0]).any()
     # the widget is ready for another run
     fast = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
-    ctl.run(image, "nuclei", region=(0, 0, 256, 256), mode="replace", nuclei_options=fast)
+    ctl.run(image, "nuclei", region=(0, 0, 256, 256), mode="replace", nuclei_run=fast)
     _wait_ready(qtbot, widget)
     layer = viewer.layers[f"{image.name} nuclei"]  # a small region: a dense layer again
     assert not layer.multiscale
@@ -206,10 +206,10 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
 
 def test_a_new_run_cancels_the_one_in_flight(dock_slide, small_slide, qtbot, threshold_segmenter):
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     seg = GatedSegmenter(threshold_segmenter(), free=1)  # held in flight after one tile
     slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
-    first = ctl.run(image, "nuclei", scope="slide", nuclei_options=slow)
+    first = ctl.run(image, "nuclei", scope="slide", nuclei_run=slow)
     qtbot.waitUntil(lambda: ctl._run.pbar.n >= 1 and seg.held.is_set(), timeout=20_000)
     ctl.run(image, "tissue", scope="slide")
     seg.gate.set()
@@ -256,12 +256,12 @@ def test_export_buttons_write_geojson_and_csv(
 ):
     viewer, [image], widget = dock_slide(small_slide)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
-    widget.controller.run(image, "nuclei", scope="slide", nuclei_options=seg)
+    widget.session.run(image, "nuclei", scope="slide", nuclei_run=seg)
     _wait_ready(qtbot, widget)
     widget.export_dir.value = tmp_path
     widget.export_tissue.clicked.emit()
     qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
-    widget.controller.run(image, "tissue", scope="slide")
+    widget.session.run(image, "tissue", scope="slide")
     _wait_ready(qtbot, widget)
     buttons = (widget.export_tissue, widget.export_nuclei, widget.export_csv, widget.export_parquet)
     for button in buttons:  # each written in the background, one at a time
@@ -306,9 +306,7 @@ def test_tile_work_runs_off_the_main_thread_while_the_event_loop_turns(
 
     def whole_slide_run():
         ticks_at_tile.clear()
-        widget.controller.run(
-            image, "nuclei", scope="slide", mode="replace", nuclei_options=options
-        )
+        widget.session.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=options)
         _wait_ready(qtbot, widget, timeout=60_000)
 
     whole_slide_run()  # creating the result layers is napari's one-off work on the main thread
@@ -346,7 +344,7 @@ def test_memory_is_bounded_and_returns_after_runs(
         return proc.memory_info().rss
 
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "tile_size_um": 128.0}
 
     def one_run():
@@ -355,7 +353,7 @@ def test_memory_is_bounded_and_returns_after_runs(
         timer.setInterval(20)
         timer.timeout.connect(lambda: peak.append(proc.memory_info().rss))
         timer.start()
-        ctl.run(image, "nuclei", scope="slide", mode="replace", nuclei_options=seg)
+        ctl.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=seg)
         _wait_ready(qtbot, widget, timeout=30_000)
         timer.stop()
         qtbot.wait(50)

@@ -51,13 +51,13 @@ def test_the_new_options_reach_the_run(widget):
     widget.tissue_fields["reject_artifacts"].value = False
     widget.tissue_fields["threshold"].value = 0.3
     opts = widget.run_options()
-    assert opts["nuclei_options"].options.stain == "H-DAB"
-    assert opts["nuclei_options"].options.cell_expansion_um == 5.0
+    assert opts["nuclei_run"].options.stain == "H-DAB"
+    assert opts["nuclei_run"].options.cell_expansion_um == 5.0
     assert opts["tissue_options"].reject_artifacts is False
     assert opts["tissue_options"].threshold == 0.3
     widget.cell_expansion_um.value = widget.cell_expansion_um.min  # shown as "off"
     assert widget.cell_expansion_um.native.text() == "off"
-    assert widget.run_options()["nuclei_options"].options.cell_expansion_um is None
+    assert widget.run_options()["nuclei_run"].options.cell_expansion_um is None
 
 
 def test_builtin_area_range_reaches_only_the_builtin_segmenter(widget):
@@ -65,11 +65,11 @@ def test_builtin_area_range_reaches_only_the_builtin_segmenter(widget):
     widget.max_area_um2.value = 300.0
     widget.workers.value = 3
     widget.segmenter.value = "builtin"
-    run = widget.run_options()["nuclei_options"]
+    run = widget.run_options()["nuclei_run"]
     assert dict(run.options.segmenter_options) == {"min_area_um2": 12.0, "max_area_um2": 300.0}
     assert run.workers == 3
     widget.segmenter.value = "auto"
-    assert dict(widget.run_options()["nuclei_options"].options.segmenter_options) == {}
+    assert dict(widget.run_options()["nuclei_run"].options.segmenter_options) == {}
 
 
 def test_settings_round_trip_through_the_file(make_napari_viewer):

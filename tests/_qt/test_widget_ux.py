@@ -60,7 +60,7 @@ def _slow_run(widget, image, threshold_segmenter, delay=0.15, gate=None, free=6)
         "target_mpp": 0.5,
         "workers": 1,
     }
-    return widget.controller.run(image, "nuclei", scope="slide", nuclei_options=opts)
+    return widget.session.run(image, "nuclei", scope="slide", nuclei_run=opts)
 
 
 def test_progress_shows_stage_tiles_and_time_left(
@@ -68,7 +68,7 @@ def test_progress_shows_stage_tiles_and_time_left(
 ):
     viewer, [image], widget = dock_slide(small_slide)
     seen = []
-    widget.controller.progress.connect(lambda p: seen.append((p.stage, p.done, p.total)))
+    widget.session.progress.connect(lambda p: seen.append((p.stage, p.done, p.total)))
     gate = threading.Event()
     _slow_run(widget, image, threshold_segmenter, gate=gate)
     assert widget.progress.visible
@@ -89,22 +89,22 @@ def test_progress_shows_stage_tiles_and_time_left(
     assert counts == sorted(counts)
     assert counts[0] == 1
     # napari's activity entry follows the same run
-    assert widget.controller._run.pbar.total == total
+    assert widget.session._run.pbar.total == total
     widget.cancel_button.clicked.emit()
     gate.set()
     assert not widget.progress.visible
-    out = widget.controller.outcome
+    out = widget.session.outcome
     assert out.state == "cancelled"
     assert 3 <= out.tiles_done < out.tiles_total == total
     assert widget.status.value == f"Cancelled: {out.tiles_done} of {total} tiles"
-    qtbot.waitUntil(lambda: not widget.controller.busy)
+    qtbot.waitUntil(lambda: not widget.session.busy)
 
 
 def test_partial_summary_equals_a_run_over_the_finished_tiles(
     dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
-    ctl = widget.controller
+    ctl = widget.session
     gate = threading.Event()
     worker = _slow_run(widget, image, threshold_segmenter, gate=gate)
     qtbot.waitUntil(lambda: widget.progress.value >= 4, timeout=20_000)
@@ -146,8 +146,8 @@ def test_replace_run_clears_the_previous_summary(
 ):
     viewer, [image], widget = dock_slide(small_slide)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
-    widget.controller.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_options=seg)
-    qtbot.waitUntil(lambda: not widget.controller.busy, timeout=20_000)
+    widget.session.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_run=seg)
+    qtbot.waitUntil(lambda: not widget.session.busy, timeout=20_000)
     assert "nuclei" in widget.summary.value
     gate = threading.Event()  # the run stays in flight until the test lets it go
     _slow_run(widget, image, threshold_segmenter, gate=gate, free=0)
@@ -265,22 +265,22 @@ def test_shortcuts_start_and_cancel_a_run(
     gate = threading.Event()  # the run stays in flight until the test lets it go
     seg = GatedSegmenter(threshold_segmenter(), 0, gate)
     nuclei = {"segmenter": seg, "target_mpp": 0.5, "workers": 1}
-    monkeypatch.setattr(type(widget), "run_options", lambda self: {"nuclei_options": nuclei})
+    monkeypatch.setattr(type(widget), "run_options", lambda self: {"nuclei_run": nuclei})
     canvas = viewer.window._qt_viewer.canvas.native
     viewer.reset_view()  # the whole slide in view: the run on the view has tissue tiles
     mods = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     qtbot.keyClick(canvas, Qt.Key.Key_R, mods)
-    assert widget.controller.busy
-    assert widget.controller._run.scope == "visible"
-    assert widget.controller._run.task == "nuclei"
+    assert widget.session.busy
+    assert widget.session._run.scope == "visible"
+    assert widget.session._run.task == "nuclei"
     # the gate holds the run at its first tile
-    qtbot.waitUntil(lambda: seg.held.is_set() or not widget.controller.busy, timeout=20_000)
-    assert seg.held.is_set(), widget.controller.outcome
+    qtbot.waitUntil(lambda: seg.held.is_set() or not widget.session.busy, timeout=20_000)
+    assert seg.held.is_set(), widget.session.outcome
     qtbot.keyClick(canvas, Qt.Key.Key_X, mods)
     gate.set()
-    assert not widget.controller.busy
-    assert widget.status.value.startswith("Cancelled"), widget.controller.outcome
-    assert widget.controller.outcome.state == "cancelled"
+    assert not widget.session.busy
+    assert widget.status.value.startswith("Cancelled"), widget.session.outcome
+    assert widget.session.outcome.state == "cancelled"
     assert "Ctrl+Shift+X" in widget.cancel_button.tooltip
 
 

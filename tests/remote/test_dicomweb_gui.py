@@ -30,6 +30,6 @@ def test_viewer_opens_a_dicomweb_series_and_the_widget_analyses_it(
     widget.task.value = "tissue"
     widget.scope.value = "slide"
     assert widget.run() is not None
-    qtbot.waitUntil(lambda: not widget.controller.busy, timeout=120_000)
+    qtbot.waitUntil(lambda: not widget.session.busy, timeout=120_000)
     assert widget.status.value.startswith("Done"), widget.status.value
     assert any(ly is not layer for ly in viewer.layers)

@@ -120,7 +120,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
         from napari_slidescope._qt import session
 
         image = _slide_of(viewer, layer)
-        summary = session.controller_for(viewer).summary(image)
+        summary = session.session_for(viewer).summary(image)
         area_um2 = getattr(summary, "tissue_area_um2", None)
         area_mm2 = None if not area_um2 else float(area_um2) / 1e6
     except (ValueError, LookupError, AttributeError):

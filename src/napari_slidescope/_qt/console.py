@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
+from napari_slidescope._qt.task_fields import dock_task
 from napari_slidescope._types import Box
 
 __all__ = ["add_nuclei", "add_slide", "add_tissue", "cancel", "summary", "visible_region"]
@@ -126,13 +127,13 @@ def add_tissue(
     from napari_slidescope._napari import jobs
     from napari_slidescope._qt import session
 
-    ctl = session.controller_for(viewer)
+    ctl = session.session_for(viewer)
     image = layer if layer is not None else jobs.active_slide_layer(viewer)
     worker = ctl.run(image, "tissue", scope=scope, region=region, tissue_options=options)
     if not wait:
         return worker
     ctl.wait()
-    name = f"{image.name} tissue"
+    name = dock_task("tissue").layer_name(image.name)
     return ctl.viewer.layers[name] if name in ctl.viewer.layers else None
 
 
@@ -180,7 +181,7 @@ def add_nuclei(
     from napari_slidescope._napari import jobs
     from napari_slidescope._qt import session
 
-    ctl = session.controller_for(viewer)
+    ctl = session.session_for(viewer)
     image = layer if layer is not None else jobs.active_slide_layer(viewer)
     worker = ctl.run(
         image,
@@ -189,12 +190,12 @@ def add_nuclei(
         region=region,
         mode=mode,
         tissue_options=tissue_options,
-        nuclei_options=options,
+        nuclei_run=options,
     )
     if not wait:
         return worker
     ctl.wait()
-    return ctl.viewer.layers[f"{image.name} nuclei"]
+    return ctl.viewer.layers[dock_task("nuclei").layer_name(image.name)]
 
 
 def summary(viewer: Any, layer: Any = None) -> Any:
@@ -217,11 +218,11 @@ def summary(viewer: Any, layer: Any = None) -> Any:
     from napari_slidescope._qt import session
 
     image = layer if layer is not None else jobs.slide_with_results(viewer, "nuclei")
-    return session.controller_for(viewer).summary(image)
+    return session.session_for(viewer).summary(image)
 
 
 def cancel(viewer: Any) -> None:
     """Stop the run in flight after its current tile (finished tiles stay)."""
     from napari_slidescope._qt import session
 
-    session.controller_for(viewer).cancel()
+    session.session_for(viewer).cancel()

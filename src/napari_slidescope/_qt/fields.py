@@ -14,11 +14,11 @@ An optional number (None: automatic) shows its lowest value as a word (``auto``)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from magicgui.widgets import CheckBox, ComboBox, FloatSpinBox, SpinBox
 from magicgui.widgets.bases import ValueWidget
 
+from napari_slidescope._qt.task_fields import Hint, dock_task_of, hints
 from napari_slidescope.options import NucleiOptions, OptionInfo, TissueOptions, option_fields
 
 __all__ = ["HINTS", "Hint", "field_value", "option_widgets", "set_field_value", "spin_range"]
@@ -27,27 +27,9 @@ __all__ = ["HINTS", "Hint", "field_value", "option_widgets", "set_field_value", 
 _UNBOUNDED = 1e12
 
 
-@dataclass(frozen=True)
-class Hint:
-    """How one option's spin box steps and where it stops (within the model's bounds)."""
-
-    step: float = 1.0
-    low: float | None = None
-    high: float | None = None
-    none_text: str = "auto"
-
-
-#: Screen-only details, by ``"<tissue|nuclei>.<option>"``.
-HINTS: dict[str, Hint] = {
-    "tissue.target_mpp": Hint(step=1.0, low=0.5, high=128.0),
-    "tissue.threshold": Hint(step=0.01),
-    "tissue.smooth_um": Hint(step=1.0, high=1000.0),
-    "tissue.min_tissue_um2": Hint(step=100.0),
-    "tissue.max_hole_um2": Hint(step=100.0),
-    "nuclei.target_mpp": Hint(step=0.05, high=8.0),
-    "nuclei.tile_size_um": Hint(step=64.0, low=32.0, high=8192.0),
-    "nuclei.cell_expansion_um": Hint(step=1.0, high=100.0, none_text="off"),
-}
+#: Screen-only details, by ``"<task>.<option>"``: each task's ``hints`` in the dock's task
+#: table (:mod:`napari_slidescope._qt.task_fields`).
+HINTS: dict[str, Hint] = hints()
 
 
 def spin_range(key: str, info: OptionInfo) -> tuple[float, float]:
@@ -108,7 +90,7 @@ def option_widgets(
     choices: dict[str, Sequence[str]] | None = None,
 ) -> dict[str, ValueWidget]:
     """One widget per documented option of `cls`, by option name, showing its default."""
-    prefix = "tissue" if cls is TissueOptions else "nuclei"
+    prefix = dock_task_of(cls).name
     return {
         name: make_field(f"{prefix}.{name}", default, info, choices=(choices or {}).get(name))
         for name, default, info in option_fields(cls)

@@ -1,6 +1,6 @@
-"""The analysis model behind the dock widget and the console helpers.
+"""The analysis session behind the dock widget and the console helpers.
 
-:class:`SlideAnalysis` runs tissue detection and nuclei segmentation for one viewer
+:class:`AnalysisSession` runs tissue detection and nuclei segmentation for one viewer
 in the background: a napari generator worker opens the slide and reads its pixels on
 worker threads, yields per finished tile, and the main thread paints each tile into a
 Labels layer (throttled) and advances a napari progress bar. One run at a time: a new
@@ -36,13 +36,14 @@ from napari_slidescope._napari.jobs import (
     TissueDone,
     active_slide_layer,
     as_tissue_options,
-    nuclei_identity,
     nuclei_mpp,
     run_job,
     slide_layers,
     source_input,
 )
 from napari_slidescope._napari.viewport import visible_region
+from napari_slidescope._qt.nuclei_canvas import resolve_nuclei_run, set_up_nuclei
+from napari_slidescope._qt.task_fields import dock_task
 from napari_slidescope._types import Box
 from napari_slidescope.options import NucleiOptions, TissueOptions
 
@@ -54,10 +55,10 @@ __all__ = [
     "Outcome",
     "Progress",
     "Scope",
-    "SlideAnalysis",
+    "AnalysisSession",
     "SlideSource",
     "Summary",
-    "controller_for",
+    "session_for",
     "slide_layers",
 ]
 
@@ -70,7 +71,7 @@ STAGE_WORDS = {
 }
 
 
-# -- the controller: main thread --------------------------------------------------------------
+# -- the session: main thread -----------------------------------------------------------------
 
 
 @dataclass
@@ -166,6 +167,51 @@ def _core_area(run: Any, core: Box) -> Any:
     return clipped if clipped is not None else (core[0], core[1], core[0], core[1])
 
 
+def _check_task(task: str, scope: str) -> None:
+    """Refuse a task or scope the session does not know (before anything starts)."""
+    if task not in ("tissue", "nuclei"):
+        raise ValueError(f"task: expected 'tissue' or 'nuclei', got {task!r}")
+    if scope not in ("visible", "slide", "shape"):
+        raise ValueError(f"scope: expected 'visible', 'slide' or 'shape', got {scope!r}")
+
+
+def _nuclei_run_keyword(nuclei_run: Any, nuclei_options: Any) -> Any:
+    """Return `nuclei_run`, or what the old keyword ``nuclei_options`` gave (with a warning).
+
+    ``nuclei_options`` carried a :class:`~napari_slidescope._napari.jobs.NucleiRun` (options,
+    segmenter object, worker threads), not a ``NucleiOptions``: the keyword is
+    ``nuclei_run`` now. Console scripts may still pass the old one.
+    """
+    if nuclei_options is None:
+        return nuclei_run
+    if nuclei_run is not None:
+        raise TypeError("run() got both nuclei_run and nuclei_options (its old name)")
+    import warnings
+
+    warnings.warn(
+        "run(nuclei_options=...) is now run(nuclei_run=...): it carries a NucleiRun "
+        "(options, segmenter, workers)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return nuclei_options
+
+
+def _new_run(image: Any, task: Task, scope: Scope) -> _Run:
+    """Return a run of `task` not started yet, with its napari progress bar."""
+    from napari.utils import progress
+
+    run = _Run(
+        image,
+        task,
+        scope,
+        threading.Event(),
+        progress(total=0, desc=f"Slide analysis: {STAGE_WORDS['starting'].lower()}"),
+    )
+    run.progress = Progress(task, "starting")
+    return run
+
+
 @dataclass(eq=False)
 class _Run:
     image: Any
@@ -191,7 +237,7 @@ class _Run:
     segmenting_since: float | None = None
 
 
-class SlideAnalysis:
+class AnalysisSession:
     """Background analysis for one viewer (shared by the dock widget and the console).
 
     Signals: ``started(task)``, ``progress(Progress)``, ``finished(summary_or_None)``
@@ -216,7 +262,7 @@ class SlideAnalysis:
         """The viewer (raises ReferenceError once it is gone)."""
         viewer = self._viewer()
         if viewer is None:
-            raise ReferenceError("the viewer of this SlideAnalysis was closed")
+            raise ReferenceError("the viewer of this AnalysisSession was closed")
         return viewer
 
     @property
@@ -270,6 +316,7 @@ class SlideAnalysis:
         region: Box | Any = None,
         mode: Literal["add", "replace"] = "add",
         tissue_options: TissueOptions | Mapping[str, Any] | None = None,
+        nuclei_run: NucleiRun | NucleiOptions | Mapping[str, Any] | None = None,
         nuclei_options: NucleiRun | NucleiOptions | Mapping[str, Any] | None = None,
     ) -> Any:
         """Start analysing `image` in the background (cancelling a run in flight).
@@ -288,11 +335,13 @@ class SlideAnalysis:
             Nuclei: add to ``"<name> nuclei"`` (no duplicates) or replace it.
         tissue_options : TissueOptions or mapping, optional
             Tissue detection's options, or the keywords of ``detect_tissue``.
-        nuclei_options : NucleiRun, NucleiOptions or mapping, optional
+        nuclei_run : NucleiRun, NucleiOptions or mapping, optional
             Nuclei segmentation's options (with the segmenter object and worker threads
             in a :class:`~napari_slidescope._napari.jobs.NucleiRun`), or the keywords of
             ``iter_segment_nuclei`` (option names, ``workers``, ``segmenter`` as a name
             or an object).
+        nuclei_options : optional
+            The old name of `nuclei_run` (a DeprecationWarning).
 
         Raises
         ------
@@ -303,64 +352,42 @@ class SlideAnalysis:
         -------
         worker : napari.qt.threading.GeneratorWorker
         """
-        from napari.qt.threading import create_worker
-        from napari.utils import progress
-        from qtpy.QtCore import QTimer
-
-        if task not in ("tissue", "nuclei"):
-            raise ValueError(f"task: expected 'tissue' or 'nuclei', got {task!r}")
-        if scope not in ("visible", "slide", "shape"):
-            raise ValueError(f"scope: expected 'visible', 'slide' or 'shape', got {scope!r}")
+        _check_task(task, scope)
         tissue = as_tissue_options(tissue_options)
-        nuclei = NucleiRun.of(nuclei_options)
+        nuclei = NucleiRun.of(_nuclei_run_keyword(nuclei_run, nuclei_options))
         source = SlideSource.from_layer(image)
+        region = self._region_of(image, scope, region)
+        self.cancel()
+        spec = JobSpec(source, task, region, tissue, nuclei)
+        spec.tissue = self._tissue.get(image) if task == "nuclei" else None
+        run = _new_run(image, task, scope)
+        if task == "nuclei":
+            spec.nuclei, identity = resolve_nuclei_run(source, nuclei)
+            mode = self._add_mode(image, mode, identity)
+            placed = set_up_nuclei(self.viewer, image, spec, region, mode, identity)
+            run.layer, run.cells_layer, run.canvas = placed.layer, placed.cells_layer, placed.canvas
+            run.region_index, run.polygon = placed.region_index, placed.polygon
+            self._partial.pop(image, None)
+        self._start(run, spec)
+        self.started.emit(task)
+        self.progress.emit(run.progress)
+        return run.worker
+
+    def _region_of(self, image: Any, scope: Scope, region: Box | Any) -> Box | Any:
+        """Return the run's region: `region`, else the visible region or the selected shape."""
         if region is None and scope == "visible":
             region = visible_region(self.viewer, image)
         if region is None and scope == "shape":
             from napari_slidescope._napari.shapes import selected_polygon
 
             region = selected_polygon(self.viewer, image)
-        self.cancel()
-        spec = JobSpec(source, task, region, tissue, nuclei)
-        spec.tissue = self._tissue.get(image) if task == "nuclei" else None
-        run = _Run(
-            image,
-            task,
-            scope,
-            threading.Event(),
-            progress(total=0, desc=f"Slide analysis: {STAGE_WORDS['starting'].lower()}"),
-        )
-        run.progress = Progress(task, "starting")
-        if task == "nuclei":
-            # the one resolution rule, with the slide's own (unrounded) pixel size
-            target = nuclei_mpp(source, nuclei)
-            identity = nuclei_identity(source, nuclei)
-            spec.nuclei = NucleiRun(
-                nuclei.options.replace(target_mpp=target), nuclei.segmenter, nuclei.workers
-            )
-            mode = self._add_mode(image, mode, identity)
-            own = source.info.get("mpp") or (target, target)  # uncalibrated: 1:1
-            ds = (target / own[0], target / own[1])
-            from napari_slidescope.pipeline.regions import check_region, split_region
+        return region
 
-            box, ring = split_region(region)
-            box = check_region(box, source.shape0)
-            run.layer, run.canvas, covered, offset = _layers.prepare_nuclei_layer(
-                self.viewer, image, box, ds, mode=mode,
-                pyramid=True if region is None else None, polygon=ring,
-                cells=bool(nuclei.options.cell_expansion_um),
-            )  # fmt: skip
-            # the cells on the nuclei's grid, same ids; a run without cells drops old ones
-            run.cells_layer = _layers.prepare_cells_layer(self.viewer, image, run.canvas)
-            run.canvas.identity = identity
-            run.region_index = len(run.canvas.regions) - 1
-            run.polygon = ring
-            spec.grid = (run.canvas.origin, run.canvas.downsample, run.canvas.shape)
-            if isinstance(run.canvas, _layers.PyramidCanvas):
-                spec.pyramid = run.canvas.pyramid
-                spec.cell_pyramid = run.canvas.cells
-            spec.covered, spec.id_offset = tuple(covered), offset
-            self._partial.pop(image, None)
+    def _start(self, run: _Run, spec: JobSpec) -> None:
+        """Start the run's worker and its paint timer; the run is the one in flight."""
+        from napari.qt.threading import create_worker
+        from qtpy.QtCore import QTimer
+
         run.worker = create_worker(run_job, spec, run.cancel, _start_thread=False)
         run.worker.yielded.connect(lambda item, run=run: self._guard(run, self._on_yielded, item))
         run.worker.finished.connect(lambda run=run: self._guard(run, self._on_finished))
@@ -370,9 +397,6 @@ class SlideAnalysis:
         self._run = run
         run.timer.start()
         run.worker.start()
-        self.started.emit(task)
-        self.progress.emit(run.progress)
-        return run.worker
 
     def _add_mode(
         self, image: Any, mode: Literal["add", "replace"], identity: dict[str, Any]
@@ -384,7 +408,7 @@ class SlideAnalysis:
         another working resolution...) would then stay beside the new ones. Such a run
         replaces the layer instead, and says so.
         """
-        name = f"{image.name} nuclei"
+        name = dock_task("nuclei").layer_name(image.name)
         layer = self.viewer.layers[name] if name in self.viewer.layers else None
         canvas = _layers.canvas_of(layer) if layer is not None else None
         if mode != "add" or canvas is None or canvas.identity in (None, identity):
@@ -430,7 +454,7 @@ class SlideAnalysis:
         After a run that stopped early the summary is marked partial and covers the
         finished tiles only: nuclei of those tiles over the tissue inside them.
         """
-        name = f"{image.name} nuclei"
+        name = dock_task("nuclei").layer_name(image.name)
         layer = self.viewer.layers[name] if name in self.viewer.layers else None
         canvas = _layers.canvas_of(layer) if layer is not None else None
         if canvas is None:
@@ -466,7 +490,7 @@ class SlideAnalysis:
         except Exception as exc:  # noqa: BLE001
             run.failed = run.failed or exc
             run.cancel.set()
-            if slot == self._on_finished:  # never leave the controller busy
+            if slot == self._on_finished:  # never leave the session busy
                 if run.worker is not None:
                     _release(run)
                 if run.outcome is None:
@@ -641,12 +665,12 @@ def _release(run: _Run) -> None:
     run.pending.clear()
 
 
-_CONTROLLERS: weakref.WeakKeyDictionary[Any, SlideAnalysis] = weakref.WeakKeyDictionary()
+_SESSIONS: weakref.WeakKeyDictionary[Any, AnalysisSession] = weakref.WeakKeyDictionary()
 
 
-def controller_for(viewer: Any) -> SlideAnalysis:
-    """Return the :class:`SlideAnalysis` of `viewer` (one per viewer, shared)."""
+def session_for(viewer: Any) -> AnalysisSession:
+    """Return the :class:`AnalysisSession` of `viewer` (one per viewer, shared)."""
     viewer = getattr(viewer, "__wrapped__", viewer)
-    if viewer not in _CONTROLLERS:
-        _CONTROLLERS[viewer] = SlideAnalysis(viewer)
-    return _CONTROLLERS[viewer]
+    if viewer not in _SESSIONS:
+        _SESSIONS[viewer] = AnalysisSession(viewer)
+    return _SESSIONS[viewer]

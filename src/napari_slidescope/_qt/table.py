@@ -201,7 +201,7 @@ class NucleiTableWidget(QWidget):
     def __init__(self, napari_viewer: Any) -> None:
         super().__init__()
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
-        self.controller = session.controller_for(self._viewer)
+        self.session = session.session_for(self._viewer)
         self._image: Any = None
         self._layer: Any = None
         self._syncing = False
@@ -280,7 +280,7 @@ class NucleiTableWidget(QWidget):
         self.filter_column.currentIndexChanged.connect(self._on_filter_column)
         self.hist_column.currentIndexChanged.connect(self._draw_histogram)
         self._selection().selectionChanged.connect(self._on_row_selected)
-        self.controller.finished.connect(self._on_run_finished)
+        self.session.finished.connect(self._on_run_finished)
         self._viewer.layers.events.inserted.connect(self._on_layers_changed)
         self._viewer.layers.events.removed.connect(self._on_layers_changed)
         self._viewer.layers.selection.events.active.connect(self._on_layers_changed)
@@ -332,7 +332,7 @@ class NucleiTableWidget(QWidget):
         elif self._layer is None:
             self.heading.setText(f"No nuclei on {self._image.name} yet: run “Segment nuclei”")
         else:
-            summary = self.controller.summary(self._image)
+            summary = self.session.summary(self._image)
             shown = f"{self.model.rowCount():,} of {self.model.total:,} nuclei shown"
             self.heading.setText(shown + (f" · {summary}" if summary is not None else ""))
 

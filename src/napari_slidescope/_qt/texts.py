@@ -56,7 +56,7 @@ def duration(seconds: float | None) -> str:
 def outcome_words(out: Outcome) -> str:
     """Say how a run ended: ``"Cancelled: 37 of 120 tiles"``.
 
-    `out` is the controller's :class:`~napari_slidescope._qt.session.Outcome`.
+    `out` is the session's :class:`~napari_slidescope._qt.session.Outcome`.
     """
     tiles = f"{out.tiles_done:,} of {out.tiles_total:,} tiles" if out.tiles_total else ""
     if out.state == "done":

@@ -1,10 +1,10 @@
-"""The "Slide analysis" dock widget: a magicgui view of :class:`~.session.SlideAnalysis`.
+"""The "Slide analysis" dock widget: a magicgui view of :class:`~.session.AnalysisSession`.
 
 Pick a slide layer, a task (tissue or nuclei) and a scope (visible region or whole
 slide), press Run: the analysis runs in the background, its tiles stream into
 ``"<slide> tissue"`` / ``"<slide> nuclei"``, and the widget shows the stage, a progress
 bar with tiles done and the time left, then the result (marked partial after Cancel or
-an error). All the work and state live in the controller, which the napari console
+an error). All the work and state live in the session, which the napari console
 helpers (:mod:`napari_slidescope._qt.console`) share; this module only wires widgets.
 
 Parameters are remembered between sessions (Qt's settings store, see :func:`settings_store`)
@@ -61,6 +61,7 @@ from napari_slidescope._qt.settings import (
     settings_store,
     write_settings,
 )
+from napari_slidescope._qt.task_fields import DOCK_TASKS, dock_task
 from napari_slidescope._qt.texts import (
     describe,
     duration,
@@ -96,18 +97,33 @@ class SlideAnalysisWidget(Container):
     """
 
     def __init__(self, napari_viewer: Any) -> None:
-        from napari_slidescope.segmenters import available_segmenters
-
         # scrollable: when the dock is shorter than the form (a small screen, other docks
         # beside it), a scroll bar appears instead of squeezing (clipping) the controls
         super().__init__(name="slide_analysis", labels=True, scrollable=True)
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
-        self.controller = session.controller_for(self._viewer)
+        self.session = session.session_for(self._viewer)
         self._loading = False  # True while settings are applied (nothing is saved)
         self._settings_failed = False  # the settings file could not be written
         self._shown_stage, self._shown_at = "", 0.0
+        self._export: _Export | None = None
         d = default_settings()
+        self._build_slide_rows()
+        self._build_task_rows(d)
+        self._build_option_fields(d)
+        self._build_run_rows()
+        self._build_export_rows()
+        self._lay_out()
+        self._connect()
+        self._bind_keys()
+        self.load_settings()
+        self._on_layers_changed()
+        self._on_image(self.image.value)
+        self._on_task()
 
+    # -- building the dock, step by step -----------------------------------------------------
+
+    def _build_slide_rows(self) -> None:
+        """Build the slide menu, what the slide is, and its label and macro thumbnails."""
         self.image = ComboBox(label="Slide", choices=self._image_choices, nullable=True)
         combo = self.image.native
         if isinstance(combo, QComboBox):  # a long slide name must not widen the dock
@@ -120,10 +136,9 @@ class SlideAnalysisWidget(Container):
         self.label_image = self.thumbnails.label_image
         self.macro_image = self.thumbnails.macro_image
 
-        self.task = RadioButtons(
-            label="Task",
-            choices=[("Detect tissue", "tissue"), ("Segment nuclei", "nuclei")],
-        )
+    def _build_task_rows(self, d: WidgetSettings) -> None:
+        """Build the task buttons (one per task of the dock's task table) and the scope."""
+        self.task = RadioButtons(label="Task", choices=[(t.action, t.name) for t in DOCK_TASKS])
         self.task.value = d.task
         self.scope = RadioButtons(
             label="Scope",
@@ -134,27 +149,26 @@ class SlideAnalysisWidget(Container):
             ],
         )
         self.scope.value = d.scope
-        # nuclei parameters
+
+    def _build_option_fields(self, d: WidgetSettings) -> None:
+        """Build one field per option of each task: those shown at once, and advanced."""
+        from napari_slidescope.segmenters import available_segmenters
+
         self.mode = ComboBox(
             label="Nuclei layer",
             choices=[("Add (skip duplicates)", "add"), ("Replace", "replace")],
             value=d.mode,
         )
-        installed = available_segmenters()
+        self._installed = available_segmenters()
         # one field per option of the options model: label, unit, bounds, doc from there
         self.tissue_fields = option_widgets(TissueOptions)
         self.nuclei_fields = option_widgets(
-            NucleiOptions, choices={"segmenter": ["auto", *installed]}
+            NucleiOptions, choices={"segmenter": ["auto", *self._installed]}
         )
         self.segmenter = self.nuclei_fields["segmenter"]
         self._segmenter_doc = self.segmenter.tooltip
-        self.segmenter.tooltip = f"{self._segmenter_doc}; installed: {', '.join(installed)}"
-        # which model "auto" runs on this slide, and which models are installed, in view
-        self.models = Label(label="Models", value=models_text(None, "auto"))
-        wrap(self.models)
-        # below it while InstanSeg's models are missing: installs them in the background
-        self.model_installer = ModelInstaller(on_installed=self._on_models_installed)
-        self.model_installer.label = ""
+        self.segmenter.tooltip = f"{self._segmenter_doc}; installed: {', '.join(self._installed)}"
+        self._build_models_row()
         # "auto": the segmenter's resolution, never finer than the slide's own (unrounded)
         # pixel size, as segmenters.working_mpp decides for every entry point
         self.nuclei_mpp = self.nuclei_fields["target_mpp"]
@@ -167,19 +181,18 @@ class SlideAnalysisWidget(Container):
         self.min_area_um2 = _spin("Nucleus area min", area["min_area_um2"], 5.0)
         self.max_area_um2 = _spin("Nucleus area max", area["max_area_um2"], 10.0)
         self.workers = SpinBox(label="Workers (0: all)", value=d.workers, min=0, max=256)
-        # tissue parameters
         self.tissue_mpp = self.tissue_fields["target_mpp"]
         self.min_tissue_um2 = self.tissue_fields["min_tissue_um2"]
         self.max_hole_um2 = self.tissue_fields["max_hole_um2"]
         self.tissue_mode = self.tissue_fields["mode"]
-        nuclei_main = ["segmenter", "target_mpp", "tile_size_um"]
+        nuclei_main = dock_task("nuclei").main
         self.nuclei_params = Container(
             widgets=[
                 self.mode,
                 self.segmenter,
                 self.models,
                 self.model_installer,
-                *(self.nuclei_fields[n] for n in nuclei_main[1:]),
+                *(self.nuclei_fields[n] for n in nuclei_main if n != "segmenter"),
             ],
             labels=True,
         )
@@ -191,7 +204,7 @@ class SlideAnalysisWidget(Container):
             self.workers,
         ]
         self.nuclei_advanced = Container(widgets=nuclei_advanced, labels=True)
-        tissue_main = ["target_mpp", "min_tissue_um2"]
+        tissue_main = dock_task("tissue").main
         self.tissue_params = Container(
             widgets=[self.tissue_fields[n] for n in tissue_main], labels=True
         )
@@ -204,6 +217,17 @@ class SlideAnalysisWidget(Container):
             widgets=[self.nuclei_advanced, self.tissue_advanced], labels=False, visible=False
         )
 
+    def _build_models_row(self) -> None:
+        """Build the "Models" line: which model "auto" runs here, and those installed."""
+        # which model "auto" runs on this slide, and which models are installed, in view
+        self.models = Label(label="Models", value=models_text(None, "auto"))
+        wrap(self.models)
+        # below it while InstanSeg's models are missing: installs them in the background
+        self.model_installer = ModelInstaller(on_installed=self._on_models_installed)
+        self.model_installer.label = ""
+
+    def _build_run_rows(self) -> None:
+        """Build Run and Cancel, the progress bar, the status and the result."""
         self.run_button = PushButton(text="Run")
         self.cancel_button = PushButton(text="Cancel", enabled=False)
         self.cancel_button.tooltip = f"Stop the run; finished tiles stay ({key_text(CANCEL_KEY)})"
@@ -214,6 +238,9 @@ class SlideAnalysisWidget(Container):
             wrap(label)
         # its text changes with every tile: it must never change the dock's width
         self.progress.native.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+
+    def _build_export_rows(self) -> None:
+        """Build the export folder and buttons, the export's progress, table and defaults."""
         self.export_dir = FileEdit(
             label="Export to", mode=FileDialogMode.EXISTING_DIRECTORY, value=Path.cwd()
         )
@@ -232,11 +259,13 @@ class SlideAnalysisWidget(Container):
         )
         self.export_status = Label(label="", value="", visible=False)
         wrap(self.export_status)
-        self._export: _Export | None = None
         self.show_table = PushButton(text="Measurements table")
         self.show_table.tooltip = "One row per nucleus, a range filter and a histogram"
         self.restore_defaults = PushButton(text="Restore defaults")
         self.restore_defaults.tooltip = "Set every parameter back to its documented default"
+
+    def _lay_out(self) -> None:
+        """Put the rows into the dock, top to bottom."""
         self.extend(
             [
                 self.image,
@@ -275,6 +304,8 @@ class SlideAnalysisWidget(Container):
         self.margins = (4, 4, 4, 4)
         self._fit_scroll_area()
 
+    def _connect(self) -> None:
+        """Connect the widgets', the session's and the viewer's signals to their slots."""
         self.show_advanced.changed.connect(self._on_task)
         self.task.changed.connect(self._on_task)
         self.scope.changed.connect(self._update_run_button)
@@ -290,20 +321,15 @@ class SlideAnalysisWidget(Container):
         self.export_parquet.clicked.connect(self._on_export_parquet)
         for widget in self._setting_widgets():
             widget.changed.connect(self._on_setting_changed)
-        self.controller.started.connect(self._on_started)
-        self.controller.progress.connect(self._on_progress)
-        self.controller.finished.connect(self._on_finished)
+        self.session.started.connect(self._on_started)
+        self.session.progress.connect(self._on_progress)
+        self.session.finished.connect(self._on_finished)
         layers_events = self._viewer.layers.events
         layers_events.inserted.connect(self._on_layers_changed)
         layers_events.removed.connect(self._on_layers_changed)
         camera = camera_of(self._viewer)
         camera.events.center.connect(self._update_run_button)
         camera.events.zoom.connect(self._update_run_button)
-        self._bind_keys()
-        self.load_settings()
-        self._on_layers_changed()
-        self._on_image(self.image.value)
-        self._on_task()
 
     def _fit_scroll_area(self) -> None:
         """Bound the width, keep the controls at the top, and never clip them sideways."""
@@ -450,14 +476,14 @@ class SlideAnalysisWidget(Container):
     # -- choices and slide info -------------------------------------------------------------
 
     def _image_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
-        return [(ly.name, ly) for ly in self.controller.slide_layers()]
+        return [(ly.name, ly) for ly in self.session.slide_layers()]
 
     def _on_layers_changed(self, event: Any = None) -> None:
         before = self.image.value
         self.image.reset_choices()
         if self.image.value is None:
             try:
-                self.image.value = self.controller.active_slide()
+                self.image.value = self.session.active_slide()
             except ValueError:
                 pass
         if self.image.value is None and before is not None:
@@ -479,17 +505,17 @@ class SlideAnalysisWidget(Container):
         if layer is None:
             self.models.value = models_text(None, name or "auto")
             return
-        self.models.value = models_text(self.controller.slide_kind(layer), name or "auto")
+        self.models.value = models_text(self.session.slide_kind(layer), name or "auto")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SlidescopeWarning)  # uncalibrated: said on run
-            mpp = self.controller.auto_mpp(layer, name or "auto")
+            mpp = self.session.auto_mpp(layer, name or "auto")
         self.nuclei_mpp.tooltip = f"auto: {mpp:.4g} µm/px for {name or 'auto'} on this slide"
 
     def _on_models_installed(self) -> None:
         """Offer the models just installed, and say what "auto" runs now."""
         from napari_slidescope.segmenters import available_segmenters
 
-        installed = available_segmenters()
+        installed = self._installed = available_segmenters()
         combo = cast(ComboBox, self.segmenter)
         value = combo.value
         combo.choices = ["auto", *installed]
@@ -503,7 +529,7 @@ class SlideAnalysisWidget(Container):
         layer = getattr(self, "image", None) and self.image.value
         if layer is None:
             return ["auto"]
-        return ["auto", *self.controller.channel_names(layer)]
+        return ["auto", *self.session.channel_names(layer)]
 
     def _on_image(self, layer: Any) -> None:
         self.thumbnails.clear()
@@ -511,7 +537,7 @@ class SlideAnalysisWidget(Container):
         if layer is None:
             self.info.value = "Open a slide (a 2D RGB image layer)"
             return
-        src = self.controller.source(layer)
+        src = self.session.source(layer)
         self.info.value = describe(src)
         self.channel.reset_choices()
         self.channel.value = "auto"
@@ -552,21 +578,21 @@ class SlideAnalysisWidget(Container):
         """Return the run's options, from the widgets.
 
         ``tissue_options``: a :class:`~napari_slidescope.options.TissueOptions`;
-        ``nuclei_options``: a :class:`~napari_slidescope._napari.jobs.NucleiRun` (the
+        ``nuclei_run``: a :class:`~napari_slidescope._napari.jobs.NucleiRun` (the
         options with the chosen nuclear channel, and the worker threads).
         """
         settings = self.settings()
         run = settings.nuclei_run()
         channel = None if self.channel.value == "auto" else self.channel.value
         run = dataclasses.replace(run, options=run.options.replace(channel=channel))
-        return {"tissue_options": settings.tissue, "nuclei_options": run}
+        return {"tissue_options": settings.tissue, "nuclei_run": run}
 
     def why_not_runnable(self) -> str | None:
         """Why Run is disabled now (None when it can run)."""
         layer = self.image.value
         if layer is None:
             return "Open a slide first (File ▸ Open, or File ▸ Open Sample ▸ Slidescope)"
-        if self.controller.busy:
+        if self.session.busy:
             return f"A run is in progress: Cancel it first ({key_text(CANCEL_KEY)})"
         if self.scope.value == "visible":
             from napari_slidescope._napari.viewport import visible_region
@@ -599,7 +625,7 @@ class SlideAnalysisWidget(Container):
             show_warning("Slide analysis: open a slide first")
             return None
         try:
-            return self.controller.run(
+            return self.session.run(
                 layer,
                 self.task.value,
                 scope=cast(session.Scope, scope or self.scope.value),
@@ -613,13 +639,13 @@ class SlideAnalysisWidget(Container):
 
     def run_on_view(self) -> Any:
         """Run the chosen task on the current view (the run shortcut); None if busy."""
-        if self.controller.busy:
+        if self.session.busy:
             return None
         return self.run("visible")
 
     def cancel(self) -> None:
         """Cancel the run in flight (finished tiles stay; the result is marked partial)."""
-        self.controller.cancel()
+        self.session.cancel()
 
     def _on_started(self, task: str) -> None:
         self._shown_stage = ""
@@ -650,13 +676,13 @@ class SlideAnalysisWidget(Container):
             self.status.value = f"{prog.words}…"
 
     def _on_finished(self, summary: Any) -> None:
-        busy = self.controller.busy
+        busy = self.session.busy
         self.cancel_button.enabled = busy
         self.progress.visible = busy
         self._update_run_button()
         if busy:
             return  # a new run already started
-        out = self.controller.outcome
+        out = self.session.outcome
         if out is None:
             self.status.value = "Ready"
             return
@@ -838,7 +864,7 @@ def _run_shortcut(viewer: Any) -> None:
 
 
 def _cancel_shortcut(viewer: Any) -> None:
-    session.controller_for(viewer).cancel()
+    session.session_for(viewer).cancel()
 
 
 _run_shortcut.__doc__ = "Slide analysis: run the chosen task on the current view"

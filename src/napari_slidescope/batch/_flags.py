@@ -1,10 +1,12 @@
 """The ``slidescope batch`` flags of the analysis options, generated from the options model.
 
-One flag per option field of :class:`~napari_slidescope.options.TissueOptions` and
-:class:`~napari_slidescope.options.NucleiOptions`: its help, unit, default and accepted
+One flag per option field of the options class of each task of the task table
+(:mod:`napari_slidescope.pipeline.task_table`: :class:`~napari_slidescope.options.TissueOptions`,
+:class:`~napari_slidescope.options.NucleiOptions`): its help, unit, default and accepted
 values come from the field's :class:`~napari_slidescope.options.OptionInfo`, and a bad
 value gets the model's own message (``"{name}: expected ..., got ..."``) as a usage
-error. Only the flag names are chosen here (:data:`FLAG_NAMES`).
+error. The flag names that differ from the field's come from the table
+(``TaskSpec.flag_names``, gathered in :data:`FLAG_NAMES`).
 """
 
 from __future__ import annotations
@@ -12,25 +14,26 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from napari_slidescope.options import NucleiOptions, OptionInfo, TissueOptions, option_fields
+from napari_slidescope.pipeline.task_table import TASK_TABLE
 
 __all__ = ["FLAG_NAMES", "add_option_flags", "option_flags", "options_from_args"]
 
 #: Flag of each option field whose name alone would be ambiguous or unclear on the command
 #: line (``(class name, field)`` -> flag); every other field's flag is its name with dashes.
 FLAG_NAMES: dict[tuple[str, str], str] = {
-    ("TissueOptions", "target_mpp"): "--tissue-mpp",
-    ("TissueOptions", "mode"): "--tissue-mode",
-    ("TissueOptions", "threshold"): "--tissue-threshold",
-    ("NucleiOptions", "target_mpp"): "--nuclei-mpp",
+    (spec.options.__name__, name): flag
+    for spec in TASK_TABLE
+    for name, flag in spec.flag_names.items()
 }
 
 _OptionsClass = type[TissueOptions] | type[NucleiOptions]
-_CLASSES: tuple[tuple[str, _OptionsClass], ...] = (
-    ("tissue", TissueOptions),
-    ("nuclei", NucleiOptions),
+#: The tasks whose options get one flag per field (a task asked for by one flag with a
+#: value, ``TaskSpec.cli_flag``, has its own).
+_CLASSES: tuple[tuple[str, _OptionsClass], ...] = tuple(
+    (spec.name, cast("_OptionsClass", spec.options)) for spec in TASK_TABLE if spec.cli_flag is None
 )
 _METAVARS = {"µm": "UM", "µm/px": "UM", "µm²": "UM2"}
 

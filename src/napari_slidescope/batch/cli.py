@@ -32,6 +32,9 @@ outputs, in OUT/<slide file name>/:
                      centroid (level-0 px and µm), bounding box, measurements (µm, µm², OD)
   nuclei.geojson.gz  the nuclei as QuPath detections (drag it onto the slide in QuPath)
   tissue.geojson     the tissue as QuPath annotations
+  regions.zarr/      (--regions) the class map, OME-NGFF labels at the classifier's µm/px
+  regions.geojson    (--regions) each region class's outlines as QuPath annotations
+  regions.csv        (--regions) per region: area, cells, cells per mm², cell classes
   manifest.json      slide size, time and hash, parameters and what they resolved to (the
                      segmenter that ran, its model, version and weights' SHA-256, working
                      µm/px, stain mode, nuclear channel), tile grid, each tile's status, and
@@ -78,19 +81,25 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
     return parse
 
 
-def _tasks(text: str) -> tuple[str, ...]:
-    from napari_slidescope.batch.params import TASKS
+def _listed_tasks() -> tuple[str, ...]:
+    """Return the tasks ``--tasks`` names (not those asked for by a flag with a value)."""
+    from napari_slidescope.pipeline.task_table import TASK_TABLE
 
+    return tuple(t.name for t in TASK_TABLE if t.cli_flag is None)
+
+
+def _tasks(text: str) -> tuple[str, ...]:
+    known = _listed_tasks()
     tasks = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [t for t in tasks if t not in TASKS]
+    bad = [t for t in tasks if t not in known]
     if bad or not tasks:
-        raise argparse.ArgumentTypeError(f"expected some of {','.join(TASKS)}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(known)}, got {text!r}")
     return tasks
 
 
 def _parser() -> argparse.ArgumentParser:
     from napari_slidescope.batch._flags import add_option_flags
-    from napari_slidescope.batch.params import SLIDE_EXTENSIONS
+    from napari_slidescope.batch.params import DEFAULT_TASKS, SLIDE_EXTENSIONS
 
     parser = _Parser(prog="slidescope", description="napari-slidescope on the command line.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -119,9 +128,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--tasks",
         type=_tasks,
-        default=("tissue", "nuclei"),
+        default=DEFAULT_TASKS,
         metavar="LIST",
-        help="comma-separated: tissue, nuclei (nuclei implies tissue; default: tissue,nuclei)",
+        help=f"comma-separated: {', '.join(_listed_tasks())} (nuclei implies tissue; "
+        f"default: {','.join(DEFAULT_TASKS)})",
     )
     where = b.add_mutually_exclusive_group()
     where.add_argument(
@@ -179,6 +189,14 @@ def _parser() -> argparse.ArgumentParser:
         help="classify each slide's cells: a phenotype rules JSON file (saved by the widget, "
         "or PhenotypeRules.save) or a learned classifier's file; adds a class column, "
         "QuPath classes and per-class counts / H-score to summary.csv (default: none)",
+    )
+    b.add_argument(
+        "--regions",
+        metavar="CLASSIFIER",
+        help="classify each slide's tissue into regions with this region classifier's file "
+        "(train_region_classifier(...).save); writes regions.zarr, regions.geojson and "
+        "regions.csv, adds region columns to the cells and per-region figures to summary.csv; "
+        "with --resume a changed classifier redoes the regions, not the nuclei (default: none)",
     )
     b.add_argument(
         "--anndata",
@@ -310,6 +328,10 @@ def _batch(args: argparse.Namespace) -> int:
             from napari_slidescope.pipeline.classify import load_classification
 
             load_classification(args.classify)
+        if args.regions is not None:  # so does a file that is not a region classifier
+            from napari_slidescope.batch.engine import _regions_options
+
+            _regions_options(args.regions)
         if params.nuclei:
             from napari_slidescope.segmenters import missing_reason
 
@@ -361,6 +383,7 @@ def _batch(args: argparse.Namespace) -> int:
                 tissue_options=tissue_options,
                 nuclei_options=nuclei_options,
                 classify=args.classify,
+                regions=args.regions,
                 anndata=args.anndata,
                 spatialdata=args.spatialdata,
                 client=client,

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from napari_slidescope.batch.ledger import BatchProgress, Ledger, _Slide
 from napari_slidescope.batch.params import (
-    TASKS,
+    DEFAULT_TASKS,
     BatchParams,
     check_writable,
     find_slides,
     output_names,
 )
 from napari_slidescope.batch.scheduler import Scheduler, cluster_model
-from napari_slidescope.options import NucleiOptions, TissueOptions
+from napari_slidescope.options import NucleiOptions, RegionsOptions, TissueOptions
 from napari_slidescope.slide.source import redact
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def analyze_slides(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     out: str | os.PathLike[str],
     *,
-    tasks: Sequence[str] = TASKS,
+    tasks: Sequence[str] = DEFAULT_TASKS,
     tissue_options: TissueOptions | None = None,
     nuclei_options: NucleiOptions | None = None,
     segmenter: str | None = None,
@@ -81,6 +81,7 @@ def analyze_slides(
     tile_size_um: float | None = None,
     cell_expansion_um: float | None = None,
     classify: str | os.PathLike[str] | None = None,
+    regions: str | os.PathLike[str] | None = None,
     anndata: bool = False,
     spatialdata: bool = False,
     client: Client | None = None,
@@ -124,6 +125,15 @@ def analyze_slides(
         and the positivity columns, the GeoJSON features their class and colour, and
         ``summary.csv`` the counts per class and the IHC figures. The rules' content is
         hashed into the parameters.
+    regions : str or PathLike, optional
+        A region classifier's file (``train_region_classifier(...).save(path)``): each
+        slide's tissue is classified into regions. Writes ``regions.zarr`` (the class
+        map, OME-NGFF labels), ``regions.geojson`` (the outlines) and ``regions.csv``
+        (area, cells, cells per mm², cell classes and IHC figures per region); the cells
+        gain ``region`` and ``region_id`` columns and ``summary.csv`` (and the rows
+        returned) the per-region figures of ``region_summary``. The file's SHA-256 is in
+        the parameters: with ``resume``, a changed classifier redoes the regions and the
+        tables, never the segmentation.
     anndata : bool
         Also write ``cells.h5ad`` per slide (cells x markers, as ``result.to_anndata()``;
         needs the ``scverse`` extra).
@@ -209,6 +219,10 @@ def analyze_slides(
         from napari_slidescope.pipeline.classify import load_classification
 
         descriptor = json.dumps(load_classification(classify)[1], sort_keys=True)
+    regions_options = None
+    if regions is not None:
+        regions_options = _regions_options(regions)
+        tasks = (*tasks, "regions")
     params = BatchParams(
         tuple(tasks),
         TissueOptions() if tissue_options is None else tissue_options,
@@ -217,6 +231,7 @@ def analyze_slides(
         bool(anndata),
         bool(spatialdata),
         storage_options=storage_options,
+        regions_options=regions_options,
     )
     check_extras(anndata=bool(anndata), spatialdata=bool(spatialdata))
     if params.nuclei:
@@ -263,6 +278,23 @@ def analyze_slides(
         if cluster is not None:
             client.close()
             cluster.close()
+
+
+def _regions_options(path: str | os.PathLike[str]) -> RegionsOptions:
+    """Return the options of the region classifier in `path`, checked by loading it once.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no such file.
+    ValueError
+        If the file is not a region classifier (the loader's message).
+    """
+    from napari_slidescope.pipeline.region_classifier import load_region_classifier
+
+    options = RegionsOptions.of_file(path)
+    load_region_classifier(options.classifier)  # a file that is not one fails now
+    return options
 
 
 def _nuclei_options(options: NucleiOptions | None, **fields: Any) -> NucleiOptions:

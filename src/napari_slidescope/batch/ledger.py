@@ -26,7 +26,8 @@ from napari_slidescope._version import __version__
 from napari_slidescope.batch import outputs
 from napari_slidescope.batch.outputs import Manifest, SummaryRow, TileRecord
 from napari_slidescope.batch.params import BatchParams, SlideStamp, shown_path, stamp_slide
-from napari_slidescope.batch.tasks import SlideInfo, TaskFailed, TileOut
+from napari_slidescope.batch.tasks import RegionsOut, SlideInfo, TaskFailed, TileOut
+from napari_slidescope.pipeline.task_table import task
 from napari_slidescope.slide.source import scrub
 
 if TYPE_CHECKING:
@@ -86,6 +87,12 @@ class _Slide:
     #: What ran on this slide (``SlideInfo.resolved``) and its digest (``run_digest``).
     resolved: dict[str, Any] = field(default_factory=dict)
     digest: str = ""
+    #: The slide's class map (``--regions``) once the regions task is in, and its seconds.
+    regions: Any = None
+    regions_seconds: float = 0.0
+    #: Only the regions task is submitted: the nuclei are kept (``resume`` after the
+    #: region classifier changed), the slide task is not run again.
+    regions_only: bool = False
     # the scheduler's: the slide task's future (its tissue mask feeds the tile tasks),
     # the chunks of tiles still to submit and the futures in flight
     prep: Future[Any] | None = None
@@ -167,11 +174,9 @@ class Ledger:
             and old.requested_sha256 == self.request
             and old.slide_stamp == self.stamp_dict(s)
         )
-        kept = [s.folder / "tissue.geojson"]
-        if self.params.nuclei:
-            kept += [s.folder / "nuclei.parquet", s.folder / "nuclei.geojson.gz"]
-            if self.params.anndata:
-                kept.append(s.folder / "cells.h5ad")
+        kept = [s.folder / name for t in self.params.tasks for name in task(t).files]
+        if self.params.nuclei and self.params.anndata:
+            kept.append(s.folder / "cells.h5ad")
         no_nuclei = old is not None and old.summary is not None and old.summary.nuclei == 0
         if self.params.nuclei and self.params.spatialdata and not no_nuclei:  # none: no store
             kept.append(s.folder / outputs.SPATIALDATA_STORE / "zarr.json")  # renamed in whole
@@ -189,9 +194,9 @@ class Ledger:
                 self.state.finished, self.state.kept = None, False
                 return False
             same = False  # another model now: redone from scratch, never mixed
-        if not same and old is not None and self._classes_only(s, old):
-            self._reclassify(s, old)
-            return False
+        if not same and old is not None and self._nuclei_kept(s, old):
+            # the nuclei are kept: only their classes and regions are computed again
+            return self._reclassify(s, old)
         if same:
             s.keep_parts = True  # parts of this run's model are kept once it is known
         else:
@@ -231,11 +236,13 @@ class Ledger:
         now = self.expected[mode]
         return all(resolved.get(k) == now.get(k) for k in IDENTITY_KEYS)
 
-    def _classes_only(self, s: _Slide, old: Manifest) -> bool:
-        """Whether only the classification of a finished slide differs from what is asked.
+    def _nuclei_kept(self, s: _Slide, old: Manifest) -> bool:
+        """Whether only what a finished slide's nuclei feed differs from what is asked.
 
-        Then its tissue and nuclei (same slide file, options and model) are kept and only
-        its classes are computed again, from the measurements ``nuclei.parquet`` holds.
+        That is the classification or the regions (the tasks outside the segmentation
+        digest, ``TaskSpec.segmentation``). Then its tissue and nuclei (same slide file,
+        options and model) are kept; its classes are computed again from the measurements
+        ``nuclei.parquet`` holds, and its regions by the regions task alone.
         """
         if not (self.resume and self.params.nuclei and old.status == "done"):
             return False
@@ -248,7 +255,7 @@ class Ledger:
             return False
         if not old.tiles or old.slide_info is None:
             return False
-        names = ["tissue.geojson", "nuclei.parquet", "nuclei.geojson.gz"]
+        names = [n for t in self.params.tasks if task(t).segmentation for n in task(t).files]
         if self.params.anndata:
             names.append("cells.h5ad")
         # a store asked for now or no longer is written or removed as the slide finishes
@@ -256,12 +263,14 @@ class Ledger:
             return False
         return self._model_unchanged(resolved)
 
-    def _reclassify(self, s: _Slide, old: Manifest) -> None:
+    def _reclassify(self, s: _Slide, old: Manifest) -> bool:
         """Classify a finished slide again from its stored measurements (no segmentation).
 
         Its tile parts are written back from ``nuclei.parquet`` and the slide is finished
         as a run from scratch finishes it: the same tables, outlines and ids, the new
-        classes. ``tissue.geojson`` is not touched.
+        classes. ``tissue.geojson`` is not touched. With ``--regions`` the slide's class
+        map is computed again first (the regions task alone: True, the scheduler submits
+        it), then the slide finishes with the new regions; else it finishes here (False).
         """
         assert old.tiles is not None and old.slide_info is not None
         shown = old.slide_info
@@ -296,10 +305,14 @@ class Ledger:
             s.done = {i: old.tiles[i].seconds or 0.0 for i in s.tiles}
             self.state.tiles_total += len(s.tiles)
             self.state.tiles_done += len(s.tiles)
+            if self.params.regions:
+                s.regions_only = True
+                return True
             self.finish(s)
         except Exception as exc:  # noqa: BLE001 - the slide fails, the batch goes on
             outputs.remove_parts(s.folder)
             self.fail(s, exc)
+        return False
 
     def stamp_dict(self, s: _Slide) -> dict[str, Any]:
         """Return what the manifest records of the slide's stamp."""
@@ -334,7 +347,7 @@ class Ledger:
             segmentation_sha256=self.params.segmentation_digest(s.resolved),
         )
         if not self.params.nuclei:
-            self.finish(s)
+            self._finish_when_ready(s)
             return []
         s.tiles = list(info.tiles)
         # parts an interrupted run wrote with this very model and plan (same digest)
@@ -346,7 +359,7 @@ class Ledger:
         self.state.tiles_done += len(s.done)
         self.write_manifest(s, force=True)
         if not todo:
-            self.finish(s)
+            self._finish_when_ready(s)
         else:
             self.report(self.state)
         return todo
@@ -357,17 +370,34 @@ class Ledger:
             outputs.write_part(s.folder, tile, s.digest)
             s.done[tile.index] = tile.seconds
             self.state.tiles_done += 1
-        if len(s.done) == len(s.tiles):
-            self.finish(s)
-        else:
+        if not self._finish_when_ready(s):
             self.write_manifest(s)
             self.report(self.state)
+
+    def regions_done(self, s: _Slide, out: RegionsOut) -> None:
+        """Write the slide's class map and outlines; finish the slide if its tiles are in."""
+        outputs.write_regions(s.folder, out.regions)
+        s.regions, s.regions_seconds = out.regions, out.seconds
+        if not self._finish_when_ready(s):
+            self.report(self.state)
+
+    def _finish_when_ready(self, s: _Slide) -> bool:
+        """Finish the slide once its slide task, tiles and regions are all in."""
+        if s.info is None or len(s.done) < len(s.tiles):
+            return False
+        if self.params.regions and s.regions is None:
+            return False
+        self.finish(s)
+        return True
 
     def finish(self, s: _Slide) -> None:
         """Write a slide's outputs (classified), manifest and summary row: it is done."""
         assert s.info is not None and s.stamp is not None
         summary = None
         classes = None
+        regions = None  # the region of each nucleus
+        if self.params.nuclei and s.regions is not None:
+            regions = outputs.region_columns(s.folder, s.tiles, s.regions)
         if self.params.nuclei:
             from napari_slidescope.analysis.measure import COLUMNS
 
@@ -396,9 +426,15 @@ class Ledger:
                     "parameters_sha256": s.digest,
                     "plan": s.info.plan,
                     "columns": {**outputs.NUCLEI_COLUMNS, **COLUMNS},
+                    **(
+                        {"regions": {"classes": list(s.regions.classes)}}
+                        if s.regions is not None
+                        else {}
+                    ),
                 },
                 units={k: v for k, v in COLUMNS.items() if k != "id"},
                 feature_ns=f"{s.name}/{s.stamp.head_sha256}/{s.digest}",
+                regions=regions,
             )
             # the nuclei (and cells) as an OME-NGFF label image: viewers show them without
             # drawing a polygon (napari_slidescope.batch.label_image)
@@ -412,6 +448,7 @@ class Ledger:
                 slide=s.name,
                 mpp=s.info.mpp or 1.0,
                 classes=classes,
+                regions=regions,
             )
         if self.params.nuclei and self.params.spatialdata:
             outputs.write_spatialdata(
@@ -422,6 +459,7 @@ class Ledger:
                 mpp=s.info.mpp or 1.0,
                 segmenter=str(s.resolved.get("segmenter", "")),
                 classes=classes,
+                regions=regions,
             )
         else:  # one an earlier run asked for no longer matches what was asked
             outputs.remove_spatialdata(s.folder)
@@ -429,6 +467,12 @@ class Ledger:
         s.row = self._row(s, summary)
         if self.params.nuclei and classes is not None:
             s.row = dataclasses.replace(s.row, **classes.row())
+        if s.regions is not None:
+            figures = outputs.region_figures(s.regions, regions, classes)
+            outputs.write_regions_csv(s.folder, outputs.region_rows(s.regions, figures))
+            s.row = dataclasses.replace(s.row, regions=figures)
+        elif not self.params.regions:  # those of an earlier run with --regions
+            outputs.remove_regions(s.folder)
         s.manifest = self._manifest(s).replace(status="done", error=None, summary=s.row)
         self.write_manifest(s, force=True)
         outputs.remove_parts(s.folder)
@@ -496,7 +540,7 @@ class Ledger:
             area = info.tissue_area_um2 / 1e6
         seconds = None
         if info is not None:
-            seconds = info.seconds + sum(s.done.values())
+            seconds = info.seconds + sum(s.done.values()) + s.regions_seconds
         row = SummaryRow(
             s.name, s.status, s.error, tissue_area_mm2=area, seconds=seconds, path=s.shown
         )

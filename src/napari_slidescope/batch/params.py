@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from napari_slidescope._version import __version__
-from napari_slidescope.options import NucleiOptions, TissueOptions
+from napari_slidescope.options import NucleiOptions, RegionsOptions, TissueOptions
+from napari_slidescope.pipeline.task_table import TASK_NAMES, TASK_TABLE, task, with_needs
 
 if TYPE_CHECKING:
     from napari_slidescope.slide.source import Source
@@ -33,8 +34,11 @@ __all__ = [
 SLIDE_EXTENSIONS = SLIDE_SUFFIXES + OPENSLIDE_SUFFIXES
 #: Files that make the folder holding them one slide (an OME-Zarr image, DICOM instances).
 _FOLDER_SLIDE_MARKERS = (".zattrs", ".zgroup", "zarr.json")
-#: Tasks a batch can run, in the order they run.
-TASKS = ("tissue", "nuclei")
+#: Tasks a batch can run, in the order they run (the task table's,
+#: :mod:`napari_slidescope.pipeline.task_table`).
+TASKS = TASK_NAMES
+#: What a batch runs unless told otherwise: the tasks that need no file of the user's.
+DEFAULT_TASKS = ("tissue", "nuclei")
 #: Bytes of a slide's start hashed to recognise it (with its size and modification time).
 HEAD_BYTES = 2**20
 
@@ -53,13 +57,17 @@ class BatchParams:
     Attributes
     ----------
     tasks : tuple of str
-        Subset of :data:`TASKS`; ``"nuclei"`` implies ``"tissue"`` (only tiles with
-        tissue are segmented).
+        Subset of :data:`TASKS`, with the tasks each needs added (``"nuclei"`` and
+        ``"regions"`` imply ``"tissue"``: only tiles with tissue are analysed).
     tissue_options : TissueOptions
         Options of the tissue detection of each slide.
     nuclei_options : NucleiOptions
         Options of the nuclei segmentation; its ``segmenter`` ``"auto"`` is resolved per
         slide (the manifest records what it resolved to, see :meth:`run_digest`).
+    regions_options : RegionsOptions or None
+        The region classifier's file and its content's SHA-256 (task ``"regions"``): in
+        :meth:`as_dict` and the digest only when regions are asked for, and never in
+        :meth:`segmentation_dict` (a new classifier redoes the regions, not the nuclei).
     classify : str or None
         What classifies the cells, as canonical JSON of
         :func:`~napari_slidescope.pipeline.classify.load_classification`'s descriptor
@@ -77,41 +85,58 @@ class BatchParams:
         the repr (they may hold credentials).
     """
 
-    tasks: tuple[str, ...] = TASKS
+    tasks: tuple[str, ...] = DEFAULT_TASKS
     tissue_options: TissueOptions = field(default_factory=TissueOptions)
     nuclei_options: NucleiOptions = field(default_factory=NucleiOptions)
     classify: str | None = None
     anndata: bool = False
     spatialdata: bool = False
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    regions_options: RegionsOptions | None = None
 
     def __post_init__(self) -> None:
-        tasks = tuple(t for t in TASKS if t in set(self.tasks))
-        unknown = sorted(set(self.tasks) - set(TASKS))
-        if unknown or not tasks:
-            raise ValueError(f"tasks: expected some of {list(TASKS)}, got {list(self.tasks)}")
-        if "nuclei" in tasks:
-            tasks = TASKS  # nuclei are only looked for where there is tissue
-        object.__setattr__(self, "tasks", tasks)
-        for name, cls in (("tissue_options", TissueOptions), ("nuclei_options", NucleiOptions)):
-            value = getattr(self, name)
-            if not isinstance(value, cls):
-                raise ValueError(f"{name}: expected a {cls.__name__}, got {value!r}")
+        object.__setattr__(self, "tasks", with_needs(self.tasks))
+        for spec in TASK_TABLE:
+            value = getattr(self, spec.params_field)
+            if value is None and spec.name not in self.tasks:
+                continue
+            if not isinstance(value, spec.options):
+                raise ValueError(
+                    f"{spec.params_field}: expected a {spec.options.__name__}, got {value!r}"
+                )
+
+    def has(self, name: str) -> bool:
+        """Whether the task called `name` runs."""
+        return task(name).name in self.tasks
+
+    def options_of(self, name: str) -> Any:
+        """Return the options of the task called `name` (None for a task not asked for)."""
+        return getattr(self, task(name).params_field)
 
     @property
     def nuclei(self) -> bool:
         """Whether nuclei are segmented."""
-        return "nuclei" in self.tasks
+        return self.has("nuclei")
+
+    @property
+    def regions(self) -> bool:
+        """Whether tissue regions are classified."""
+        return self.has("regions")
 
     def as_dict(self) -> dict[str, Any]:
         """Return the parameters and the software version as JSON-ready values.
 
         ``{"tasks": [...], "tissue": {...}, "nuclei": {...}, "classify": ..., "anndata":
         ..., "version": ...}`` with the options as their ``as_dict()``, and
-        ``"spatialdata": true`` when asked for.
+        ``"spatialdata": true`` and ``"regions": {...}`` when asked for.
         """
         return {
             **self.segmentation_dict(),
+            **{
+                spec.name: spec.params_entry(self.options_of(spec.name))
+                for spec in TASK_TABLE
+                if not spec.segmentation and spec.name in self.tasks
+            },
             "classify": None if self.classify is None else json.loads(self.classify),
             "anndata": self.anndata,
             **({"spatialdata": True} if self.spatialdata else {}),
@@ -120,15 +145,20 @@ class BatchParams:
     def segmentation_dict(self) -> dict[str, Any]:
         """Return what the tissue and nuclei outputs depend on.
 
-        :meth:`as_dict` less the classification and the scverse files: what ``resume``
-        compares to redo only the classification of a finished slide.
+        :meth:`as_dict` less the classification, the regions and the scverse files: what
+        ``resume`` compares to redo only the classification and regions of a finished
+        slide. The tasks the segmentation depends on (:attr:`TaskSpec.segmentation
+        <napari_slidescope.pipeline.task_table.TaskSpec.segmentation>`) with their
+        options, those recorded always (tissue, nuclei) even when not asked for.
         """
-        return {
-            "tasks": list(self.tasks),
-            "tissue": self.tissue_options.as_dict(),
-            "nuclei": self.nuclei_options.as_dict(),
-            "version": __version__,
+        out: dict[str, Any] = {
+            "tasks": [t for t in self.tasks if task(t).segmentation],
         }
+        for spec in TASK_TABLE:
+            if spec.segmentation and (spec.recorded_always or spec.name in self.tasks):
+                out[spec.name] = spec.params_entry(self.options_of(spec.name))
+        out["version"] = __version__
+        return out
 
     def digest(self) -> str:
         """SHA-256 of :meth:`as_dict` in canonical JSON (sorted keys): what was asked for."""

@@ -7,7 +7,9 @@ tissue and plans the tiles (:func:`~napari_slidescope.batch.tasks.slide_task`); 
 one task per tile (or a few) with tissue segments it
 (:func:`~napari_slidescope.batch.tasks.nuclei_task`), or, with ``gpu``, a model task on
 a GPU worker and a post-processing task on a CPU worker, re-homed when the CPU workers
-it may run on are gone.
+it may run on are gone. With ``--regions`` one more task per slide classifies its tissue
+into regions (:func:`~napari_slidescope.batch.tasks.regions_task`, gated by the slide
+task's tissue); a slide whose nuclei ``resume`` keeps gets that task alone.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from napari_slidescope.batch.ledger import Ledger, _Slide
 from napari_slidescope.batch.tasks import (
+    RegionsOut,
     SlideInfo,
     TaskFailed,
     model_identity,
     model_task,
     nuclei_task,
     post_task,
+    regions_task,
     slide_task,
     summary_of,
 )
@@ -175,7 +179,10 @@ class Scheduler:
             self._fail(s, result)
             return
         try:
-            if kind == "slide":
+            if kind == "regions":
+                assert isinstance(result, RegionsOut)
+                self.ledger.regions_done(s, result)
+            elif kind == "slide":
                 assert isinstance(result, SlideInfo)
                 todo = self.ledger.planned(s, result)
                 n = self.per_task
@@ -200,6 +207,9 @@ class Scheduler:
 
     def _submit_slide(self, s: _Slide) -> None:
         assert s.stamp is not None
+        if s.regions_only:  # its nuclei are kept: only its regions are computed again
+            self._submit_regions(s, None)
+            return
         s.prep = self.client.submit(
             slide_task,
             str(s.path),
@@ -213,6 +223,23 @@ class Scheduler:
             summary_of, s.prep, key=f"slidescope-summary-{s.index}-{self.token}", priority=1
         )
         self._track(light, "slide", s, [])
+        if self.params.regions:
+            self._submit_regions(s, s.prep)
+
+    def _submit_regions(self, s: _Slide, prep: _Future | None) -> None:
+        """Submit the slide's regions task (gated by the slide task's tissue, when given)."""
+        assert s.stamp is not None
+        fut = self.client.submit(
+            regions_task,
+            str(s.path),
+            s.stamp.key,
+            self.params,
+            prep,
+            key=f"slidescope-regions-{s.index}-{self.token}",
+            retries=self.retries,
+            priority=0,
+        )
+        self._track(fut, "regions", s, [])
 
     def _track(self, future: _Future, kind: str, s: _Slide, chunk: list[int]) -> None:
         self.meta[future] = (kind, s, chunk)

@@ -47,6 +47,8 @@ __all__ = [
     "model_task",
     "nuclei_task",
     "post_task",
+    "RegionsOut",
+    "regions_task",
     "slide_task",
     "summary_of",
     "wkb_polygon",
@@ -420,8 +422,63 @@ def slide_task(path: str, stamp: Stamp, params: BatchParams) -> SlideInfo:
             "segmenter": str(getattr(run.segmenter, "name", params.nuclei_options.segmenter)),
         }
         info.resolved.update(run.parameters)
+    elif params.regions:  # the regions task is gated by this slide's tissue
+        info.grid = TissueGrid(tissue.mask, tissue.downsample, tissue.origin)
     info.seconds = time.perf_counter() - t0
     return info
+
+
+@dataclass
+class RegionsOut:
+    """What the regions task returns: the slide's class map and the time it took.
+
+    Attributes
+    ----------
+    regions : RegionMap
+        The class map at the classifier's working resolution (one byte per working pixel:
+        a 100 000 x 100 000 px slide at 0.25 µm/px is 12 500 x 12 500 at 2 µm/px, 156 MB).
+    seconds : float
+        Time spent (reading, features, prediction).
+    """
+
+    regions: Any
+    seconds: float
+
+
+@_no_retry
+def regions_task(
+    path: str, stamp: Stamp, params: BatchParams, info: SlideInfo | None = None
+) -> RegionsOut:
+    """Classify a slide's tissue into regions (the task table's ``"regions"`` step).
+
+    Gated by the slide task's tissue (`info`'s grid); without `info` (a slide whose nuclei
+    are kept and only its regions redone) the tissue is found here with the same options.
+    The classifier file must still be the one the parameters hashed: a file changed since
+    the batch started fails the slide rather than giving regions of another classifier.
+    """
+    from napari_slidescope.options import RegionsOptions
+    from napari_slidescope.pipeline.task_table import task
+
+    t0 = time.perf_counter()
+    options = params.regions_options
+    if options is None:
+        raise ValueError("regions_task: the parameters name no region classifier")
+    now = RegionsOptions.of_file(options.classifier)
+    if now.classifier_sha256 != options.classifier_sha256:
+        raise ValueError(
+            f"{options.classifier}: the region classifier changed since the batch started "
+            "(its SHA-256 differs); run it again"
+        )
+    slide = _open(path, stamp, params.storage_options)
+    grid = None if info is None else info.grid
+    if grid is None:
+        from napari_slidescope.pipeline.tissue import detect_tissue
+
+        tissue = detect_tissue(slide, region=(0, 0, *slide.shape0), options=params.tissue_options)
+        grid = TissueGrid(tissue.mask, tissue.downsample, tissue.origin)
+    classify_regions = task("regions").function()
+    regions = classify_regions(slide, options.classifier, tissue=grid, workers=1)
+    return RegionsOut(regions, time.perf_counter() - t0)
 
 
 def _check_rules(params: BatchParams, run: PreparedNuclei) -> None:

@@ -17,21 +17,15 @@ are readable by any numpy, and the checksum catches a damaged file.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import os
 import sys
-import zipfile
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from napari_slidescope._io import atomic_write
 from napari_slidescope.analysis.cell_features import (
     DEFAULT_RADIUS_UM,
     FEATURES_VERSION,
@@ -39,6 +33,7 @@ from napari_slidescope.analysis.cell_features import (
     default_features,
 )
 from napari_slidescope.errors import ClassifierFileError
+from napari_slidescope.pipeline import forest_file
 
 __all__ = [
     "FORMAT",
@@ -64,28 +59,10 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
     (204, 121, 167),
     (120, 120, 120),
 )
-_NODE_FIELDS = (
-    ("left_child", "<i8"),
-    ("right_child", "<i8"),
-    ("feature", "<i8"),
-    ("threshold", "<f8"),
-    ("impurity", "<f8"),
-    ("n_node_samples", "<i8"),
-    ("weighted_n_node_samples", "<f8"),
-    ("missing_go_to_left", "u1"),
-)
-#: Threads that predict (each sums the votes of a share of the trees).
-_THREADS = min(4, os.cpu_count() or 1)
-_MISSING = "needs scikit-learn: pip install 'napari-slidescope[classify]'"
 
 
 def _sklearn(what: str) -> Any:
-    try:
-        import sklearn.ensemble
-        import sklearn.tree
-    except ImportError as exc:
-        raise ImportError(f"{what} {_MISSING}") from exc
-    return sklearn
+    return forest_file.sklearn_or_error(what)
 
 
 @dataclass(eq=False)
@@ -123,22 +100,7 @@ class ObjectClassifier:
                 f"features: expected (K, {len(self.features)}) in the classifier's order, "
                 f"got {x.shape}"
             )
-        trees = self._forest()
-        shape = (x.shape[0], len(self.class_names))
-        # a quarter of the trees per thread (the trees' descent releases the GIL)
-        groups = [trees[k::_THREADS] for k in range(min(_THREADS, len(trees)))]
-
-        def votes(group: list[Any]) -> np.ndarray:
-            out = np.zeros(shape)
-            for tree in group:
-                out += tree.predict(x).reshape(shape)  # leaf class fractions
-            return out
-
-        if len(x) < 10_000 or len(groups) == 1:
-            return votes(trees) / len(trees)
-        with ThreadPoolExecutor(len(groups)) as pool:
-            total = np.sum(list(pool.map(votes, groups)), axis=0)
-        return np.asarray(total) / len(trees)
+        return forest_file.forest_votes(self._forest(), x, len(self.class_names))
 
     def predict_classes(
         self, result: Any, *, rows: np.ndarray | None = None
@@ -204,15 +166,7 @@ class ObjectClassifier:
 
         The file appears complete or not at all: it is written beside `path` and renamed.
         """
-        path = Path(path)
-        meta = self._meta() | {"sha256": self.sha256}
-        buf = io.BytesIO()
-        arrays = {"meta": np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8)}
-        savez: Any = np.savez_compressed  # (its stubs type **kwds as its own keywords)
-        savez(buf, **arrays, **self._arrays)
-        with atomic_write(path, "wb") as fh:
-            fh.write(buf.getbuffer())
-        return path
+        return forest_file.write_npz(path, self._meta(), self._arrays)
 
     def _forest(self) -> list[Any]:
         if self._trees is None:
@@ -221,52 +175,17 @@ class ObjectClassifier:
 
 
 def _digest(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
-    h = hashlib.sha256(json.dumps(dict(meta), sort_keys=True).encode())
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
+    return forest_file.digest(meta, arrays)
 
 
 def _to_arrays(forest: Any) -> dict[str, np.ndarray]:
-    """Return the forest's trees as flat arrays (nodes of all trees end to end)."""
-    states = [est.tree_.__getstate__() for est in forest.estimators_]
-    nodes = [s["nodes"] for s in states]
-    out: dict[str, np.ndarray] = {
-        f"node_{name}": np.concatenate([n[name] for n in nodes]).astype(dtype)
-        for name, dtype in _NODE_FIELDS
-    }
-    out["node_value"] = np.concatenate([s["values"][:, 0, :] for s in states]).astype("<f8")
-    out["tree_nodes"] = np.array([len(n) for n in nodes], "<i8")
-    out["tree_depth"] = np.array([s["max_depth"] for s in states], "<i8")
-    return out
+    return forest_file.forest_arrays(forest)
 
 
 def _rebuild(arrays: Mapping[str, np.ndarray], n_features: int, n_classes: int) -> list[Any]:
-    """Rebuild scikit-learn ``Tree`` objects from the flat arrays of :func:`_to_arrays`."""
-    _sklearn("Applying a cell classifier")
-    from sklearn.tree._tree import NODE_DTYPE, Tree
-
-    trees = []
-    stops = np.cumsum(arrays["tree_nodes"])
-    starts = stops - arrays["tree_nodes"]
-    for t, (a, b) in enumerate(zip(starts, stops, strict=True)):
-        nodes = np.zeros(b - a, NODE_DTYPE)
-        for name, _ in _NODE_FIELDS:
-            if name in nodes.dtype.names:
-                nodes[name] = arrays[f"node_{name}"][a:b]
-        tree = Tree(n_features, np.array([n_classes], np.intp), 1)
-        tree.__setstate__(
-            {
-                "max_depth": int(arrays["tree_depth"][t]),
-                "node_count": int(b - a),
-                "nodes": nodes,
-                "values": np.ascontiguousarray(arrays["node_value"][a:b, None, :]),
-            }
-        )
-        trees.append(tree)
-    return trees
+    return forest_file.rebuild_trees(
+        arrays, n_features, n_classes, what="Applying a cell classifier"
+    )
 
 
 #: Examples per class below which a trained classifier is said to mean little: a forest
@@ -440,22 +359,7 @@ def load_classifier(path: str | os.PathLike[str]) -> ObjectClassifier:
         written with another file format or feature definitions.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such classifier file")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
-        raise ClassifierFileError(
-            f"{path}: not a napari-slidescope classifier file (cannot read it as .npz: {exc})"
-        ) from exc
-    meta_raw = arrays.pop("meta", None)
-    try:
-        meta = json.loads(bytes(meta_raw).decode()) if meta_raw is not None else None
-    except (UnicodeDecodeError, ValueError, TypeError):
-        meta = None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ClassifierFileError(f"{path}: not a napari-slidescope classifier file")
+    meta, arrays = forest_file.read_npz(path, FORMAT)
     here = f"this napari-slidescope reads format {FORMAT_VERSION}"
     if meta.get("format_version") != FORMAT_VERSION:
         raise ClassifierFileError(
@@ -468,10 +372,7 @@ def load_classifier(path: str | os.PathLike[str]) -> ObjectClassifier:
             f"(napari-slidescope {meta.get('software_version')}); this version computes "
             f"features version {FEATURES_VERSION}: retrain it"
         )
-    stored = meta.pop("sha256", None)
-    needed = {f"node_{n}" for n, _ in _NODE_FIELDS} | {"node_value", "tree_nodes", "tree_depth"}
-    if not needed <= set(arrays) or stored != _digest(meta, arrays):
-        raise ClassifierFileError(f"{path}: damaged classifier file (its checksum does not match)")
+    forest_file.check_digest(path, meta, arrays)
     try:
         clf = ObjectClassifier(
             features=tuple(meta["features"]),

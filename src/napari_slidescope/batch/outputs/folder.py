@@ -1,0 +1,21 @@
+"""A slide's output folder as a whole: clearing it before the slide is redone."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from napari_slidescope.batch.outputs.parts import parts_dir
+from napari_slidescope.batch.outputs.scverse import remove_spatialdata
+
+
+def clear_slide(slide_dir: Path) -> None:
+    """Remove a slide's parts and outputs (before it is redone from scratch)."""
+    from napari_slidescope.pipeline.task_table import TASK_TABLE
+
+    shutil.rmtree(parts_dir(slide_dir), ignore_errors=True)
+    for name in (*(f for t in TASK_TABLE for f in t.files), "manifest.json"):
+        (slide_dir / name).unlink(missing_ok=True)
+    for name in (f for t in TASK_TABLE for f in t.folders):  # labels.zarr: batch.label_image
+        shutil.rmtree(slide_dir / name, ignore_errors=True)
+    remove_spatialdata(slide_dir)

@@ -98,8 +98,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
     from napari_slidescope.sample_cells import write_ki67_sample, write_multiplex_sample
     from napari_slidescope.sample_data import write_sample_slide
-    from napari_slidescope.segmenters.catalogue import install_instanseg, installed_models
     from napari_slidescope.sample_regions import write_region_slide
+    from napari_slidescope.segmenters.catalogue import install_instanseg, installed_models
     from napari_slidescope.slide import ArraySlide, Slide, open_slide
 
 

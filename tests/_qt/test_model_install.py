@@ -50,9 +50,7 @@ def _installed(tmp_path):
     return sorted(p.name for p in (tmp_path / "models").rglob("instanseg.pt"))
 
 
-def test_the_button_installs_in_the_background_and_the_dock_updates(
-    index, widget, qtbot, tmp_path
-):
+def test_the_button_installs_in_the_background_and_the_dock_updates(index, widget, qtbot, tmp_path):
     box = widget.model_installer
     assert _shown(box.button) and box.button.text == "Install InstanSeg…"
     assert "instanseg" not in widget.segmenter.choices

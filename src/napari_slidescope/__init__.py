@@ -47,6 +47,10 @@ _LAZY = {
     "train_classifier": "napari_slidescope.pipeline.cell_classifier",
     "load_classifier": "napari_slidescope.pipeline.cell_classifier",
     "write_sample_slide": "napari_slidescope.sample_data",
+    "tile_slide": "napari_slidescope.tiles",
+    "TileTable": "napari_slidescope.tiles",
+    "iter_tiles": "napari_slidescope.tiles",
+    "TileDataset": "napari_slidescope.tiles",
     "write_ki67_sample": "napari_slidescope.sample_cells",
     "write_multiplex_sample": "napari_slidescope.sample_cells",
 }
@@ -81,6 +85,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.sample_cells import write_ki67_sample, write_multiplex_sample
     from napari_slidescope.sample_data import write_sample_slide
     from napari_slidescope.slide import ArraySlide, Slide, open_slide
+    from napari_slidescope.tiles import TileDataset, TileTable, iter_tiles, tile_slide
 
 
 def __getattr__(name: str) -> Any:

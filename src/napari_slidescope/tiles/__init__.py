@@ -1,0 +1,22 @@
+"""Tiles and embeddings for machine learning.
+
+Tile grids at a stated µm/px, fast reading (an iterator and a PyTorch dataset) and
+features from the user's own model.
+
+GUI-free; pyarrow, anndata, torch and onnxruntime are imported only where used.
+"""
+
+from __future__ import annotations
+
+from napari_slidescope.tiles.reading import TileDataset, area_resize, iter_tiles, read_tile
+from napari_slidescope.tiles.tiling import TILE_COLUMNS, TileTable, tile_slide
+
+__all__ = [
+    "TILE_COLUMNS",
+    "TileDataset",
+    "TileTable",
+    "area_resize",
+    "iter_tiles",
+    "read_tile",
+    "tile_slide",
+]

@@ -51,6 +51,8 @@ _LAZY = {
     "TileTable": "napari_slidescope.tiles",
     "iter_tiles": "napari_slidescope.tiles",
     "TileDataset": "napari_slidescope.tiles",
+    "embed_tiles": "napari_slidescope.tiles",
+    "write_tile_embeddings": "napari_slidescope.tiles",
     "write_ki67_sample": "napari_slidescope.sample_cells",
     "write_multiplex_sample": "napari_slidescope.sample_cells",
 }
@@ -85,7 +87,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.sample_cells import write_ki67_sample, write_multiplex_sample
     from napari_slidescope.sample_data import write_sample_slide
     from napari_slidescope.slide import ArraySlide, Slide, open_slide
-    from napari_slidescope.tiles import TileDataset, TileTable, iter_tiles, tile_slide
+    from napari_slidescope.tiles import (
+        TileDataset,
+        TileTable,
+        embed_tiles,
+        iter_tiles,
+        tile_slide,
+        write_tile_embeddings,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -39,6 +39,10 @@ def test_docs_build_without_warnings(build):
         ("classify", ["classify_cells", "class_summary", "train_classifier", "load_classifier"]),
         ("samples", ["write_sample_slide", "write_ki67_sample", "write_multiplex_sample"]),
         ("batch", ["analyze_slides"]),
+        (
+            "tiles",
+            ["tile_slide", "TileTable", "iter_tiles", "TileDataset", "embed_tiles"],
+        ),
         ("errors", ["errors.SlidescopeWarning", "errors.SlideError", "errors.Cancelled"]),
     ],
 )

@@ -210,9 +210,9 @@ class TileDataset:
     storage_options : dict, optional
         Passed to :func:`~napari_slidescope.slide.open_slide` for URLs.
 
-    Returns (per item)
-    ------------------
-    ``(image, slide_index, tile_id)``.
+    Notes
+    -----
+    An item is ``(image, slide_index, tile_id)``.
 
     Examples
     --------

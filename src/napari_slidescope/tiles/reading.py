@@ -112,6 +112,11 @@ def _hwc(pixels: np.ndarray, axes: str) -> np.ndarray:
     return pixels[..., None]
 
 
+def _snap(v: float) -> float:
+    r = round(v)
+    return float(r) if abs(v - r) < 1e-6 * max(1.0, abs(v)) else v
+
+
 def read_tile(slide: Any, tiles: TileTable, i: int) -> np.ndarray:
     """Read tile `i` (position in `tiles`) at the table's µm/px.
 
@@ -131,6 +136,8 @@ def _read(slide: Any, level: int, y_um: float, x_um: float, tiles: TileTable) ->
     # exact footprint in the level's pixels
     fy, fx = y_um / mpp0[0] / dy, x_um / mpp0[1] / dx
     ky, kx = tiles.mpp / mpp0[0] / dy, tiles.mpp / mpp0[1] / dx
+    # µm -> pixels in floating point: a whole number a rounding error away is that number
+    fy, fx, ky, kx = (_snap(v) for v in (fy, fx, ky, kx))
     size = tiles.tile_px
     eps = 1e-6
     ly0, lx0 = int(math.floor(fy + eps)), int(math.floor(fx + eps))

@@ -146,3 +146,62 @@ def test_dataset_without_torch_names_the_extra(tile_slide_path, monkeypatch):
         ds[0]
     with pytest.raises(ValueError, match="output"):
         TileDataset((tile_slide_path, tiles), output="float")
+
+
+def test_ome_zarr_anisotropic_and_multichannel(slide_writers, tmp_path):
+    """Any source: an OME-Zarr with different µm/px along y and x, RGB and 4 channels."""
+    rgb = slide_writers.rgb_planes((700, 900))
+    path = tmp_path / "slide.ome.zarr"
+    levels = slide_writers.write_ngff(
+        path, rgb, mpp=(0.5, 0.25),
+        channels=[("Red", "FF0000"), ("Green", "00FF00"), ("Blue", "0000FF")],
+    )  # fmt: skip
+    with open_slide(path) as slide:
+        tiles = tile_slide(slide, tile_um=64, mpp=1.0, tissue=None)
+        assert set(tiles["level"]) == {1}  # (1.0, 0.5) µm/px: the coarsest not coarser
+        i = 1  # grid (0, 1): x from 64 µm
+        r = tiles.row(i)
+        image = read_tile(slide, tiles, i)
+    level1 = np.moveaxis(levels[1], 0, -1)  # (350, 450, 3) at (1.0, 0.5) µm/px
+    y, x = int(r["y_um"]), int(r["x_um"] / 0.5)
+    ref = level1[y : y + 64, x : x + 128].reshape(64, 64, 2, 3).mean(axis=2)
+    np.testing.assert_array_equal(image, np.rint(ref).astype(np.uint8))
+
+    planes = np.random.default_rng(4).integers(0, 4000, (4, 512, 512), np.uint16)
+    fl = tmp_path / "fl.ome.zarr"
+    slide_writers.write_ngff(fl, planes, mpp=(0.5, 0.5), nlevels=2)
+    with open_slide(fl) as slide:
+        tiles = tile_slide(slide, tile_um=32, mpp=0.5, tissue=None)
+        image = read_tile(slide, tiles, 1)
+    assert image.shape == (64, 64, 4) and image.dtype == np.uint16
+    np.testing.assert_array_equal(image, np.moveaxis(planes[:, 0:64, 64:128], 0, -1))
+
+
+def test_read_ahead_is_bounded(tile_slide_path):
+    """The iterator never reads more than `read_ahead` tiles beyond the one consumed."""
+    import threading
+    import time
+
+    with open_slide(tile_slide_path) as slide:
+        tiles = tile_slide(slide, tile_um=56, mpp=0.5, tissue=None)
+        reads = []
+        lock = threading.Lock()
+
+        class Counting:
+            def __getattr__(self, name):
+                return getattr(slide, name)
+
+            def read_level(self, level, box):
+                with lock:
+                    reads.append(box)
+                return slide.read_level(level, box)
+
+        it = iter_tiles(Counting(), tiles, read_ahead=3, threads=2)
+        next(it)
+        time.sleep(0.3)  # give the pool every chance to run ahead
+        assert len(reads) <= 1 + 3
+        for _ in range(5):
+            next(it)
+        time.sleep(0.3)
+        assert len(reads) <= 6 + 3
+        it.close()

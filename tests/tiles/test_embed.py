@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from tests.tiles.tiny_models import B, W, onnx_model
 
 from napari_slidescope import open_slide
 from napari_slidescope.tiles import read_tile, tile_slide
@@ -20,40 +21,12 @@ from napari_slidescope.tiles.embed import (
 
 anndata = pytest.importorskip("anndata", reason="anndata (the 'scverse' extra) is not installed")
 
-RNG = np.random.default_rng(7)
-W = RNG.normal(size=(3, 8)).astype(np.float32)
-B = RNG.normal(size=(8,)).astype(np.float32)
-
 
 def _reference(images: np.ndarray) -> np.ndarray:
     """Global average pooling of the normalised tiles, then the fixed linear layer."""
     x = images.astype(np.float32) / 255.0
     x = (x - np.float32(IMAGENET_MEAN)) / np.float32(IMAGENET_STD)
     return x.mean(axis=(1, 2)) @ W + B
-
-
-def _onnx_model(path, side: int | str = "H"):
-    onnx = pytest.importorskip("onnx", reason="onnx is not installed")
-    pytest.importorskip("onnxruntime", reason="onnxruntime (the 'onnx' extra) is not installed")
-    from onnx import TensorProto, helper, numpy_helper
-
-    graph = helper.make_graph(
-        [
-            helper.make_node("GlobalAveragePool", ["x"], ["pooled"]),
-            helper.make_node("Flatten", ["pooled"], ["flat"]),
-            helper.make_node("MatMul", ["flat", "W"], ["mm"]),
-            helper.make_node("Add", ["mm", "B"], ["features"]),
-        ],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, side, side])],
-        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", 8])],
-        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "B")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +39,7 @@ def tiled(tile_slide_path):
 
 def test_onnx_features_equal_the_numpy_reference(tile_slide_path, tiled, tmp_path):
     tiles, images = tiled
-    path = _onnx_model(tmp_path / "tiny.onnx")
+    path = onnx_model(tmp_path / "tiny.onnx")
     with open_slide(tile_slide_path) as slide:
         adata = embed_tiles(slide, tiles, path, batch_size=7, device="cpu")
     assert adata.shape == (len(tiles), 8)
@@ -91,7 +64,7 @@ def test_onnx_features_equal_the_numpy_reference(tile_slide_path, tiled, tmp_pat
 
 def test_parameter_hash_changes_with_what_was_computed(tile_slide_path, tiled, tmp_path):
     tiles, _ = tiled
-    path = _onnx_model(tmp_path / "tiny.onnx")
+    path = onnx_model(tmp_path / "tiny.onnx")
     sub = tiles.subset(slice(0, 4))
     with open_slide(tile_slide_path) as slide:
         a = embed_tiles(slide, sub, path).uns["slidescope_tiles"]["parameter_hash"]
@@ -105,7 +78,7 @@ def test_parameter_hash_changes_with_what_was_computed(tile_slide_path, tiled, t
 
 def test_fixed_input_size_resizes_tiles(tile_slide_path, tiled, tmp_path):
     tiles, images = tiled
-    path = _onnx_model(tmp_path / "fixed.onnx", side=32)  # the model declares 32 x 32
+    path = onnx_model(tmp_path / "fixed.onnx", side=32)  # the model declares 32 x 32
     sub = tiles.subset(slice(0, 5))
     with open_slide(tile_slide_path) as slide:
         adata = embed_tiles(slide, sub, path, batch_size=2)

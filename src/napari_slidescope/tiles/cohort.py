@@ -169,16 +169,19 @@ def _write_zarr(adata: Any, path: Path) -> None:
 
     import anndata
 
-    settings: dict[str, Any] = {}
-    for name, value in (("zarr_write_format", 3), ("auto_shard_zarr_v3", False)):
-        with contextlib.suppress(AttributeError):
-            getattr(anndata.settings, name)
-            settings[name] = value
-    quiet = anndata.settings.override(**settings) if settings else contextlib.nullcontext()
-    with quiet, warnings.catch_warnings():
+    with warnings.catch_warnings():
+        # anndata 0.13 deprecates these settings (format 3 unsharded being its default)
+        warnings.filterwarnings("ignore", "This setting will be removed", DeprecationWarning)
         # anndata consolidates the metadata, a zarr-python extension of format 3
         warnings.filterwarnings("ignore", "Consolidated metadata is currently", UserWarning)
-        adata.write_zarr(path)
+        settings: dict[str, Any] = {}
+        for name, value in (("zarr_write_format", 3), ("auto_shard_zarr_v3", False)):
+            with contextlib.suppress(AttributeError):
+                if getattr(anndata.settings, name) != value:
+                    settings[name] = value
+        quiet = anndata.settings.override(**settings) if settings else contextlib.nullcontext()
+        with quiet:
+            adata.write_zarr(path)
 
 
 def embed_slides(

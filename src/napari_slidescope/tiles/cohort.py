@@ -39,9 +39,13 @@ def _stamp(path: str) -> dict[str, Any]:
 
 def parameter_hash(path: str, params: dict[str, Any]) -> str:
     """Return the hash of a slide's request: the slide's stamp and every parameter."""
-    from napari_slidescope import __version__
+    from importlib import metadata
 
-    blob = json.dumps({"slide": _stamp(path), "params": params, "version": __version__},
+    try:
+        version = metadata.version("napari-slidescope")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        version = "unknown"
+    blob = json.dumps({"slide": _stamp(path), "params": params, "version": version},
                       sort_keys=True)  # fmt: skip
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -43,6 +43,10 @@ def test_docs_build_without_warnings(build):
             "regions",
             ["train_region_classifier", "classify_regions", "RegionMap", "assign_regions"],
         ),
+        (
+            "tiles",
+            ["tile_slide", "TileTable", "iter_tiles", "TileDataset", "embed_tiles"],
+        ),
         ("errors", ["errors.SlidescopeWarning", "errors.SlideError", "errors.Cancelled"]),
     ],
 )

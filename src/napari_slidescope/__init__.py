@@ -46,6 +46,12 @@ _LAZY = {
     "train_classifier": "napari_slidescope.pipeline.cell_classifier",
     "load_classifier": "napari_slidescope.pipeline.cell_classifier",
     "write_sample_slide": "napari_slidescope.sample_data",
+    "tile_slide": "napari_slidescope.tiles",
+    "TileTable": "napari_slidescope.tiles",
+    "iter_tiles": "napari_slidescope.tiles",
+    "TileDataset": "napari_slidescope.tiles",
+    "embed_tiles": "napari_slidescope.tiles",
+    "write_tile_embeddings": "napari_slidescope.tiles",
     "write_ki67_sample": "napari_slidescope.sample_cells",
     "write_multiplex_sample": "napari_slidescope.sample_cells",
     "install_instanseg": "napari_slidescope.segmenters.catalogue",
@@ -101,6 +107,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.sample_regions import write_region_slide
     from napari_slidescope.segmenters.catalogue import install_instanseg, installed_models
     from napari_slidescope.slide import ArraySlide, Slide, open_slide
+    from napari_slidescope.tiles import (
+        TileDataset,
+        TileTable,
+        embed_tiles,
+        iter_tiles,
+        tile_slide,
+        write_tile_embeddings,
+    )
 
 
 def __getattr__(name: str) -> Any:

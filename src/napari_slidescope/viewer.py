@@ -5,6 +5,7 @@ so that ``from napari_slidescope.viewer import add_slide, add_nuclei`` keeps wor
 Importing it does not import napari.
 """
 
+from napari_slidescope._napari.tiles import add_tile_overlay
 from napari_slidescope._qt.classes import add_cells, classify
 from napari_slidescope._qt.console import (
     add_nuclei,
@@ -19,6 +20,7 @@ __all__ = [
     "add_cells",
     "add_nuclei",
     "add_slide",
+    "add_tile_overlay",
     "add_tissue",
     "cancel",
     "classify",

@@ -539,6 +539,7 @@ def tissue_mask(
     if mode == "brightfield":
         feature, maybe_bad = _brightfield(image, artifacts=reject_artifacts)
         bad = maybe_bad if maybe_bad is not None else np.zeros(feature.shape, bool)
+        del maybe_bad  # (the dilated copy below replaces it)
         if bad.any():
             bad = _dilate(bad, 1)  # scipy's default cross is the disk of radius 1
             # ink must not pull the smoothed feature of its neighbours up
@@ -554,7 +555,9 @@ def tissue_mask(
             threshold = _brightfield_threshold(feature, ~bad)
         else:
             threshold = _fluorescence_threshold(feature)
-    mask = (feature > threshold) & ~bad
+    mask = feature > threshold
+    del feature  # the largest plane (4 bytes a pixel): not held through the morphology
+    mask &= ~bad
 
     radius = int(round(sigma))
     if radius >= 1:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -355,10 +355,14 @@ def _trace_rings(
     nxt = by_start[np.searchsorted(start, end, sorter=by_start)]
     del start, end, by_start
     n = len(nxt)
+    # 4-byte indices where they suffice: the doubling rounds below are gathers, whose time
+    # is the bytes they move
+    index_type: type[np.signedinteger[Any]] = np.int32 if n < 2**31 else np.int64
+    nxt = nxt.astype(index_type)
     # the ring of each segment (a cycle of `nxt`): its smallest segment index, by pointer
     # doubling (after k rounds, the minimum over the next 2^k segments); done when every
     # segment agrees with the next
-    first = np.arange(n)
+    first = np.arange(n, dtype=index_type)
     jump = nxt
     while not np.array_equal(first, first[nxt]):
         np.minimum(first, first[jump], out=first)
@@ -367,10 +371,10 @@ def _trace_rings(
     nrings = first_seg.size
     # steps from the ring's first segment: list ranking by pointer doubling along the
     # predecessors, each ring cut at its first segment (which points to itself)
-    prev = np.empty(n, np.int64)
-    prev[nxt] = np.arange(n)
+    prev = np.empty(n, index_type)
+    prev[nxt] = np.arange(n, dtype=index_type)
     prev[first_seg] = first_seg
-    dist = np.ones(n, np.int64)
+    dist = np.ones(n, index_type)
     dist[first_seg] = 0
     while True:
         step = prev[prev]

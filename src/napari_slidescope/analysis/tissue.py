@@ -243,7 +243,9 @@ class _Values:
         self.values = values.reshape(values.shape[0], -1) if values.ndim > 1 else values[None]
         self.valid = None if valid is None else valid.reshape(self.values.shape)
         self.strips = row_strips(*self.values.shape)
-        ext = map_parallel(self._extent, self.strips)
+        # the valid values of each strip, picked once (as many bytes as one copy of them)
+        self._parts = None if self.valid is None else map_parallel(self._pick, self.strips)
+        ext = map_parallel(self._extent, range(len(self.strips)))
         full = [e for e in ext if e[2]]
         self.n = sum(e[2] for e in full)
         # numpy scalars of the values' type (np.histogram's own range when given none)
@@ -251,12 +253,17 @@ class _Values:
         self.hi: Any = max((e[1] for e in full), default=None)
         self.total = math.fsum(e[3] for e in full)
 
-    def part(self, sl: slice) -> np.ndarray:
-        v = self.values[sl]
-        return v.ravel() if self.valid is None else v[self.valid[sl]]
+    def _pick(self, sl: slice) -> np.ndarray:
+        assert self.valid is not None
+        picked: np.ndarray = self.values[sl][self.valid[sl]]
+        return picked
 
-    def _extent(self, sl: slice) -> tuple[Any, Any, int, float]:
-        v = self.part(sl)
+    def part(self, i: int) -> np.ndarray:
+        """Return the valid values of strip `i`."""
+        return self.values[self.strips[i]].ravel() if self._parts is None else self._parts[i]
+
+    def _extent(self, i: int) -> tuple[Any, Any, int, float]:
+        v = self.part(i)
         if v.size == 0:
             return None, None, 0, 0.0
         return v.min(), v.max(), v.size, float(v.sum(dtype=np.float64))
@@ -280,23 +287,22 @@ def _two_classes(values: _Values) -> tuple[float, float, float]:
     class sums are float64.
     """
     rng = (values.lo, values.hi)
-    hists = map_parallel(
-        lambda sl: np.histogram(values.part(sl), bins=256, range=rng), values.strips
-    )
+    strips = range(len(values.strips))
+    hists = map_parallel(lambda i: np.histogram(values.part(i), bins=256, range=rng), strips)
     counts = np.sum([h[0] for h in hists], axis=0)
     edges = hists[0][1]
     t = float(filters.threshold_otsu(hist=(counts, (edges[:-1] + edges[1:]) / 2.0)))
     low_mean, high_mean = t, t
     total, n = values.total, values.n
 
-    def below(sl: slice) -> tuple[int, float]:
-        v = values.part(sl)
+    def below(i: int) -> tuple[int, float]:
+        v = values.part(i)
         low = v <= t
         return int(np.count_nonzero(low)), float(v.sum(where=low, dtype=np.float64))
 
     for _ in range(10):
         # class sums without copying either class
-        sums = map_parallel(below, values.strips)
+        sums = map_parallel(below, strips)
         n_low = sum(c for c, _ in sums)
         if n_low == 0 or n_low == n:
             break

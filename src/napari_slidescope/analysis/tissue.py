@@ -24,6 +24,7 @@ smaller than ``min_tissue_um2`` and fill holes smaller than ``max_hole_um2``.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Literal
 
@@ -234,18 +235,17 @@ def fluorescence_feature(image: np.ndarray) -> np.ndarray:
 class _Values:
     """The `valid` values of an array, as row strips for passes on a few threads.
 
-    No copy of the values is made (a whole-slide feature is 50-75 MiB): each pass takes
-    a strip's valid values at a time. ``lo``, ``hi``, ``n`` and ``total`` are their
-    minimum, maximum (in the values' type), count and float64 sum.
+    No copy of the values is made (a whole-slide feature is 50-75 MiB): the passes mask
+    each strip with `valid` (``where=``), and only the histogram picks a strip's valid
+    values at a time. ``lo``, ``hi``, ``n`` and ``total`` are their minimum, maximum (in
+    the values' type), count and float64 sum.
     """
 
     def __init__(self, values: np.ndarray, valid: np.ndarray | None = None) -> None:
         self.values = values.reshape(values.shape[0], -1) if values.ndim > 1 else values[None]
         self.valid = None if valid is None else valid.reshape(self.values.shape)
         self.strips = row_strips(*self.values.shape)
-        # the valid values of each strip, picked once (as many bytes as one copy of them)
-        self._parts = None if self.valid is None else map_parallel(self._pick, self.strips)
-        ext = map_parallel(self._extent, range(len(self.strips)))
+        ext = map_parallel(self._extent, self.strips)
         full = [e for e in ext if e[2]]
         self.n = sum(e[2] for e in full)
         # numpy scalars of the values' type (np.histogram's own range when given none)
@@ -253,23 +253,35 @@ class _Values:
         self.hi: Any = max((e[1] for e in full), default=None)
         self.total = math.fsum(e[3] for e in full)
 
-    def _pick(self, sl: slice) -> np.ndarray:
-        assert self.valid is not None
-        picked: np.ndarray = self.values[sl][self.valid[sl]]
-        return picked
+    def part(self, sl: slice) -> np.ndarray:
+        """Return the valid values of the strip `sl` (a copy when some are not)."""
+        v = self.values[sl]
+        return v.ravel() if self.valid is None else v[self.valid[sl]]
 
-    def part(self, i: int) -> np.ndarray:
-        """Return the valid values of strip `i`."""
-        return self.values[self.strips[i]].ravel() if self._parts is None else self._parts[i]
-
-    def _extent(self, i: int) -> tuple[Any, Any, int, float]:
-        v = self.part(i)
-        if v.size == 0:
+    def _extent(self, sl: slice) -> tuple[Any, Any, int, float]:
+        v = self.values[sl]
+        if self.valid is None:
+            if v.size == 0:
+                return None, None, 0, 0.0
+            return v.min(), v.max(), v.size, float(v.sum(dtype=np.float64))
+        ok = self.valid[sl]
+        n = int(np.count_nonzero(ok))
+        if n == 0:
             return None, None, 0, 0.0
-        return v.min(), v.max(), v.size, float(v.sum(dtype=np.float64))
+        lo = v.min(where=ok, initial=np.inf)
+        hi = v.max(where=ok, initial=-np.inf)
+        return lo, hi, n, float(v.sum(where=ok, dtype=np.float64))
+
+    def below(self, sl: slice, t: float) -> tuple[int, float]:
+        """Count and float64 sum of the strip's valid values <= `t`."""
+        v = self.values[sl]
+        low = v <= t
+        if self.valid is not None:
+            low &= self.valid[sl]
+        return int(np.count_nonzero(low)), float(v.sum(where=low, dtype=np.float64))
 
     def spread(self) -> float:
-        """``max - min`` of the values, computed in their type (0 when fewer than two)."""
+        """Return ``max - min`` of the values, computed in their type (0 when fewer than two)."""
         if self.n < 2 or self.lo is None or self.hi is None:
             return 0.0
         return float(self.hi - self.lo)
@@ -287,22 +299,18 @@ def _two_classes(values: _Values) -> tuple[float, float, float]:
     class sums are float64.
     """
     rng = (values.lo, values.hi)
-    strips = range(len(values.strips))
-    hists = map_parallel(lambda i: np.histogram(values.part(i), bins=256, range=rng), strips)
+    hists = map_parallel(
+        lambda sl: np.histogram(values.part(sl), bins=256, range=rng), values.strips
+    )
     counts = np.sum([h[0] for h in hists], axis=0)
     edges = hists[0][1]
     t = float(filters.threshold_otsu(hist=(counts, (edges[:-1] + edges[1:]) / 2.0)))
     low_mean, high_mean = t, t
     total, n = values.total, values.n
 
-    def below(i: int) -> tuple[int, float]:
-        v = values.part(i)
-        low = v <= t
-        return int(np.count_nonzero(low)), float(v.sum(where=low, dtype=np.float64))
-
     for _ in range(10):
         # class sums without copying either class
-        sums = map_parallel(below, strips)
+        sums = map_parallel(functools.partial(values.below, t=t), values.strips)
         n_low = sum(c for c, _ in sums)
         if n_low == 0 or n_low == n:
             break

@@ -353,3 +353,25 @@ def test_outlines_traced_while_labelled_are_the_serial_ones(monkeypatch):
         assert len(a) == len(b)
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_strip_threads_work_in_a_forked_child():
+    """The pool of the parent has no threads in a forked child: the child starts its own."""
+    import os
+
+    from napari_slidescope.analysis import _strips
+
+    assert _strips.map_parallel(abs, [-1, -2, -3]) == [1, 2, 3]  # the parent's pool exists
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only when its strips ran (killed after 20 s if stuck)
+        import signal
+
+        signal.alarm(20)
+        ok = (
+            _strips.map_parallel(abs, [-4, -5]) == [4, 5]
+            and _strips.submit(lambda: 7).result(timeout=20) == 7
+        )
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

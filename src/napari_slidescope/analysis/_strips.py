@@ -31,6 +31,16 @@ _pool: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
 
 
+def _forget_pool() -> None:
+    """In a forked child: the parent's pool threads do not exist there, start anew."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _executor() -> ThreadPoolExecutor:
     global _pool
     with _lock:

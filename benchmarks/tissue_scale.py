@@ -42,7 +42,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "1a0715f"
-TOOLS = Path(__file__).resolve().parents[2] / "shared" / "tools"  # ../shared beside the repo
+# ../shared beside the repository, or $SLIDESCOPE_TOOLS (the generators' huge_common.py)
+TOOLS = Path(
+    os.environ.get("SLIDESCOPE_TOOLS", Path(__file__).resolve().parents[2] / "shared" / "tools")
+)
 SHARED = [
     "CMU-1-Small-Region.svs",
     "TCGA-CR-7395-01A-01-TS1.svs",

@@ -285,3 +285,93 @@ def test_brightfield_strips_change_no_bit(seed, monkeypatch):
             np.testing.assert_array_equal(feature, want_feature)
             np.testing.assert_array_equal(bad, want_bad)
             np.testing.assert_array_equal(tissue.brightfield_feature(rgb), want_feature)
+
+
+def _two_classes_reference(values):
+    """The Ridler-Calvard split as it was: one copy of the values, whole-array passes."""
+    from skimage import filters
+
+    counts, edges = np.histogram(values, bins=256)
+    t = float(filters.threshold_otsu(hist=(counts, (edges[:-1] + edges[1:]) / 2.0)))
+    for _ in range(10):
+        low = values[values <= t]
+        if low.size in (0, values.size):
+            break
+        new = 0.5 * (low.mean(dtype=np.float64) + values[values > t].mean(dtype=np.float64))
+        if abs(new - t) < 1e-4:
+            return new
+        t = new
+    return t
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_threaded_passes_are_the_one_pass_results(seed, monkeypatch):
+    """Strips on threads: the Gaussian's bits, the split's threshold, lookups and counts."""
+    from scipy import ndimage as ndi
+
+    from napari_slidescope.analysis import _strips, geometry, tissue
+
+    monkeypatch.setattr(_strips, "STRIP_PIXELS", 4096)  # many strips on a small image
+    monkeypatch.setattr(geometry, "_PARALLEL_PIXELS", 1)
+    rng = np.random.default_rng(seed)
+    image = ndi.gaussian_filter(rng.random((301, 457)).astype(np.float32), 4)
+    want = ndi.gaussian_filter(image, 1.7, mode="nearest")
+    got = image.copy()
+    tissue._gaussian_in_place(got, 1.7)
+    np.testing.assert_array_equal(got, want)
+
+    valid = rng.random(image.shape) > 0.1
+    for v in (None, valid):
+        values = image.ravel() if v is None else image[v]
+        t, low, high = tissue._two_classes(tissue._Values(image, v))
+        assert t == pytest.approx(_two_classes_reference(values), abs=1e-12)
+        assert low < t < high
+
+    labels, n = ndi.label(image > image.mean())
+    assert n > 2
+    np.testing.assert_array_equal(geometry.label_sizes(labels, n), np.bincount(labels.ravel()))
+    table = rng.random(n + 1) > 0.5
+    np.testing.assert_array_equal(geometry.gather(table, labels), table[labels])
+
+
+def test_outlines_traced_while_labelled_are_the_serial_ones(monkeypatch):
+    from napari_slidescope.analysis import geometry
+
+    rng = np.random.default_rng(3)
+    from scipy import ndimage as ndi
+
+    mask = ndi.gaussian_filter(rng.random((240, 320)), 3) > 0.5
+    monkeypatch.setattr(geometry, "_PARALLEL_PIXELS", 1 << 40)  # on this thread
+    want = geometry.mask_to_polygons(mask, downsample=4)
+    monkeypatch.setattr(geometry, "_PARALLEL_PIXELS", 1)  # labelled on the pool
+    got = geometry.mask_to_polygons(mask, downsample=4)
+    assert len(want[0]) > 3 and sum(map(len, want[1])) > 3
+    assert len(got[0]) == len(want[0])
+    for a, b in zip(got[0], want[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(got[1], want[1], strict=True):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_strip_threads_work_in_a_forked_child():
+    """The pool of the parent has no threads in a forked child: the child starts its own."""
+    import os
+
+    from napari_slidescope.analysis import _strips
+
+    assert _strips.map_parallel(abs, [-1, -2, -3]) == [1, 2, 3]  # the parent's pool exists
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only when its strips ran (killed after 20 s if stuck)
+        import signal
+
+        signal.alarm(20)
+        ok = (
+            _strips.map_parallel(abs, [-4, -5]) == [4, 5]
+            and _strips.submit(lambda: 7).result(timeout=20) == 7
+        )
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

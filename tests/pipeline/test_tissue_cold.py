@@ -79,6 +79,9 @@ def test_direct_read_gives_the_mask_of_the_dask_read(shared_file, name, monkeypa
         ((0, 0), (16, 16), (0, 0, 1600, 3200)),  # the box covers every pixel whole
         ((0, 0), (16, 16), (5, 7, 1590, 3000)),  # box edges inside pixels
         ((3, 1), (4.0003, 3.9997), (0, 0, 400, 800)),  # inexact pyramid downsample
+        ((0, 0), (16, 16), (405, 1000.5, 870, 1900.25)),  # a small box: most columns out
+        ((0, 0), (16, 16), (405, 1203, 870, 1210)),  # inside one column
+        ((0, 0), (16, 16), (1700, 0, 1800, 3200)),  # below the mask
     ],
 )
 def test_tissue_area_equals_the_cell_by_cell_sum(origin, downsample, box):

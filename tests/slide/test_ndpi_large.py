@@ -11,6 +11,7 @@ at the real 2**32 on arrays. Pixels are compared with what was encoded.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
@@ -141,6 +142,29 @@ def test_wrapped_mcu_starts_are_repaired(
         assert min(page.databytecounts) < 0 or page.jpegheader is None
     with _open(path) as slide:
         _assert_levels(slide, expected)
+
+
+def test_wrapped_mcu_starts_log_no_tifffile_warning(
+    tmp_path, ndpi_writer, pixels, small_wrap, caplog
+):
+    """tifffile >= 2026.11 warns that it ignores the wrapped McuStarts: we repair them."""
+    levels, expected = pixels
+    path = _write(ndpi_writer, tmp_path / "wrapped.ndpi", levels, wrap=small_wrap, hole=G4)
+    with caplog.at_level(logging.DEBUG):
+        with _open(path) as slide:
+            _assert_levels(slide, expected)
+    assert not [r for r in caplog.records if "McuStarts" in r.getMessage()]
+
+
+def test_only_the_mcu_starts_warning_of_our_own_parse_is_dropped(caplog):
+    log = logging.getLogger("tifffile")
+    note = "<tifffile.TiffPage 0 @8> ignoring NDPI McuStarts, raised ValueError('invalid')"
+    with caplog.at_level(logging.WARNING, logger="tifffile"):
+        with _tiff._parsing():
+            log.warning(note)
+            log.warning("some other tifffile warning")
+        log.warning(note)  # someone else's parse: passed on
+    assert [r.getMessage() for r in caplog.records] == ["some other tifffile warning", note]
 
 
 def test_mcu_starts_at_4gib():

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
 from scipy import ndimage as ndi
 from skimage import draw, measure
+
+from napari_slidescope.analysis._strips import map_parallel, row_strips, submit
 
 __all__ = [
     "labels_to_polygons",
@@ -61,19 +63,44 @@ def _pair(value: float | Sequence[float], name: str) -> Pair:
 
 #: Rows of a label image counted at once by :func:`label_sizes`.
 _SIZE_ROWS = 256
+#: Label images from this many pixels up (whole-slide masks, not nuclei tiles) are
+#: counted and looked up on a few threads.
+_PARALLEL_PIXELS = 1 << 22
 
 
-def label_sizes(labels: np.ndarray, n: int) -> np.ndarray:
+def label_sizes(labels: np.ndarray, n: int, *, _threads: bool = True) -> np.ndarray:
     """Pixels of each label ``0..n`` of `labels`: ``np.bincount(labels.ravel())``, in bands.
 
     ``np.bincount`` first copies an int32 label image to int64 (8 bytes a pixel: 100 MiB
     for a 13 Mpx whole-slide mask); a band of rows at a time keeps that copy small.
     """
-    sizes = np.zeros(n + 1, np.int64)
     flat = labels.reshape(labels.shape[0], -1) if labels.ndim else labels.reshape(1, 1)
-    for r in range(0, flat.shape[0], _SIZE_ROWS):
-        sizes += np.bincount(flat[r : r + _SIZE_ROWS].ravel(), minlength=n + 1)[: n + 1]
+
+    def count(r: int) -> np.ndarray:
+        counted: np.ndarray = np.bincount(flat[r : r + _SIZE_ROWS].ravel(), minlength=n + 1)
+        return counted[: n + 1]
+
+    bands = range(0, flat.shape[0], _SIZE_ROWS)
+    # a whole-slide mask's bands on a few threads (np.bincount releases the GIL)
+    threads = _threads and flat.size >= _PARALLEL_PIXELS
+    counts = map_parallel(count, bands) if threads else map(count, bands)
+    sizes = np.zeros(n + 1, np.int64)
+    for c in counts:
+        sizes += c
     return sizes
+
+
+def gather(table: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``table[labels]``: a whole-slide label image's rows on a few threads."""
+    if labels.ndim != 2 or labels.size < _PARALLEL_PIXELS:
+        return cast(np.ndarray, table[labels])
+    out = np.empty(labels.shape, table.dtype)
+
+    def rows(sl: slice) -> None:
+        np.take(table, labels[sl], out=out[sl])
+
+    map_parallel(rows, row_strips(*labels.shape))
+    return out
 
 
 def _signed_area(ring: np.ndarray) -> float:
@@ -162,19 +189,39 @@ def mask_to_polygons(
     if mask.ndim != 2:
         raise ValueError(f"mask: expected a 2-D array, got shape {mask.shape}")
     ds, org = _pair(downsample, "downsample"), _pair(origin, "origin")
-    labels, n = ndi.label(mask.astype(bool))
+    mask = mask.astype(bool, copy=False)
+    if holes:
+        return _outlines_with_holes(mask, ds, org, bounds)
+    labels, n = ndi.label(mask)
     if n == 0:
         return [], []
-    if not holes:
-        outer, none = _filled_outlines(labels, ds, org)
-        if bounds is not None:
-            lo, hi = np.array(bounds[:2], float), np.array(bounds[2:], float)
-            outer = [np.clip(e, lo, hi) for e in outer]
-        return outer, none
-    sizes = label_sizes(labels, n)
-    padded = np.pad(labels > 0, 1)
+    outer, none = _filled_outlines(labels, ds, org)
+    if bounds is not None:
+        lo, hi = np.array(bounds[:2], float), np.array(bounds[2:], float)
+        outer = [np.clip(e, lo, hi) for e in outer]
+    return outer, none
+
+
+def _outlines_with_holes(
+    mask: np.ndarray, ds: Pair, org: Pair, bounds: Sequence[float] | None
+) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """:func:`mask_to_polygons` with holes: rings traced while the pieces are labelled.
+
+    The labelling (scipy, which holds the GIL) runs on a pool thread while the tracing
+    (numpy passes, which release it) runs on this one: the two overlap on two cores.
+    """
+
+    def pieces() -> tuple[np.ndarray, int, np.ndarray]:
+        labels, n = ndi.label(mask)
+        return labels, n, label_sizes(labels, n, _threads=False)
+
+    if not mask.any():
+        return [], []
+    job = submit(pieces) if mask.size >= _PARALLEL_PIXELS else None
+    padded = np.pad(mask, 1)
     pts, offsets, fg, area = _trace_rings(padded)
     del padded
+    labels, n, sizes = pieces() if job is None else job.result()
     ring_label = labels[fg[:, 0] - 1, fg[:, 1] - 1]  # the piece each ring bounds
     del labels
     scale = np.array(ds)
@@ -308,10 +355,14 @@ def _trace_rings(
     nxt = by_start[np.searchsorted(start, end, sorter=by_start)]
     del start, end, by_start
     n = len(nxt)
+    # 4-byte indices where they suffice: the doubling rounds below are gathers, whose time
+    # is the bytes they move
+    index_type: type[np.signedinteger[Any]] = np.int32 if n < 2**31 else np.int64
+    nxt = nxt.astype(index_type)
     # the ring of each segment (a cycle of `nxt`): its smallest segment index, by pointer
     # doubling (after k rounds, the minimum over the next 2^k segments); done when every
     # segment agrees with the next
-    first = np.arange(n)
+    first = np.arange(n, dtype=index_type)
     jump = nxt
     while not np.array_equal(first, first[nxt]):
         np.minimum(first, first[jump], out=first)
@@ -320,10 +371,10 @@ def _trace_rings(
     nrings = first_seg.size
     # steps from the ring's first segment: list ranking by pointer doubling along the
     # predecessors, each ring cut at its first segment (which points to itself)
-    prev = np.empty(n, np.int64)
-    prev[nxt] = np.arange(n)
+    prev = np.empty(n, index_type)
+    prev[nxt] = np.arange(n, dtype=index_type)
     prev[first_seg] = first_seg
-    dist = np.ones(n, np.int64)
+    dist = np.ones(n, index_type)
     dist[first_seg] = 0
     while True:
         step = prev[prev]

@@ -24,15 +24,17 @@ smaller than ``min_tissue_um2`` and fill holes smaller than ``max_hole_um2``.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy import ndimage as ndi
 from skimage import filters
 
+from napari_slidescope.analysis._strips import map_parallel, row_strips
 from napari_slidescope.analysis.checks import check_image
-from napari_slidescope.analysis.geometry import label_sizes
+from napari_slidescope.analysis.geometry import gather, label_sizes
 from napari_slidescope.analysis.resample import block_mean
 
 __all__ = [
@@ -127,25 +129,29 @@ def _gray(r: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
     return gray
 
 
+def _glass_level(sub: np.ndarray, scale: np.float32) -> np.float32:
+    """Brightness of the glass: the 99th percentile of `sub`'s (never below 0.8)."""
+    gray = np.empty(sub.shape[:2], np.float32)
+
+    def strip(sl: slice) -> None:
+        gray[sl] = _gray(*_planes(sub[sl], scale))
+
+    map_parallel(strip, row_strips(sub.shape[0], sub.shape[1], _STRIP_PIXELS))
+    return np.float32(max(float(np.percentile(gray, 99)), 0.8))
+
+
 def _brightfield(rgb: np.ndarray, *, artifacts: bool) -> tuple[np.ndarray, np.ndarray | None]:
     rgb = _check_rgb(rgb)
     scale = np.float32(1.0 / _unit_scale(rgb))
     rows, cols = rgb.shape[:2]
-    step = max(1, _STRIP_PIXELS // max(cols, 1))
-    strips = [slice(y, min(y + step, rows)) for y in range(0, rows, step)]
     # the glass level from every other pixel's brightness (computed for those pixels only:
     # a whole-image brightness plane is 4 bytes a pixel); each value is computed pixel by
-    # pixel, so strips and subsampling change no bit
-    sub = rgb[::2, ::2]
-    gray_sub = np.empty(sub.shape[:2], np.float32)
-    sub_step = max(1, _STRIP_PIXELS // max(sub.shape[1], 1))
-    for y in range(0, sub.shape[0], sub_step):
-        gray_sub[y : y + sub_step] = _gray(*_planes(sub[y : y + sub_step], scale))
-    white = np.float32(max(float(np.percentile(gray_sub, 99)), 0.8))
-    del gray_sub
+    # pixel, so strips, threads and subsampling change no bit
+    white = _glass_level(rgb[::2, ::2], scale)
     feature = np.empty((rows, cols), np.float32)
     bad = np.empty((rows, cols), bool) if artifacts else None
-    for sl in strips:
+
+    def strip(sl: slice) -> None:
         r, g, b = _planes(rgb[sl], scale)
         mx = np.maximum(np.maximum(r, g), b)
         mn = np.minimum(np.minimum(r, g), b)
@@ -154,13 +160,15 @@ def _brightfield(rgb: np.ndarray, *, artifacts: bool) -> tuple[np.ndarray, np.nd
         dark = np.clip(1.0 - _gray(r, g, b) / white, 0.0, 1.0)
         np.maximum(sat, dark, out=feature[sl])
         if bad is None:
-            continue
+            return
         safe = np.maximum(chroma, np.float32(1e-6))
         # hue in degrees where green or blue is the largest channel (red-dominant: not ink)
         hue = np.where(g >= b, 120.0 + 60.0 * (b - r) / safe, 240.0 + 60.0 * (r - g) / safe)
         ink = (mx > r) & (hue >= 75.0) & (hue <= 250.0) & (sat > 0.25) & (chroma > 0.08)
         # near-black and grey (not the deep purple of dense hematoxylin): marker, debris
         np.bitwise_or(ink, (mx < 0.25) & (sat < 0.35), out=bad[sl])
+
+    map_parallel(strip, row_strips(rows, cols, _STRIP_PIXELS))
     return feature, bad
 
 
@@ -224,26 +232,89 @@ def fluorescence_feature(image: np.ndarray) -> np.ndarray:
     return np.clip(m / np.float32(hi), 0.0, 1.0)
 
 
-def _two_classes(values: np.ndarray) -> tuple[float, float, float]:
+class _Values:
+    """The `valid` values of an array, as row strips for passes on a few threads.
+
+    No copy of the values is made (a whole-slide feature is 50-75 MiB): the passes mask
+    each strip with `valid` (``where=``), and only the histogram picks a strip's valid
+    values at a time. ``lo``, ``hi``, ``n`` and ``total`` are their minimum, maximum (in
+    the values' type), count and float64 sum.
+    """
+
+    def __init__(self, values: np.ndarray, valid: np.ndarray | None = None) -> None:
+        self.values = values.reshape(values.shape[0], -1) if values.ndim > 1 else values[None]
+        self.valid = None if valid is None else valid.reshape(self.values.shape)
+        self.strips = row_strips(*self.values.shape)
+        ext = map_parallel(self._extent, self.strips)
+        full = [e for e in ext if e[2]]
+        self.n = sum(e[2] for e in full)
+        # numpy scalars of the values' type (np.histogram's own range when given none)
+        self.lo: Any = min((e[0] for e in full), default=None)
+        self.hi: Any = max((e[1] for e in full), default=None)
+        self.total = math.fsum(e[3] for e in full)
+
+    def part(self, sl: slice) -> np.ndarray:
+        """Return the valid values of the strip `sl` (a copy when some are not)."""
+        v = self.values[sl]
+        return v.ravel() if self.valid is None else v[self.valid[sl]]
+
+    def _extent(self, sl: slice) -> tuple[Any, Any, int, float]:
+        v = self.values[sl]
+        if self.valid is None:
+            if v.size == 0:
+                return None, None, 0, 0.0
+            return v.min(), v.max(), v.size, float(v.sum(dtype=np.float64))
+        ok = self.valid[sl]
+        n = int(np.count_nonzero(ok))
+        if n == 0:
+            return None, None, 0, 0.0
+        lo = v.min(where=ok, initial=np.inf)
+        hi = v.max(where=ok, initial=-np.inf)
+        return lo, hi, n, float(v.sum(where=ok, dtype=np.float64))
+
+    def below(self, sl: slice, t: float) -> tuple[int, float]:
+        """Count and float64 sum of the strip's valid values <= `t`."""
+        v = self.values[sl]
+        low = v <= t
+        if self.valid is not None:
+            low &= self.valid[sl]
+        return int(np.count_nonzero(low)), float(v.sum(where=low, dtype=np.float64))
+
+    def spread(self) -> float:
+        """Return ``max - min`` of the values, computed in their type (0 when fewer than two)."""
+        if self.n < 2 or self.lo is None or self.hi is None:
+            return 0.0
+        return float(self.hi - self.lo)
+
+
+def _two_classes(values: _Values) -> tuple[float, float, float]:
     """Otsu refined to the midpoint of the two class means (Ridler-Calvard).
 
     The midpoint puts the boundary of a blurred step edge where the step was, which
     Otsu alone does not when the classes differ in size. Returns the threshold and
     the means of the lower and upper classes.
+
+    Every pass runs over row strips on a few threads: the histogram is skimage's own
+    (256 bins over the values' range, counted strip by strip: the same counts), the
+    class sums are float64.
     """
-    # skimage's own histogram of the values (256 bins over their range), made without
-    # the copy of the values skimage makes for it
-    counts, edges = np.histogram(values, bins=256)
+    rng = (values.lo, values.hi)
+    hists = map_parallel(
+        lambda sl: np.histogram(values.part(sl), bins=256, range=rng), values.strips
+    )
+    counts = np.sum([h[0] for h in hists], axis=0)
+    edges = hists[0][1]
     t = float(filters.threshold_otsu(hist=(counts, (edges[:-1] + edges[1:]) / 2.0)))
     low_mean, high_mean = t, t
-    total, n = float(values.sum(dtype=np.float64)), values.size
+    total, n = values.total, values.n
+
     for _ in range(10):
-        # class sums without copying either class (a whole-slide feature is 50-75 MiB)
-        low = values <= t
-        n_low = int(np.count_nonzero(low))
+        # class sums without copying either class
+        sums = map_parallel(functools.partial(values.below, t=t), values.strips)
+        n_low = sum(c for c, _ in sums)
         if n_low == 0 or n_low == n:
             break
-        low_sum = float(values.sum(where=low, dtype=np.float64))
+        low_sum = math.fsum(s for _, s in sums)
         low_mean, high_mean = low_sum / n_low, (total - low_sum) / (n - n_low)
         new = 0.5 * (low_mean + high_mean)
         if abs(new - t) < 1e-4:
@@ -254,8 +325,8 @@ def _two_classes(values: np.ndarray) -> tuple[float, float, float]:
 
 def _brightfield_threshold(feature: np.ndarray, valid: np.ndarray) -> float:
     lo, hi = BRIGHTFIELD_THRESHOLD_RANGE
-    values = feature.ravel() if valid.all() else feature[valid]  # (no copy when all count)
-    if values.size < 2 or float(values.max() - values.min()) < 1e-6:
+    values = _Values(feature, None if valid.all() else valid)
+    if values.spread() < 1e-6:
         return lo
     t, low_mean, high_mean = _two_classes(values)
     if low_mean > _GLASS_MAX:  # both classes are tissue: no glass in view
@@ -268,9 +339,10 @@ def _brightfield_threshold(feature: np.ndarray, valid: np.ndarray) -> float:
 def _fluorescence_threshold(feature: np.ndarray) -> float:
     eps = np.float32(1e-3)
     logf = np.log(feature + eps)
-    if float(logf.max() - logf.min()) < 1e-6:
+    values = _Values(logf)
+    if values.spread() < 1e-6:
         return 1.0
-    t, low_mean, high_mean = _two_classes(logf)
+    t, low_mean, high_mean = _two_classes(values)
     if high_mean - low_mean < _FLUO_MIN_LOG_CONTRAST:  # uniform: treat as background
         return 1.0
     # classes split in the log domain (dim tissue is far from the background there);
@@ -278,6 +350,28 @@ def _fluorescence_threshold(feature: np.ndarray) -> float:
     low = float(np.median(feature[logf <= t]))
     high = float(np.median(feature[logf > t]))
     return 0.5 * (low + high)
+
+
+def _gaussian_in_place(image: np.ndarray, sigma: float) -> None:
+    """``ndi.gaussian_filter(image, sigma, mode="nearest")`` into `image`, on a few threads.
+
+    scipy filters one axis after the other, line by line through a buffer, so each pass
+    may write into its input: the pass down the columns runs on column bands, the pass
+    along the rows on row strips, each band on a thread (the same bits as one call).
+    """
+    rows, cols = image.shape
+    bands = row_strips(cols, rows)  # column bands of about as many pixels as a strip
+
+    def down(sl: slice) -> None:
+        band = image[:, sl]
+        ndi.gaussian_filter1d(band, sigma, axis=0, mode="nearest", output=band)
+
+    def along(sl: slice) -> None:
+        strip = image[sl]
+        ndi.gaussian_filter1d(strip, sigma, axis=1, mode="nearest", output=strip)
+
+    map_parallel(down, bands)
+    map_parallel(along, row_strips(rows, cols))
 
 
 def _disk(radius: int) -> np.ndarray:
@@ -348,8 +442,7 @@ def remove_small_pieces(mask: np.ndarray, min_area: float) -> np.ndarray:
     sizes = label_sizes(labels, n)
     keep = sizes >= min_area
     keep[0] = False
-    kept: np.ndarray = keep[labels]
-    return kept
+    return gather(keep, labels)
 
 
 def fill_small_holes(mask: np.ndarray, max_area: float) -> np.ndarray:
@@ -379,7 +472,8 @@ def fill_small_holes(mask: np.ndarray, max_area: float) -> np.ndarray:
     fill[0] = False
     border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
     fill[border] = False
-    filled: np.ndarray = mask | fill[labels]
+    filled = gather(fill, labels)
+    filled |= mask
     return filled
 
 
@@ -459,6 +553,7 @@ def tissue_mask(
     if mode == "brightfield":
         feature, maybe_bad = _brightfield(image, artifacts=reject_artifacts)
         bad = maybe_bad if maybe_bad is not None else np.zeros(feature.shape, bool)
+        del maybe_bad  # (the dilated copy below replaces it)
         if bad.any():
             bad = _dilate(bad, 1)  # scipy's default cross is the disk of radius 1
             # ink must not pull the smoothed feature of its neighbours up
@@ -467,15 +562,16 @@ def tissue_mask(
         feature = fluorescence_feature(image)
         bad = np.zeros(feature.shape, bool)
     if sigma >= 0.3:
-        # in place: scipy filters line by line through a buffer (one image, not two)
-        feature = ndi.gaussian_filter(feature, sigma, mode="nearest", output=feature)
+        _gaussian_in_place(feature, sigma)
 
     if threshold is None:
         if mode == "brightfield":
             threshold = _brightfield_threshold(feature, ~bad)
         else:
             threshold = _fluorescence_threshold(feature)
-    mask = (feature > threshold) & ~bad
+    mask = feature > threshold
+    del feature  # the largest plane (4 bytes a pixel): not held through the morphology
+    mask &= ~bad
 
     radius = int(round(sigma))
     if radius >= 1:

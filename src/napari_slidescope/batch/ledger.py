@@ -98,6 +98,9 @@ class _Slide:
     prep: Future[Any] | None = None
     todo: deque[list[int]] = field(default_factory=deque)
     futures: set[Future[Any]] = field(default_factory=set)
+    #: nuclei.parquet / nuclei.geojson.gz written as the tiles finish (none: joined at
+    #: the end, as a classified slide's are)
+    stream: Any = None
 
     @property
     def shown(self) -> str:
@@ -129,6 +132,10 @@ class Ledger:
         ``model_now(segmenter, stain_mode)``: the identity of the model the cluster's
         workers would run now (asked once per stain mode, on ``resume`` only).
     """
+
+    #: Write nuclei.parquet / nuclei.geojson.gz while the tiles finish (no whole-slide
+    #: class thresholds to wait for); False joins the parts at the end.
+    stream_outputs = True
 
     def __init__(
         self,
@@ -358,6 +365,15 @@ class Ledger:
         self.state.tiles_total += len(s.tiles)
         self.state.tiles_done += len(s.done)
         self.write_manifest(s, force=True)
+        # written as it goes, unless every nucleus is needed first: the classification's
+        # thresholds, or the region each nucleus lies in (the regions task may finish last)
+        if self.stream_outputs and self.params.classify is None and not self.params.regions:
+            from napari_slidescope.batch.nuclei_stream import NucleiStream
+
+            if s.stream is not None:
+                s.stream.abort()
+            s.stream = NucleiStream(s.folder, **self._nuclei_outputs(s))
+            s.stream.advance(s.tiles, s.done)
         if not todo:
             self._finish_when_ready(s)
         else:
@@ -370,6 +386,8 @@ class Ledger:
             outputs.write_part(s.folder, tile, s.digest)
             s.done[tile.index] = tile.seconds
             self.state.tiles_done += 1
+        if s.stream is not None:
+            s.stream.advance(s.tiles, s.done)
         if not self._finish_when_ready(s):
             self.write_manifest(s)
             self.report(self.state)
@@ -399,43 +417,21 @@ class Ledger:
         if self.params.nuclei and s.regions is not None:
             regions = outputs.region_columns(s.folder, s.tiles, s.regions)
         if self.params.nuclei:
-            from napari_slidescope.analysis.measure import COLUMNS
-
-            if self.params.classify is not None:
-                area = s.info.tissue_area_um2
-                classes = outputs.classify_parts(
-                    s.folder,
-                    s.tiles,
-                    json.loads(self.params.classify),
-                    None if area is None else area / 1e6,
+            if s.stream is not None:  # written as the tiles finished: the footers only
+                summary = s.stream.close()
+                s.stream = None
+            else:
+                if self.params.classify is not None:
+                    area = s.info.tissue_area_um2
+                    classes = outputs.classify_parts(
+                        s.folder,
+                        s.tiles,
+                        json.loads(self.params.classify),
+                        None if area is None else area / 1e6,
+                    )
+                summary = outputs.write_nuclei(
+                    s.folder, s.tiles, classes=classes, regions=regions, **self._nuclei_outputs(s)
                 )
-            summary = outputs.write_nuclei(
-                s.folder,
-                s.tiles,
-                classes=classes,
-                file_metadata={
-                    "slide": s.name,
-                    "path": shown_path(s.path),
-                    "slide_stamp": self.stamp_dict(s),
-                    "mpp": s.info.mpp,
-                    "shape0": list(s.info.shape0),
-                    "software": f"napari-slidescope {__version__}",
-                    "parameters": self.params.as_dict(),
-                    "requested_sha256": self.request,
-                    "resolved": s.resolved,
-                    "parameters_sha256": s.digest,
-                    "plan": s.info.plan,
-                    "columns": {**outputs.NUCLEI_COLUMNS, **COLUMNS},
-                    **(
-                        {"regions": {"classes": list(s.regions.classes)}}
-                        if s.regions is not None
-                        else {}
-                    ),
-                },
-                units={k: v for k, v in COLUMNS.items() if k != "id"},
-                feature_ns=f"{s.name}/{s.stamp.head_sha256}/{s.digest}",
-                regions=regions,
-            )
             # the nuclei (and cells) as an OME-NGFF label image: viewers show them without
             # drawing a polygon (napari_slidescope.batch.label_image)
             from napari_slidescope.batch.label_image import write_label_image
@@ -479,10 +475,42 @@ class Ledger:
         self.state.slides_done += 1
         self._announce(s)
 
+    def _nuclei_outputs(self, s: _Slide) -> dict[str, Any]:
+        """Return the metadata, units and feature-id seed of a slide's nuclei outputs."""
+        from napari_slidescope.analysis.measure import COLUMNS
+
+        assert s.info is not None and s.stamp is not None
+        return {
+            "file_metadata": {
+                "slide": s.name,
+                "path": shown_path(s.path),
+                "slide_stamp": self.stamp_dict(s),
+                "mpp": s.info.mpp,
+                "shape0": list(s.info.shape0),
+                "software": f"napari-slidescope {__version__}",
+                "parameters": self.params.as_dict(),
+                "requested_sha256": self.request,
+                "resolved": s.resolved,
+                "parameters_sha256": s.digest,
+                "plan": s.info.plan,
+                "columns": {**outputs.NUCLEI_COLUMNS, **COLUMNS},
+                **(
+                    {"regions": {"classes": list(s.regions.classes)}}
+                    if s.regions is not None
+                    else {}
+                ),
+            },
+            "units": {k: v for k, v in COLUMNS.items() if k != "id"},
+            "feature_ns": f"{s.name}/{s.stamp.head_sha256}/{s.digest}",
+        }
+
     def fail(
         self, s: _Slide, exc: BaseException | TaskFailed, *, write_manifest: bool = True
     ) -> None:
         """Record why a slide failed (one line, the traceback in its manifest)."""
+        if s.stream is not None:  # its temporary files go; parts stay for a resume
+            s.stream.abort()
+            s.stream = None
         secrets = self.params.storage_options
         if isinstance(exc, TaskFailed):
             s.error, tb = exc.message, exc.traceback

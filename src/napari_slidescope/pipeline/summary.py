@@ -80,18 +80,26 @@ def _box_area(
 ) -> float:
     """:func:`_boxes_coverage` summed over the mask for one box, without a whole-mask array.
 
-    A pixel's part inside a box is the product of its row's and its column's overlaps: the
-    mask is counted row by row, and the few columns the box cuts are corrected.
+    A pixel's part inside a box is the product of its row's and its column's overlaps:
+    only the rows the box overlaps are counted, the columns wholly inside it with one
+    count per row, and the (at most two) columns it cuts are added with their overlap.
     """
     y0, x0, y1, x1 = (float(v) for v in box)
     wy = _overlap(mask.shape[0], origin[0], downsample[0], y0, y1)
     wx = _overlap(mask.shape[1], origin[1], downsample[1], x0, x1)
     ex = _edges(mask.shape[1], origin[1], downsample[1])
-    per_row = np.count_nonzero(mask, axis=1) * downsample[1]
-    cut = (ex[:-1] < x0) | (ex[1:] > x1)  # columns the box cuts or leaves out
-    for j in np.flatnonzero(cut):
-        per_row += mask[:, j] * (wx[j] - downsample[1])
-    return float(wy @ per_row)
+    rows = np.flatnonzero(wy)  # one run: the rows the box overlaps
+    if rows.size == 0:
+        return 0.0
+    band = mask[rows[0] : rows[-1] + 1]
+    whole = np.flatnonzero((ex[:-1] >= x0) & (ex[1:] <= x1))  # one run of columns
+    per_row = np.zeros(band.shape[0])
+    if whole.size:
+        per_row += np.count_nonzero(band[:, whole[0] : whole[-1] + 1], axis=1) * downsample[1]
+    cut = np.flatnonzero((wx > 0) & ((ex[:-1] < x0) | (ex[1:] > x1)))
+    for j in cut:  # the columns that hold a box edge
+        per_row += band[:, j] * wx[j]
+    return float(wy[rows[0] : rows[-1] + 1] @ per_row)
 
 
 def tissue_area_px(

@@ -20,9 +20,12 @@ give the pixels tifffile decodes, and both are safe to call from several threads
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -105,7 +108,8 @@ def open_tiff(
         notes.append("its XML metadata declares a DTD or entities and was ignored")
     damage = f"is truncated: {layout.truncated}" if layout.truncated else "is a damaged TIFF"
     try:
-        tif = tifffile.TiffFile(path if remote is None else remote, **flags)
+        with _parsing():
+            tif = tifffile.TiffFile(path if remote is None else remote, **flags)
     except SlideError:
         raise
     except Exception as exc:  # tifffile raises many types on damaged files
@@ -117,7 +121,8 @@ def open_tiff(
             raise SlideError(path, f"is damaged: first image: {'; '.join(errors)}")
         # a list now: from tifffile 2026.11, ``tif.series`` is a lazy view whose pages are
         # parsed (and may raise on a damaged file) only when it is first evaluated
-        series = list(tif.series)
+        with _parsing():
+            series = list(tif.series)
     except SlideError:
         tif.close()
         raise
@@ -130,6 +135,34 @@ def open_tiff(
         tif.close()
         raise SlideError(path, "contains no image")
     return tif, layout, notes
+
+
+#: What tifffile >= 2026.11 logs for an NDPI page whose McuStarts it finds invalid (those
+#: that wrap past 4 GiB with no high bytes): it then leaves the strip whole, and the
+#: structure check rebuilds the bands from repaired offsets or refuses the file with an
+#: error naming the problem (``_check.ndpi_bands``). The warning is noise to our users.
+_MCU_NOTE = "ignoring NDPI McuStarts"
+_quiet = threading.local()
+
+
+class _RepairedBands(logging.Filter):
+    """Drop tifffile's McuStarts warning logged while this thread parses a file here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (getattr(_quiet, "depth", 0) and _MCU_NOTE in record.getMessage())
+
+
+logging.getLogger("tifffile").addFilter(_RepairedBands())
+
+
+@contextlib.contextmanager
+def _parsing() -> Iterator[None]:
+    """While tifffile parses pages for us: its McuStarts warning is not passed on."""
+    _quiet.depth = getattr(_quiet, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _quiet.depth -= 1
 
 
 #: tifffile flags whose series parse an ImageDescription as XML.

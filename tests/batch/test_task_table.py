@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import napari_slidescope
-from napari_slidescope.batch import _flags, outputs
+from napari_slidescope.batch import _flags, outputs, params
 from napari_slidescope.batch.params import BatchParams
 from napari_slidescope.options import NucleiOptions, TissueOptions
 from napari_slidescope.pipeline.task_table import TASK_NAMES, TASK_TABLE, task, with_needs
@@ -25,6 +25,7 @@ PINNED = {
 @pytest.fixture
 def pinned_version(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(napari_slidescope, "__version__", "0.0-pin")
+    monkeypatch.setattr(params, "__version__", "0.0-pin")  # read from _version at import
 
 
 @pytest.mark.usefixtures("pinned_version")

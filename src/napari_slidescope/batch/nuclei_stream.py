@@ -32,6 +32,7 @@ from napari_slidescope._io import atomic_write
 from napari_slidescope.analysis.geojson import polygon_feature
 from napari_slidescope.analysis.phenotypes import NUCLEUS_COLOR
 from napari_slidescope.batch import outputs
+from napari_slidescope.batch.outputs.nuclei import _empty_part, _nuclei_table
 from napari_slidescope.batch.tasks import wkb_ring
 from napari_slidescope.pipeline import geoparquet
 
@@ -102,7 +103,7 @@ class NucleiStream:
 
     def _add(self, index: int) -> None:
         part = self._pq.read_table(outputs.part_path(self.slide_dir, index))
-        table, rings, measures = outputs._nuclei_table(part, index, self._offset, self.units)
+        table, rings, measures = _nuclei_table(part, index, self._offset, self.units)
         cell_rings = None
         if "cell_geometry" in table.column_names:
             cell_rings = [wkb_ring(b) for b in table.column("cell_geometry").to_pylist()]
@@ -140,7 +141,7 @@ class NucleiStream:
         try:
             self._text.write("\n]}\n")
             if self._writer is None:  # a slide without nuclei: an empty table, every column
-                empty = outputs._nuclei_table(outputs._empty_part(), 0, 0, self.units)[0]
+                empty = _nuclei_table(_empty_part(), 0, 0, self.units)[0]
                 self._writer = self._pq.ParquetWriter(
                     self._pq_fh, empty.schema.with_metadata(self._meta)
                 )

@@ -9,7 +9,6 @@ import napari_slidescope
 from napari_slidescope import errors
 
 OLD_PATHS = [
-    ("napari_slidescope._warnings", "SlidescopeWarning"),
     ("napari_slidescope.slide", "SlideError"),
     ("napari_slidescope.slide.errors", "SlideError"),
     ("napari_slidescope.segmenters", "SegmenterUnavailableError"),

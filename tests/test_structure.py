@@ -92,16 +92,8 @@ def test_the_circle_finder_finds_a_circle(tmp_path, monkeypatch):
     assert _circles(graph) == [["circ_pkg.a", "circ_pkg.b"]]
 
 
-#: Deprecated re-exports of :mod:`napari_slidescope.errors`, kept for old imports only.
-SHIMS = ("napari_slidescope.slide.errors", "napari_slidescope._warnings")
-#: Modules that still import through a shim because another branch is rewriting them;
-#: empty this once they import napari_slidescope.errors (and then delete _warnings.py).
-#: (_qt/widget.py is being split: whichever _qt module inherits its import is let through.)
-SHIM_USERS_PENDING = {
-    "napari_slidescope.pipeline.tissue",
-    "napari_slidescope.slide._scaled",
-    "napari_slidescope._qt.widget",
-}
+#: The deprecated re-export of :mod:`napari_slidescope.errors`, kept for old imports only.
+SHIMS = ("napari_slidescope.slide.errors",)
 
 
 def test_the_package_imports_errors_from_their_home():
@@ -110,5 +102,4 @@ def test_the_package_imports_errors_from_their_home():
 
     graph = grimp.build_graph("napari_slidescope", cache_dir=None)
     users = {m for shim in SHIMS for m in graph.find_modules_that_directly_import(shim)}
-    others = {m for m in users - set(SHIMS) if not m.startswith("napari_slidescope._qt.")}
-    assert others <= SHIM_USERS_PENDING, sorted(others - SHIM_USERS_PENDING)
+    assert users <= set(SHIMS), sorted(users - set(SHIMS))

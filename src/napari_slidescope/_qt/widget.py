@@ -71,7 +71,7 @@ from napari_slidescope._qt.texts import (
     tissue_words,
 )
 from napari_slidescope._qt.thumbnails import Thumbnails
-from napari_slidescope._warnings import SlidescopeWarning
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.options import NucleiOptions, OptionInfo, TissueOptions, option_fields
 
 __all__ = ["CANCEL_KEY", "RUN_KEY", "SlideAnalysisWidget"]

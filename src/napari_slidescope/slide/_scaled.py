@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from napari_slidescope.slide import _tiff
-from napari_slidescope.slide.errors import SlideError
+from napari_slidescope.errors import SlideError
 
 if TYPE_CHECKING:
     from napari_slidescope.slide._levels import LevelReader

@@ -70,6 +70,10 @@ class ScriptObject:
         """Return the module's own tensors (parameters and buffers), as (attribute, array)."""
         return [(k, v) for k, v in self.__dict__.items() if isinstance(v, np.ndarray)]
 
+    def __getattr__(self, name: str) -> Any:
+        """Pickled attributes are set on the object; any other is missing (said so)."""
+        raise AttributeError(f"{self.torch_type or 'module'} has no attribute {name!r}")
+
     def __getitem__(self, key: str | int) -> ScriptObject:
         """Submodule ``key`` of a container (``seq[0]``, ``blocks["1"]``)."""
         value = self.__dict__[str(key)]

@@ -9,12 +9,13 @@ Three variants of the brightfield model, each in processes of its own, interleav
 * ``ort-torchfree``: this code, ``runtime="onnxruntime"`` in a process where importing
   torch raises: the network built from the weights, the clustering in numpy.
 
-Each process segments ``CMU-1-Small-Region.svs`` (``$SLIDESCOPE_TESTDATA``) twice through
-``segment_nuclei`` (workers=2): the first run gives the cold start (process start to first
-labels, imports and model loading included), the second the warm throughput (Mpx/s at the
-working resolution). The first round also segments the 13 MoNuSeg images
-(``nuclei_gt/monuseg_train``) and the model card's test tile; labels are compared with
-torch's (equal, or F1 / AJI against them) and scored against the ground truth.
+Each timed process segments a region (``--region``) of ``CMU-1-Small-Region.svs``
+(``$SLIDESCOPE_TESTDATA``) twice through ``segment_nuclei`` (workers=2): the first run
+gives the cold start (process start to first labels, imports and model loading included),
+the second the warm throughput (Mpx/s at the working resolution). Then one process per
+variant segments the whole slide, the 13 MoNuSeg images (``nuclei_gt/monuseg_train``)
+and the model card's test tile; labels are compared with torch's (equal, or F1 / AJI
+against them) and scored against the ground truth.
 
 Usage::
 
@@ -57,44 +58,57 @@ from pathlib import Path
 from napari_slidescope import segment_nuclei
 from napari_slidescope.segmenters.instanseg import InstanSegSegmenter, model_folder
 
-spawn, runtime, slide, out, full = sys.argv[1:6]
-MONUSEG_MPP = float(sys.argv[7])
+spawn, runtime, slide, out, mode, monuseg, mpp, region = sys.argv[1:9]
+box = tuple(int(v) for v in region.split(","))
 seg = InstanSegSegmenter(runtime=runtime)
-first = segment_nuclei(slide, segmenter=seg, workers=2)
-cold = time.time() - float(spawn)
-t0 = time.perf_counter()
-warm = segment_nuclei(slide, segmenter=seg, workers=2)
-wall = time.perf_counter() - t0
-h, w = warm.labels.shape
-res = {"cold_s": cold, "warm_s": wall, "mpx": h * w / 1e6, "count": int(warm.count),
-       "runtime": warm.parameters["runtime"],
-       "torch_loaded": any(m == "torch" or m.startswith("torch.") for m in sys.modules)}
-if full == "1":
+res = {"torch_loaded": None}
+if mode == "speed":
+    first = segment_nuclei(slide, segmenter=seg, workers=2, region=box, tissue=False)
+    res["cold_s"] = time.time() - float(spawn)
+    t0 = time.perf_counter()
+    warm = segment_nuclei(slide, segmenter=seg, workers=2, region=box, tissue=False)
+    res["warm_s"] = time.perf_counter() - t0
+    h, w = warm.labels.shape
+    res.update(mpx=h * w / 1e6, count=int(warm.count), runtime=warm.parameters["runtime"])
+    assert np.array_equal(first.labels, warm.labels)
+else:
     import tifffile
-    arrays = {"cmu1": warm.labels}
+    whole = segment_nuclei(slide, segmenter=seg, workers=2)
+    arrays = {"cmu1": whole.labels}
+    res.update(count=int(whole.count), runtime=whole.parameters["runtime"])
     x = np.load(model_folder("brightfield_nuclei") / "test-input.npy")
     arrays["card"] = seg.predict(np.moveaxis(x, 1, -1), mpp=0.5)[0, ..., 0]
-    for image in sorted(Path(sys.argv[6]).glob("*-DX1.tif")):
+    for image in sorted(Path(monuseg).glob("*-DX1.tif")):
         rgb = tifffile.imread(image)[..., :3]
         arrays[image.stem] = segment_nuclei(
-            rgb, mpp=MONUSEG_MPP, segmenter=seg, tissue=False, workers=1).labels
+            rgb, mpp=float(mpp), segmenter=seg, tissue=False, workers=1).labels
     np.savez_compressed(out, **arrays)
+res["torch_loaded"] = any(m == "torch" or m.startswith("torch.") for m in sys.modules)
 print(json.dumps(res))
 """
 
 
-def _run(src: Path, runtime: str, block: bool, slide: Path, out: Path, monuseg: Path | None):
+def _run(
+    src: Path,
+    runtime: str,
+    block: bool,
+    slide: Path,
+    out: Path,
+    mode: str,
+    monuseg: Path,
+    region: str,
+) -> dict:
     code = (_NO_TORCH if block else "") + _CHILD
     env = {**os.environ, "PYTHONPATH": str(src)}
-    full = "1" if monuseg is not None else "0"
     args = [
         str(time.time()),
         runtime,
         str(slide),
         str(out),
-        full,
-        str(monuseg or ""),
+        mode,
+        str(monuseg),
         str(MONUSEG_MPP),
+        region,
     ]
     proc = subprocess.run(
         [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, check=False
@@ -111,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", type=Path, required=True, help="src folder to compare against")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--data", type=Path, default=data, help="folder of the test data")
+    ap.add_argument(
+        "--region", default="900,700,1924,1724", help="y0,x0,y1,x1 of the timed runs (level 0)"
+    )
+    ap.add_argument("--skip", default="", help="comma list of 'speed', 'labels' not to run")
     args = ap.parse_args(argv)
     slide = args.data / "CMU-1-Small-Region.svs"
     monuseg = args.data / "nuclei_gt" / "monuseg_train"
@@ -119,34 +137,51 @@ def main(argv: list[str] | None = None) -> int:
         "ort-export": (args.baseline.resolve(), "onnxruntime", False),
         "ort-torchfree": (OURS, "onnxruntime", True),
     }
+    skip = set(args.skip.split(","))
     rows: dict[str, list[dict]] = {k: [] for k in variants}
     with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(args.repeat):
+        for rep in range(args.repeat if "speed" not in skip else 0):
             for name, (src, runtime, block) in variants.items():
-                out = Path(tmp) / f"{name}.npz"
-                rows[name].append(
-                    _run(src, runtime, block, slide, out, monuseg if rep == 0 else None)
+                r = _run(src, runtime, block, slide, Path(tmp), "speed", monuseg, args.region)
+                rows[name].append(r)
+                print(
+                    f"round {rep} {name}: cold {r['cold_s']:.1f} s, warm {r['warm_s']:.1f} s",
+                    flush=True,
                 )
-                r = rows[name][-1]
-                print(f"round {rep} {name}: cold {r['cold_s']:.1f} s, warm {r['warm_s']:.1f} s")
-        labels = {k: dict(np.load(Path(tmp) / f"{k}.npz")) for k in variants}
+        if rows["torch"]:
+            base_cold = statistics.median(r["cold_s"] for r in rows["torch"])
+            base_warm = statistics.median(r["warm_s"] for r in rows["torch"])
+            print(
+                f"\nCMU-1-Small-Region region {args.region}, segment_nuclei, workers=2, "
+                f"median of {args.repeat} processes each:"
+            )
+            for name, rs in rows.items():
+                cold = statistics.median(r["cold_s"] for r in rs)
+                warm = statistics.median(r["warm_s"] for r in rs)
+                mpx = rs[0]["mpx"]
+                print(
+                    f"{name:14s} {mpx / warm:.2f} Mpx/s ({warm:.1f} s, {base_warm / warm:.2f}x "
+                    f"torch); cold start to first labels {cold:.1f} s ({base_cold / cold:.2f}x); "
+                    f"{rs[0]['count']} nuclei; runtime {rs[0]['runtime']!r}; "
+                    f"torch imported: {rs[0]['torch_loaded']}"
+                )
+            _load()
+        if "labels" in skip:
+            return 0
+        labels = {}
+        for name, (src, runtime, block) in variants.items():
+            out = Path(tmp) / f"{name}.npz"
+            r = _run(src, runtime, block, slide, out, "labels", monuseg, args.region)
+            labels[name] = dict(np.load(out))
+            print(
+                f"{name}: {r['count']} nuclei on the slide; torch imported: {r['torch_loaded']}",
+                flush=True,
+            )
     import tifffile
 
     from napari_slidescope.analysis.metrics import instance_scores
 
-    base_cold = statistics.median(r["cold_s"] for r in rows["torch"])
-    base_warm = statistics.median(r["warm_s"] for r in rows["torch"])
-    print(f"\nCMU-1-Small-Region, whole pipeline, workers=2, median of {args.repeat}:")
-    for name, rs in rows.items():
-        cold = statistics.median(r["cold_s"] for r in rs)
-        warm = statistics.median(r["warm_s"] for r in rs)
-        mpx = rs[0]["mpx"]
-        print(
-            f"{name:14s} {mpx / warm:.2f} Mpx/s ({warm:.1f} s, {base_warm / warm:.2f}x torch); "
-            f"cold start {cold:.1f} s ({base_cold / cold:.2f}x); {rs[0]['count']} nuclei; "
-            f"runtime {rs[0]['runtime']!r}; torch imported: {rs[0]['torch_loaded']}"
-        )
-    print("\nlabels against torch's (same images):")
+    print("\nlabels against torch's (card tile, whole CMU-1-Small-Region, 13 MoNuSeg images):")
     for name in ("ort-export", "ort-torchfree"):
         same = [k for k in labels["torch"] if np.array_equal(labels[name][k], labels["torch"][k])]
         differ = [k for k in labels["torch"] if k not in same]
@@ -155,9 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             s = instance_scores(labels["torch"][k], labels[name][k])
             text += f"; {k}: F1 {s['f1']:.4f} AJI {s['aji']:.4f}"
         print(text)
-    print(
-        "\nagainst the MoNuSeg ground truth (13 images, all held out for InstanSeg): mean F1 / AJI"
-    )
+    print("\nagainst the MoNuSeg ground truth (13 images, all held out for InstanSeg), means:")
     truth = {
         p.stem: tifffile.imread(monuseg / f"{p.stem}_instances.tif")
         for p in monuseg.glob("*-DX1.tif")
@@ -167,10 +200,14 @@ def main(argv: list[str] | None = None) -> int:
         f1 = float(np.mean([s["f1"] for s in scores]))
         aji = float(np.mean([s["aji"] for s in scores]))
         print(f"{name:14s} F1 {f1:.4f}  AJI {aji:.4f}")
+    _load()
+    return 0
+
+
+def _load() -> None:
     if hasattr(os, "getloadavg"):
         load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-        print(f"load average (1, 5, 15 min) at the end: {load} on {os.cpu_count()} CPUs")
-    return 0
+        print(f"load average (1, 5, 15 min): {load} on {os.cpu_count()} CPUs", flush=True)
 
 
 if __name__ == "__main__":

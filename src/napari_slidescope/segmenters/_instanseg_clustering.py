@@ -2,14 +2,15 @@
 
 The model's TorchScript ``forward`` turns the network's output into labels: seeds at the
 local maxima of its seed map, a small MLP scoring each pixel of a 64 x 64 window around
-each seed, flood fill and hole filling, then merging windows that overlap. Run as
-TorchScript, the first call of each process costs 1.5-2.5 s of graph compilation on a CPU,
-and its peak finding (an 11 x 11 max-pool with indices over the whole tile) is a third of
-what is left. Here the same steps run eagerly, op for op as the model's code has them (the
-same torch kernels, so the same floats), but for the peak finding (a separable
-maximum filter, ties resolved as the max-pool resolves them) and the fills (scipy, as for
-the TorchScript runtimes): the labels are identical (the model card's test tile, the 13
-MoNuSeg images, tests/segmenters/test_instanseg.py).
+each seed, flood fill and hole filling, then merging windows that overlap. Here the same
+steps run in numpy, op for op as the model's code has them, in float32 (torch's
+``linspace`` arithmetic reproduced; sigmoid and the MLP's matrix products by numpy's
+kernels, which can round differently from torch's in the last bit), but for the peak
+finding (a separable maximum filter, ties resolved as the max-pool resolves them) and the
+fills (scipy). The labels are those of the model's own TorchScript clustering on the model
+card's test tile, a CMU-1 region and the 13 MoNuSeg images (tests/segmenters/
+test_instanseg.py, benchmarks/instanseg_torchfree.py): a pixel score rounding to the other
+side of the mask threshold would be needed to tell them apart.
 
 Only the brightfield model's branch (nuclei only, no precomputed seeds) is written here; the
 fluorescence model keeps the TorchScript.

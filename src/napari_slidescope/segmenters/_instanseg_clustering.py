@@ -128,8 +128,8 @@ class Clustering:
         pc = net.pixel_classifier
 
         def params(layer: Any) -> tuple[np.ndarray, np.ndarray]:
-            weight = np.asarray(layer.weight, np.float32)
-            return np.ascontiguousarray(weight.T), np.asarray(layer.bias, np.float32)
+            weight = np.ascontiguousarray(layer.weight, np.float32)
+            return weight, np.asarray(layer.bias, np.float32)[:, None]
 
         self.layers = [params(pc.fc1), params(pc.fc2)]
         self.last = params(pc.fc3)
@@ -157,12 +157,18 @@ class Clustering:
         return np.stack([o[None] for o in out]).astype(np.float32)
 
     def _mlp(self, x: np.ndarray) -> np.ndarray:
-        for weight_t, bias in self.layers:
-            x = x @ weight_t
+        """The pixel classifier on features stored feature-major, (F, M): (1, M) scores.
+
+        ``W @ x`` computes the same dot products as torch's ``x @ W.T``, as one wide
+        matrix product instead of millions of rows of 4 (the layers are 4 -> 5 -> 5 -> 1).
+        """
+        for weight, bias in self.layers:
+            x = weight @ x
             x += bias
             np.maximum(x, 0, out=x)
-        weight_t, bias = self.last
-        out: np.ndarray = x @ weight_t + bias
+        weight, bias = self.last
+        out: np.ndarray = weight @ x
+        out += bias
         return out
 
     def _one(self, x6: np.ndarray) -> np.ndarray:
@@ -194,8 +200,7 @@ class Clustering:
         sigma_slices = sigma[:, rows, cols]
         diff = x_slices - c.T[:, :, None, None]
         x14 = np.concatenate([diff, sigma_slices], 0)  # (E + S, n, size, size)
-        x7 = np.ascontiguousarray(np.moveaxis(x14, 0, -1).reshape(-1, x14.shape[0]))
-        x9 = _sigmoid(self._mlp(x7)).reshape(n, 1, size, size)
+        x9 = _sigmoid(self._mlp(x14.reshape(x14.shape[0], -1))).reshape(n, 1, size, size)
         thr = self.mask_threshold
         if self.cleanup:
             shifted = centroids_idx - top_left

@@ -157,7 +157,7 @@ class Clustering:
         return np.stack([o[None] for o in out]).astype(np.float32)
 
     def _mlp(self, x: np.ndarray) -> np.ndarray:
-        """The pixel classifier on features stored feature-major, (F, M): (1, M) scores.
+        """Score (F, M) features stored feature-major with the pixel classifier: (1, M).
 
         ``W @ x`` computes the same dot products as torch's ``x @ W.T``, as one wide
         matrix product instead of millions of rows of 4 (the layers are 4 -> 5 -> 5 -> 1).

@@ -20,6 +20,7 @@ against them) and scored against the ground truth.
 Usage::
 
     python benchmarks/instanseg_torchfree.py --baseline ../main/src [--repeat 5]
+        [--region y0,x0,y1,x1] [--skip speed|labels]
 """
 
 from __future__ import annotations

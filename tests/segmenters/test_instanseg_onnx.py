@@ -140,3 +140,11 @@ def test_a_network_this_builder_does_not_know_is_refused_naming_the_file(tmp_pat
         archive.module.fcn.encoder["1"].conv0["2"].torch_type = "__torch__.x.GELU"
         with pytest.raises(NetworkError, match=r"instanseg\.pt: .*GELU in a Sequential"):
             build_network(archive)
+
+
+def test_auto_picks_onnxruntime_whether_or_not_torch_is_installed():
+    _weights(BF)
+    seg = instanseg.InstanSegSegmenter()
+    assert seg.runtime == "onnxruntime"
+    assert seg._net is None and seg._torch is None  # nothing of torch loaded for it
+    assert instanseg.identity(BF)["model_version"] == "0.1.1"

@@ -1,10 +1,11 @@
-"""InstanSeg's clustering: the model's TorchScript against the eager one, same inputs, same run.
+"""InstanSeg's clustering: the model's TorchScript against the numpy one, same inputs, same run.
 
 For each of the 13 MoNuSeg images (``$SLIDESCOPE_TESTDATA/nuclei_gt/monuseg_train``, run as
 ``segment_nuclei(img, mpp=0.2457)`` runs them: resampled to the model's 0.5 µm/px) the
 network's output is computed once (ONNX Runtime); then the model's TorchScript clustering
-(``runtime="onnxruntime"`` before this change: its flood fill and hole filling already in
-scipy) and the eager one (:mod:`napari_slidescope.segmenters._instanseg_clustering`) run
+(its flood fill and hole filling in scipy, as ``runtime="onnxruntime"`` ran it before the
+eager clustering) and the numpy one (:mod:`napari_slidescope.segmenters._instanseg_clustering`,
+named "eager" below) run
 on it, interleaved, ``--repeat`` times. Prints, per image, whether the labels are
 identical, and the CPU time of each: the first call of the process (TorchScript compiles
 its graph then) and the median of the others, with the load average.
@@ -42,9 +43,12 @@ def main() -> None:
 
     from napari_slidescope import segment_nuclei
     from napari_slidescope.segmenters import get_segmenter
+    from napari_slidescope.segmenters._instanseg_torch import forward_with_given_network
+    from napari_slidescope.segmenters.instanseg import model_folder
 
     seg = get_segmenter("instanseg", runtime="onnxruntime")
     eager, session = seg._cluster, seg._ort
+    model = forward_with_given_network(model_folder("brightfield_nuclei") / "instanseg.pt", "cpu")
     if eager is None:
         raise SystemExit("the eager clustering does not run here (not a CPU, or another model)")
     recorded: list[tuple[np.ndarray, np.ndarray]] = []
@@ -76,13 +80,13 @@ def main() -> None:
                 for kind in runs:
                     t0 = time.process_time()
                     if kind == "eager":
-                        y = eager(torch.from_numpy(net_out), h, w)
+                        y = eager(net_out, h, w)
                     else:
-                        y = seg._net(
+                        y = model(
                             torch.from_numpy(x.copy()), args={"x_full": torch.from_numpy(net_out)}
-                        )
+                        ).numpy()
                     runs[kind].append(time.process_time() - t0)
-                    out[kind] = y.numpy()
+                    out[kind] = np.asarray(y)
             if not first:  # the process's first calls
                 first = {k: v.pop(0) for k, v in runs.items()}
             for k, v in runs.items():

@@ -1,15 +1,16 @@
-"""InstanSeg's embedding clustering (brightfield model), run eagerly in torch and scipy.
+"""InstanSeg's embedding clustering (brightfield model), in numpy and scipy (no torch).
 
 The model's TorchScript ``forward`` turns the network's output into labels: seeds at the
 local maxima of its seed map, a small MLP scoring each pixel of a 64 x 64 window around
-each seed, flood fill and hole filling, then merging windows that overlap. Run as
-TorchScript, the first call of each process costs 1.5-2.5 s of graph compilation on a CPU,
-and its peak finding (an 11 x 11 max-pool with indices over the whole tile) is a third of
-what is left. Here the same steps run eagerly, op for op as the model's code has them (the
-same torch kernels, so the same floats), but for the peak finding (a separable
-maximum filter, ties resolved as the max-pool resolves them) and the fills (scipy, as for
-the TorchScript runtimes): the labels are identical (the model card's test tile, the 13
-MoNuSeg images, tests/segmenters/test_instanseg.py).
+each seed, flood fill and hole filling, then merging windows that overlap. Here the same
+steps run in numpy, op for op as the model's code has them, in float32 (torch's
+``linspace`` arithmetic reproduced; sigmoid and the MLP's matrix products by numpy's
+kernels, which can round differently from torch's in the last bit), but for the peak
+finding (a separable maximum filter, ties resolved as the max-pool resolves them) and the
+fills (scipy). The labels are those of the model's own TorchScript clustering on the model
+card's test tile, a CMU-1 region and the 13 MoNuSeg images (tests/segmenters/
+test_instanseg.py, benchmarks/instanseg_torchfree.py): a pixel score rounding to the other
+side of the mask threshold would be needed to tell them apart.
 
 Only the brightfield model's branch (nuclei only, no precomputed seeds) is written here; the
 fluorescence model keeps the TorchScript.
@@ -21,7 +22,37 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Clustering", "peak_local_max"]
+__all__ = ["Clustering", "fill_holes", "flood_fill", "peak_local_max"]
+
+
+def flood_fill(mask: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """Run the model's ``flood_fill`` of (N, 1, H, W) windows in one pass of scipy.
+
+    The model grows the seeds by one 3 x 3 step inside the mask until nothing changes,
+    at most max(H, W) steps; a geodesic dilation by max(H, W) steps inside the mask is
+    the same set (identical labels on the model card's test tile and the MoNuSeg images).
+    """
+    from scipy import ndimage as ndi
+
+    inside = mask > 0
+    steps = max(inside.shape[-2:])
+    square = np.ones((1,) * (inside.ndim - 2) + (3, 3), bool)
+    grown: np.ndarray = ndi.binary_dilation(seed > 0, square, iterations=steps, mask=inside)
+    return grown & inside
+
+
+def fill_holes(mask: np.ndarray) -> np.ndarray:
+    """Run the model's ``fill_holes``: the mask and what of the rest its outside cannot reach.
+
+    Outside is what lies more than 3 steps (3 x 3) from the mask; it floods the rest of
+    the window as the model's ``flood_fill`` does.
+    """
+    from scipy import ndimage as ndi
+
+    inside = mask > 0
+    square = np.ones((1,) * (inside.ndim - 2) + (3, 3), bool)
+    near = ndi.binary_dilation(inside, square, iterations=3)
+    return ~flood_fill(~inside, ~near)
 
 
 def peak_local_max(image: np.ndarray, distance: int, threshold: float) -> np.ndarray:
@@ -49,13 +80,38 @@ def peak_local_max(image: np.ndarray, distance: int, threshold: float) -> np.nda
     return np.stack([ys[keep], xs[keep]], axis=1).astype(np.int64)
 
 
+def _linspace(end: float, steps: int) -> np.ndarray:
+    """``torch.linspace(0, end, steps)`` in float32, as torch's CPU kernel computes it.
+
+    The step in float32, the first half counted up from 0, the second down from `end`.
+    """
+    f32 = np.float32
+    if steps == 1:
+        return np.zeros(1, f32)
+    step = f32(end) / f32(steps - 1)
+    idx = np.arange(steps)
+    half = steps // 2
+    out = np.empty(steps, f32)
+    out[:half] = idx[:half].astype(f32) * step
+    out[half:] = f32(end) - step * (steps - idx[half:] - 1).astype(f32)
+    return out
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """Logistic function in float32, ``1 / (1 + exp(-x))`` as torch's CPU sigmoid."""
+    one = np.float32(1.0)
+    out: np.ndarray = one / (one + np.exp(-x, dtype=np.float32))
+    return out
+
+
 class Clustering:
-    """The brightfield model's clustering, from its network's output to labels.
+    """The brightfield model's clustering, from its network's output to labels, in numpy.
 
     Parameters
     ----------
-    net : torch.jit.ScriptModule
-        The loaded InstanSeg model (its thresholds and pixel classifier are read).
+    net : ScriptObject
+        The model's top module as :class:`~napari_slidescope.segmenters._torchscript.
+        TorchScriptArchive` reads it (its thresholds and pixel classifier are used).
     flood_fill, fill_holes : callable
         The fills, on (N, 1, H, W) numpy masks (``instanseg._flood_fill``, ``_fill_holes``).
     """
@@ -70,8 +126,13 @@ class Clustering:
         self.window_size = int(net.default_window_size)
         self.cleanup = bool(net.default_cleanup_fragments)
         pc = net.pixel_classifier
-        self.layers = [(pc.fc1.weight, pc.fc1.bias), (pc.fc2.weight, pc.fc2.bias)]
-        self.last = (pc.fc3.weight, pc.fc3.bias)
+
+        def params(layer: Any) -> tuple[np.ndarray, np.ndarray]:
+            weight = np.ascontiguousarray(layer.weight, np.float32)
+            return weight, np.asarray(layer.bias, np.float32)[:, None]
+
+        self.layers = [params(pc.fc1), params(pc.fc2)]
+        self.last = params(pc.fc3)
         self._flood_fill, self._fill_holes = flood_fill, fill_holes
 
     @staticmethod
@@ -89,71 +150,67 @@ class Clustering:
         except (AttributeError, RuntimeError):
             return False
 
-    def __call__(self, x_full: Any, height: int, width: int) -> Any:
+    def __call__(self, x_full: np.ndarray, height: int, width: int) -> np.ndarray:
         """Labels (B, 1, height, width) float32 of the network's padded (B, 5, H', W') output."""
-        import torch
+        x_full = np.asarray(x_full, np.float32)
+        out = [self._one(x_full[i, :, :height, :width]) for i in range(x_full.shape[0])]
+        return np.stack([o[None] for o in out]).astype(np.float32)
 
-        out = [self._one(x_full[i, :, :height, :width], torch) for i in range(x_full.shape[0])]
-        return torch.stack([o[None] for o in out]).to(torch.float32)
+    def _mlp(self, x: np.ndarray) -> np.ndarray:
+        """Score (F, M) features stored feature-major with the pixel classifier: (1, M).
 
-    def _mlp(self, x: Any, torch: Any) -> Any:
-        fn = torch.nn.functional
+        ``W @ x`` computes the same dot products as torch's ``x @ W.T``, as one wide
+        matrix product instead of millions of rows of 4 (the layers are 4 -> 5 -> 5 -> 1).
+        """
         for weight, bias in self.layers:
-            x = fn.linear(x, weight, bias)
-            if x.numel():
-                x = torch.relu_(x)
-        return fn.linear(x, *self.last)
+            x = weight @ x
+            x += bias
+            np.maximum(x, 0, out=x)
+        weight, bias = self.last
+        out: np.ndarray = weight @ x
+        out += bias
+        return out
 
-    def _one(self, x6: Any, torch: Any) -> Any:  # noqa: PLR0915  # the model's own sequence
+    def _one(self, x6: np.ndarray) -> np.ndarray:
         dc = self.dim_coords
+        f32 = np.float32
         h, w = int(x6.shape[1]), int(x6.shape[2])
-        xx = torch.linspace(0, w * 64 / 256, w).view(1, 1, -1).expand(1, h, w)
-        yy = torch.linspace(0, h * 64 / 256, h).view(1, -1, 1).expand(1, h, w)
-        xxyy = torch.cat([xx, yy])
-        fields = torch.mul(torch.sub(torch.sigmoid(x6[0:dc]), 0.5), 8)
+        xx = np.broadcast_to(_linspace(w * 64 / 256, w)[None, None, :], (1, h, w))
+        yy = np.broadcast_to(_linspace(h * 64 / 256, h)[None, :, None], (1, h, w))
+        xxyy = np.concatenate([xx, yy])
+        fields = (_sigmoid(x6[0:dc]) - f32(0.5)) * f32(8)
         sigma = x6[dc : dc + self.n_sigma]
-        mask_map = torch.add(torch.div(x6[-1], 15), 0.5)
-        peaks = peak_local_max(mask_map.numpy(), self.peak_distance, self.seed_threshold)
-        centroids_idx = torch.from_numpy(peaks)
-        fields0 = torch.add(fields, xxyy)
+        mask_map = x6[-1] / f32(15) + f32(0.5)
+        centroids_idx = peak_local_max(mask_map, self.peak_distance, self.seed_threshold)
+        fields0 = fields + xxyy
         c = fields0[:, centroids_idx[:, 0], centroids_idx[:, 1]].T
         n = int(c.shape[0])
         if n == 0:
-            return torch.zeros((h, w), dtype=torch.float32)
+            return np.zeros((h, w), np.float32)
         ws = min(self.window_size, h, w)
-        centroids = centroids_idx.clone()
-        centroids[:, 0].clamp_(ws, h - ws)
-        centroids[:, 1].clamp_(ws, w - ws)
-        corners = torch.tensor([[-1, -1], [1, 1]], dtype=centroids.dtype) * ws
-        window_slices = centroids[:, None] + corners
+        centroids = centroids_idx.copy()
+        centroids[:, 0] = np.clip(centroids[:, 0], ws, h - ws)
+        centroids[:, 1] = np.clip(centroids[:, 1], ws, w - ws)
+        top_left = centroids - ws
         size = 2 * ws
-        grid = torch.meshgrid(
-            [torch.arange(size, dtype=torch.int64), torch.arange(size, dtype=torch.int64)],
-            indexing="ij",
-        )
-        mesh = torch.stack(list(grid)).expand(n, 2, size, size)
-        flat = mesh.flatten(2).permute(1, 0, 2)
-        flat = (flat + window_slices[:, 0].permute(1, 0)[:, :, None]).flatten(1)
-        # feature_engineering_slow
-        e, s = int(fields0.shape[0]), int(sigma.shape[0])
-        x_slices = fields0[:, flat[0], flat[1]].reshape(e, n, size, size).permute(1, 0, 2, 3)
-        sigma_slices = sigma[:, flat[0], flat[1]].reshape(s, n, size, size).permute(1, 0, 2, 3)
-        diff = torch.sub(x_slices, c.reshape(-1, e, 1, 1))
-        x14 = torch.cat([diff, sigma_slices], 1).flatten(2).permute(0, 2, 1)
-        x7 = x14.reshape(x14.shape[0] * x14.shape[1], x14.shape[2])
-        x9 = torch.sigmoid(self._mlp(x7, torch)).reshape(n, 1, size, size)
+        rows = (top_left[:, 0, None] + np.arange(size))[:, :, None]  # (n, size, 1)
+        cols = (top_left[:, 1, None] + np.arange(size))[:, None, :]  # (n, 1, size)
+        # feature_engineering_slow: per window, field minus its seed's, then sigma
+        x_slices = fields0[:, rows, cols]  # (E, n, size, size)
+        sigma_slices = sigma[:, rows, cols]
+        diff = x_slices - c.T[:, :, None, None]
+        x14 = np.concatenate([diff, sigma_slices], 0)  # (E + S, n, size, size)
+        x9 = _sigmoid(self._mlp(x14.reshape(x14.shape[0], -1))).reshape(n, 1, size, size)
         thr = self.mask_threshold
         if self.cleanup:
-            shifted = torch.sub(centroids_idx, window_slices[:, 0])
-            seeds = torch.zeros_like(x9)
-            seeds[:, 0][torch.arange(n), shifted[:, 0], shifted[:, 1]] = 1.0
-            filled_np = self._flood_fill(torch.ge(x9, thr).numpy(), seeds.numpy()) > 0
-            holes_np = self._fill_holes(filled_np) ^ filled_np
-            x9[torch.from_numpy(~filled_np)] = 0.0
-            x9[torch.from_numpy(holes_np)] = torch.tensor(thr, dtype=x9.dtype)
-        top_left = window_slices[:, 0].numpy()
-        labels = _labels(x9.numpy(), top_left, (h, w), thr, self.overlap_threshold)
-        return torch.from_numpy(labels)
+            shifted = centroids_idx - top_left
+            seeds = np.zeros(x9.shape, bool)
+            seeds[np.arange(n), 0, shifted[:, 0], shifted[:, 1]] = True
+            filled = self._flood_fill(x9 >= f32(thr), seeds) > 0
+            holes = self._fill_holes(filled) ^ filled
+            x9[~filled] = 0.0
+            x9[holes] = f32(thr)
+        return _labels(x9, top_left, (h, w), thr, self.overlap_threshold)
 
 
 def _labels(

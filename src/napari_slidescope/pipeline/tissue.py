@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope._types import Box
-from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.analysis import geojson, geometry
 from napari_slidescope.analysis.tissue import Mode, block_mean, infer_mode, tissue_mask
+from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.options import TissueOptions
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.regions import SlideLike, as_slide, check_region, split_region

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from napari_slidescope.slide import _tiff
 from napari_slidescope.errors import SlideError
+from napari_slidescope.slide import _tiff
 
 if TYPE_CHECKING:
     from napari_slidescope.slide._levels import LevelReader

@@ -29,6 +29,7 @@ from skimage import draw
 from napari_slidescope.analysis.region_features import (
     CHANNELS,
     DEFAULT_CHANNELS,
+    DEFAULT_KINDS,
     DEFAULT_SCALES_UM,
     FEATURE_KINDS,
     FEATURES_VERSION,
@@ -390,7 +391,7 @@ def train_region_classifier(
     mpp: float = DEFAULT_REGION_MPP,
     scales_um: Sequence[float] = DEFAULT_SCALES_UM,
     channels: Sequence[str] = DEFAULT_CHANNELS,
-    kinds: Sequence[str] = FEATURE_KINDS,
+    kinds: Sequence[str] = DEFAULT_KINDS,
     classes: Sequence[str] | None = None,
     colors: Mapping[str, Sequence[int]] | None = None,
     ignore: Sequence[str] = (IGNORE,),
@@ -422,7 +423,10 @@ def train_region_classifier(
         Feature kinds
         (:data:`~napari_slidescope.analysis.region_features.FEATURE_KINDS`: Gaussian,
         Laplacian of Gaussian, gradient magnitude, structure-tensor and Hessian
-        eigenvalues); fewer are faster.
+        eigenvalues). Default
+        :data:`~napari_slidescope.analysis.region_features.DEFAULT_KINDS` (Gaussian, LoG,
+        gradient: measured as accurate as all seven on the synthetic regions, at 2.7 times
+        the speed); ``FEATURE_KINDS`` gives all seven.
     classes : sequence of str, optional
         Class order (default: that of `examples`); each needs examples.
     colors : mapping of str to (r, g, b), optional

@@ -329,7 +329,7 @@ def _geometries(geom: Any) -> list[tuple[str, Any]]:
     return [(str(kind), coords)]
 
 
-def _example_box(shape: Any, grid: WorkingGrid, pad_um: float) -> tuple[int, int, int, int]:
+def _example_box(shape: Any, grid: WorkingGrid) -> tuple[int, int, int, int]:
     v = shape.vertices if isinstance(shape, Stroke) else shape
     dy, dx = grid.downsample
     r = (shape.width_um / 2 if isinstance(shape, Stroke) else 0.0) / grid.mpp + 1
@@ -497,7 +497,7 @@ def train_region_classifier(
         crops: list[tuple[int, np.ndarray, np.ndarray]] = []
         for k, name in enumerate(names):
             for shape in shapes[name]:
-                box = _example_box(shape, grid, 0.0)
+                box = _example_box(shape, grid)
                 if box[2] <= box[0] or box[3] <= box[1]:
                     continue
                 box = _clamp_box(box)

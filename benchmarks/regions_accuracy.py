@@ -10,11 +10,11 @@ pixels at the working resolution, centre inside the true region map).
 
 Prints, as medians over `--draws` stroke draws:
 1. per-class IoU and pixel accuracy by strokes per class (2, 5, 10), trained at 40x and
-   applied at 40x and (the same classifier) at 20x;
+   applied at 40x and (the same classifier) at 20x (default features);
 2. feature sets and working resolutions (5 strokes per class): accuracy and prediction
    throughput (working Mpx/s, features + forest, tissue-gating off);
-3. seams: a 128-px-tiled run vs a one-tile run (pixels that differ) and accuracy within 4 px
-   of the tile borders vs the interior.
+3. seams (default features): a 128-px-tiled run vs a one-tile run (pixels that differ)
+   and accuracy within 4 px of the tile borders vs the interior.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from napari_slidescope import classify_regions, train_region_classifier
+from napari_slidescope.analysis.region_features import FEATURE_KINDS
 from napari_slidescope.sample_regions import REGION_CLASSES, make_region_truth, write_region_slide
 
 SIDE_UM = 2048.0
@@ -105,14 +106,15 @@ def main() -> None:
     print("\n## 2. feature sets and working resolution (5 strokes/class, 40x)")
     print("| features | mpp | features/px | pixel accuracy | min IoU | Mpx/s |")
     print("|---|---|---|---|---|---|")
+    every = dict(kinds=FEATURE_KINDS)
     configs = [
-        ("RGB + H + E, all 7 kinds, 1-8 µm", dict()),
-        ("H + E only", dict(channels=("hematoxylin", "eosin"))),
-        ("RGB only", dict(channels=("red", "green", "blue"))),
-        ("Gaussian + gradient + LoG", dict(kinds=("gaussian", "log", "gradient"))),
-        ("scales 2, 8 µm", dict(scales_um=(2.0, 8.0))),
-        ("1 µm/px", dict(mpp=1.0)),
-        ("4 µm/px", dict(mpp=4.0)),
+        ("RGB + H + E, all 7 kinds, 1-8 µm", every),
+        ("H + E only", dict(channels=("hematoxylin", "eosin"), **every)),
+        ("RGB only", dict(channels=("red", "green", "blue"), **every)),
+        ("Gaussian + gradient + LoG (the default)", dict(kinds=("gaussian", "log", "gradient"))),
+        ("scales 2, 8 µm", dict(scales_um=(2.0, 8.0), **every)),
+        ("1 µm/px", dict(mpp=1.0, **every)),
+        ("4 µm/px", dict(mpp=4.0, **every)),
     ]
     for label, opts in configs:
         rows, speed, nf, mpp = [], [], 0, opts.get("mpp", 2.0)

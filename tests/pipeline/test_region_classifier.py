@@ -304,3 +304,12 @@ def test_assign_regions_gives_each_nucleus_its_region(region_slide, trained, tmp
     ]
     pytest.importorskip("anndata")
     assert out.to_anndata().obs["region"].astype(str).tolist() == want
+
+
+def test_a_slide_coarser_than_the_classifier_warns(trained):
+    from napari_slidescope import SlidescopeWarning
+
+    coarse = ArraySlide(np.full((200, 200, 3), 220, np.uint8), mpp=3.0, name="coarse")
+    with pytest.warns(SlidescopeWarning, match="trained at 2"):
+        rm = classify_regions(coarse, trained, tissue=False)
+    assert rm.mpp == pytest.approx(3.0) and rm.labels.shape == (200, 200)

@@ -24,7 +24,6 @@ import numpy as np
 
 from napari_slidescope._types import Box
 from napari_slidescope.analysis import geometry
-from napari_slidescope.analysis.resample import resample_nearest
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.progress import progress_caller
 from napari_slidescope.pipeline.region_classifier import RegionClassifier
@@ -306,7 +305,19 @@ def _classify(
         from napari_slidescope.pipeline.tissue import detect_tissue
 
         tissue = detect_tissue(src, region=box0, cancel=cancel, max_hole_um2=TISSUE_MAX_HOLE_UM2)
+    if abs(grid.mpp / clf.trained_mpp - 1) > 0.1:
+        import warnings
+
+        from napari_slidescope.errors import SlidescopeWarning
+
+        warnings.warn(
+            f"the slide's working grid is {grid.mpp:.3g} µm/px, the classifier was trained at "
+            f"{clf.trained_mpp:.3g}: its features see other scales in pixels than it learnt",
+            SlidescopeWarning,
+            stacklevel=3,
+        )
     halo = clf.halo_px(grid.mpp)
+    clf.predict_proba(np.zeros((1, len(clf.features)), np.float32))  # trees built once, here
     labels = np.zeros((wy1 - wy0, wx1 - wx0), np.uint8)
     tiles = [
         (y, x, min(y + tile_px, wy1), min(x + tile_px, wx1))
@@ -385,6 +396,3 @@ def _drain(
         call(done, total)
     check_cancel(cancel, "regions")
     return done
-
-
-_ = resample_nearest  # (kept for the pyramid of very large maps)

@@ -30,7 +30,7 @@ from sklearn.ensemble import RandomForestClassifier
 from napari_slidescope.analysis.cell_features import cell_features, default_features
 from napari_slidescope.analysis.measure import measure_nuclei
 from napari_slidescope.analysis.stains import estimate_stains
-from napari_slidescope.pipeline.cell_classifier import train_classifier
+from napari_slidescope.pipeline.cell_forest import train_classifier
 from napari_slidescope.pipeline.nuclei import segment_nuclei
 from napari_slidescope.sample_cell_types import CLASS_NAMES, make_cells_image
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from napari_slidescope import SlidescopeWarning, classify_cells, segment_nuclei
 from napari_slidescope.analysis.phenotypes import dab_scores, ihc_summary
-from napari_slidescope.pipeline.classify import class_summary
+from napari_slidescope.pipeline.cell_classes import class_summary
 from napari_slidescope.sample_cells import MULTIPLEX_RULES, make_hdab, make_multiplex
 
 SHAPE = (800, 800)

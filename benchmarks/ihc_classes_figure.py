@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from skimage import io
 
     from napari_slidescope._napari.layers import aligned_transform
-    from napari_slidescope._qt.classes import _legend, add_cells, show_classes
+    from napari_slidescope._qt.cell_classes_dock import _legend, add_cells, show_classes
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     root = Path(__file__).resolve().parents[1]

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from skimage import io
 
-    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.cell_rules_dock import ClassifyWidget
     from napari_slidescope.sample_cells import make_hdab
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

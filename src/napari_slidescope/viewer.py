@@ -5,7 +5,7 @@ so that ``from napari_slidescope.viewer import add_slide, add_nuclei`` keeps wor
 Importing it does not import napari.
 """
 
-from napari_slidescope._qt.classes import add_cells, classify
+from napari_slidescope._qt.cell_classes_dock import add_cells, classify
 from napari_slidescope._qt.console import (
     add_nuclei,
     add_slide,

@@ -31,10 +31,10 @@ class _Click:
 def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_path, monkeypatch):
     from napari.utils.colormaps import DirectLabelColormap
 
-    from napari_slidescope._qt import cell_classifier
-    from napari_slidescope._qt.classes import LEGEND_NAME
-    from napari_slidescope.pipeline.cell_classifier import load_classifier
-    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope._qt import cell_classifier_dock as cell_classifier
+    from napari_slidescope._qt.cell_classes_dock import LEGEND_NAME
+    from napari_slidescope.pipeline.cell_classes import classify_cells
+    from napari_slidescope.pipeline.cell_forest import load_classifier
     from napari_slidescope.sample_cell_types import CLASS_NAMES
 
     path, truth = cells_slide
@@ -156,7 +156,7 @@ def canvas_of_layer(layer):
 
 
 def test_no_layer_and_bad_names_are_clear(make_napari_viewer, qtbot):
-    from napari_slidescope._qt.cell_classifier import CellClassifierWidget
+    from napari_slidescope._qt.cell_classifier_dock import CellClassifierWidget
 
     viewer = make_napari_viewer()
     dock = CellClassifierWidget(viewer)

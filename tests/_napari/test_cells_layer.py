@@ -182,8 +182,8 @@ def test_whole_slide_cells_are_a_multiscale_layer(
     assert res.has_cells
     assert set(res.cell_outlines[1].tolist()) == set(ref.table["id"].tolist())
     # classes colour the nuclei layer, and the cells in the same colours
-    from napari_slidescope._qt.classes import show_classes
-    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope._qt.cell_classes_dock import show_classes
+    from napari_slidescope.pipeline.cell_classes import classify_cells
 
     od = np.asarray(res.table["hematoxylin_od_mean"])
     res.table["dab_od_mean"] = od  # an H&E slide: score its hematoxylin as if it were DAB

@@ -25,8 +25,8 @@ def test_classify_colours_nuclei_by_class_with_a_legend(
     t = float(np.median(od))  # half the nuclei above: two classes
     # the synthetic H&E slide has no DAB: score its hematoxylin as if it were
     from napari_slidescope._napari.layers import canvas_of
-    from napari_slidescope._qt.classes import _legend, show_classes
-    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope._qt.cell_classes_dock import _legend, show_classes
+    from napari_slidescope.pipeline.cell_classes import classify_cells
 
     result = canvas_of(layer).to_result()
     result.table["dab_od_mean"] = np.asarray(result.table["hematoxylin_od_mean"])
@@ -76,9 +76,9 @@ def test_cells_layer_and_classified_geojson_read_back(make_napari_viewer, tmp_pa
 
 
 def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer, tmp_path, qtbot):
-    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.cell_rules_dock import ClassifyWidget
     from napari_slidescope._qt.session import controller_for
-    from napari_slidescope.pipeline.classify import load_rules
+    from napari_slidescope.pipeline.cell_classes import load_rules
     from napari_slidescope.sample_cells import make_hdab
 
     path = make_hdab(seed=9, shape=(256, 256)).write(tmp_path / "ki67.ome.tif")
@@ -129,11 +129,11 @@ def _drag(canvas, axes, x0, x1, release=True):
 def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     make_napari_viewer, tmp_path, qtbot
 ):
-    from napari_slidescope._qt.classes import classify
-    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.cell_classes_dock import classify
+    from napari_slidescope._qt.cell_rules_dock import ClassifyWidget
     from napari_slidescope._qt.session import controller_for
     from napari_slidescope._qt.table import NucleiTableWidget
-    from napari_slidescope.pipeline.classify import load_rules
+    from napari_slidescope.pipeline.cell_classes import load_rules
     from napari_slidescope.sample_cells import make_hdab
 
     path = make_hdab(seed=9, shape=(256, 256)).write(tmp_path / "ki67.ome.tif")
@@ -210,7 +210,7 @@ def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
     make_napari_viewer, tmp_path, qtbot
 ):
     from napari_slidescope._napari.shapes import aligned, to_layer_coords
-    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.cell_rules_dock import ClassifyWidget
     from napari_slidescope._qt.session import controller_for
     from napari_slidescope.sample_cells import make_hdab
 

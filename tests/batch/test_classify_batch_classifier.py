@@ -18,7 +18,7 @@ from napari_slidescope import (  # noqa: E402
     classify_cells,
     segment_nuclei,
 )
-from napari_slidescope.pipeline.cell_classifier import train_classifier  # noqa: E402
+from napari_slidescope.pipeline.cell_forest import train_classifier  # noqa: E402
 from napari_slidescope.sample_cell_types import CLASS_NAMES, write_cells_slide  # noqa: E402
 
 TILE_UM = 100.0

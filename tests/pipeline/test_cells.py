@@ -9,7 +9,7 @@ import pytest
 from napari_slidescope import classify_cells, segment_nuclei
 from napari_slidescope.analysis.cells import expand_cells
 from napari_slidescope.analysis.phenotypes import dab_scores, ihc_summary
-from napari_slidescope.pipeline.classify import class_summary
+from napari_slidescope.pipeline.cell_classes import class_summary
 from napari_slidescope.sample_cells import make_hdab, make_multiplex
 
 

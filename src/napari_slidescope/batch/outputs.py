@@ -335,7 +335,7 @@ class SlideClasses:
     colors : dict of str to (int, int, int)
         Class -> colour.
     summary : dict
-        :func:`~napari_slidescope.pipeline.classify.class_summary` of the slide.
+        :func:`~napari_slidescope.pipeline.cell_classes.class_summary` of the slide.
     """
 
     columns: dict[str, np.ndarray]
@@ -364,7 +364,7 @@ def classify_parts(
     Only the measurement columns are read (never the outlines), tile by tile in plan
     order, with the ids :func:`write_nuclei` gives them.
     """
-    from napari_slidescope.pipeline.classify import (
+    from napari_slidescope.pipeline.cell_classes import (
         class_summary,
         classification_from,
         classify_table,

@@ -27,7 +27,7 @@ class NucleiResult:
     A frozen value, as :class:`~napari_slidescope.pipeline.tissue.TissueResult`: its
     attributes cannot be rebound, so a result handed to a viewer layer, an export or
     another thread stays what it was; steps that add to it return a copy
-    (:func:`~napari_slidescope.pipeline.classify.classify_cells` uses
+    (:func:`~napari_slidescope.pipeline.cell_classes.classify_cells` uses
     ``dataclasses.replace``). Results compare by identity (they hold arrays). The arrays
     and the table are not copied: do not write into them.
 
@@ -80,7 +80,7 @@ class NucleiResult:
         The cells' level-0 ``(row, col)`` outlines and ids when cells were grown without
         a label image.
     classes : dict of str to (int, int, int)
-        After :func:`~napari_slidescope.pipeline.classify.classify_cells`: every class
+        After :func:`~napari_slidescope.pipeline.cell_classes.classify_cells`: every class
         that can occur -> its colour (RGB 0-255), in legend order; ``table["class"]``
         holds each row's class. Empty when unclassified.
     classification : dict or None
@@ -223,7 +223,7 @@ class NucleiResult:
             With cells (``cell_expansion_um``): ``objectType: "cell"``, the cell as
             ``geometry`` and the nucleus as ``nucleusGeometry``. The classification is the
             row's class and colour after
-            :func:`~napari_slidescope.pipeline.classify.classify_cells`, else ``"Nucleus"``.
+            :func:`~napari_slidescope.pipeline.cell_classes.classify_cells`, else ``"Nucleus"``.
         """
         import gzip
 

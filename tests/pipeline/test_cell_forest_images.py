@@ -5,8 +5,8 @@ import pytest
 
 pytest.importorskip("sklearn")
 
-from napari_slidescope.pipeline.cell_classifier import train_classifier  # noqa: E402
-from napari_slidescope.pipeline.classify import classify_cells  # noqa: E402
+from napari_slidescope.pipeline.cell_classes import classify_cells  # noqa: E402
+from napari_slidescope.pipeline.cell_forest import train_classifier  # noqa: E402
 from napari_slidescope.pipeline.nuclei import segment_nuclei  # noqa: E402
 from napari_slidescope.sample_cell_types import CLASS_NAMES, downsample_rgb, make_cells_image  # noqa: E402
 

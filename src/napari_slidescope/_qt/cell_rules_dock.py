@@ -1,8 +1,8 @@
 """The "Cell classification" dock: IHC scoring or phenotype rules, saved and loaded as JSON.
 
-A thin Qt layer over :func:`~napari_slidescope._qt.classes.classify`: the IHC
+A thin Qt layer over :func:`~napari_slidescope._qt.cell_classes_dock.classify`: the IHC
 thresholds and compartment, or a rules file, become
-:class:`~napari_slidescope.pipeline.classify.PhenotypeRules`; **Apply** classifies the
+:class:`~napari_slidescope.pipeline.cell_classes.PhenotypeRules`; **Apply** classifies the
 active slide's nuclei layer (class colours and the "Cell classes" legend); **Save rules...**
 and **Load rules...** write and read the same JSON ``slidescope batch --classify`` takes.
 Thresholds dragged on the measurements table's histogram come back here (the IHC
@@ -26,7 +26,7 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
-from napari_slidescope.pipeline.classify import PhenotypeRules, load_rules
+from napari_slidescope.pipeline.cell_classes import PhenotypeRules, load_rules
 
 __all__ = ["ClassifyWidget"]
 
@@ -153,7 +153,7 @@ class ClassifyWidget(QWidget):
 
     def apply(self) -> Any:
         """Classify the active slide's nuclei with the current rules; return the result."""
-        from napari_slidescope._qt.classes import classify
+        from napari_slidescope._qt.cell_classes_dock import classify
 
         try:
             result = classify(self.viewer, rules=self.current_rules())
@@ -169,7 +169,7 @@ class ClassifyWidget(QWidget):
         Returns
         -------
         dict
-            :func:`~napari_slidescope.pipeline.classify.annotation_summary`, also shown in
+            :func:`~napari_slidescope.pipeline.cell_classes.annotation_summary`, also shown in
             the status line.
 
         Raises
@@ -179,7 +179,7 @@ class ClassifyWidget(QWidget):
         """
         from napari_slidescope._napari import jobs
         from napari_slidescope._napari.shapes import selected_polygon
-        from napari_slidescope.pipeline.classify import annotation_summary
+        from napari_slidescope.pipeline.cell_classes import annotation_summary
 
         try:
             if self.result is None or "class" not in self.result.table:

@@ -1,6 +1,6 @@
 """Cell classes in napari: class colours on a nuclei layer, a legend dock, a cells layer.
 
-:func:`classify` runs :func:`~napari_slidescope.pipeline.classify.classify_cells` on what a
+:func:`classify` runs :func:`~napari_slidescope.pipeline.cell_classes.classify_cells` on what a
 slide's nuclei layer holds and shows the result: each nucleus in its class colour (a
 direct label colormap, so whole-slide pyramid layers are coloured without touching their
 pixels), ``class`` and the positivity columns in the layer's features (hover shows them),
@@ -87,7 +87,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
         The nuclei layer (``"<slide> nuclei"``); default that of the selected slide, else
         of the slide of the selected result layer, else of the slide that has nuclei.
     **kwargs
-        Keyword arguments of :func:`~napari_slidescope.pipeline.classify.classify_cells`
+        Keyword arguments of :func:`~napari_slidescope.pipeline.cell_classes.classify_cells`
         (``markers``, ``dab``, ``phenotypes``, ``compartment``, ``classifier``, ``rules``).
 
     Returns
@@ -102,7 +102,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
     """
     from napari_slidescope._napari import jobs
     from napari_slidescope._napari.layers import canvas_of
-    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope.pipeline.cell_classes import classify_cells
 
     if layer is None:
         image = jobs.slide_with_results(viewer, "nuclei")

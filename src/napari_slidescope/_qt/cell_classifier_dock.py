@@ -4,10 +4,10 @@ The pathologist's workflow from QuPath's object classifier, on a nuclei layer of
 a list of classes (name and colour), "Mark examples" on, the class selected, a click on a
 nucleus makes it an example of that class (a second click with the same class unmarks it).
 Examples show as a Points layer coloured by class. With examples of two classes or more, a
-random forest (:func:`~napari_slidescope.pipeline.cell_classifier.train_classifier`) is
+random forest (:func:`~napari_slidescope.pipeline.cell_forest.train_classifier`) is
 retrained after every click (well under a second for a few hundred examples) and the nuclei
 in view are recoloured by their predicted class ("live preview"); "Classify all" applies it
-to every nucleus of the layer (through :func:`napari_slidescope._qt.classes.classify`: the
+to every nucleus of the layer (through :func:`napari_slidescope._qt.cell_classes_dock.classify`: the
 class columns join the layer's features and the "Cell classes" legend dock opens). The dock's
 own legend counts the nuclei per class of the preview, the whole layer or a selected shape
 (with densities per mm²); the classifier saves to a file that ``slidescope batch --classify``
@@ -52,7 +52,7 @@ PREVIEW_MAX = 50_000
 
 
 def _palette(k: int) -> tuple[int, int, int]:
-    from napari_slidescope.pipeline.cell_classifier import PALETTE
+    from napari_slidescope.pipeline.cell_forest import PALETTE
 
     return PALETTE[k % len(PALETTE)]
 
@@ -366,7 +366,7 @@ class CellClassifierWidget(QWidget):
         counts = {c: 0 for c in self.classes}
         for c in self.examples.values():
             counts[c] = counts.get(c, 0) + 1
-        from napari_slidescope.pipeline.cell_classifier import MIN_EXAMPLES_PER_CLASS
+        from napari_slidescope.pipeline.cell_forest import MIN_EXAMPLES_PER_CLASS
 
         shown = ", ".join(f"{c} {n}" for c, n in counts.items())
         few = any(n < MIN_EXAMPLES_PER_CLASS for n in counts.values())
@@ -381,7 +381,7 @@ class CellClassifierWidget(QWidget):
 
     def train(self) -> Any:
         """Train the classifier on the examples (classes without examples are left out)."""
-        from napari_slidescope.pipeline.cell_classifier import train_classifier
+        from napari_slidescope.pipeline.cell_forest import train_classifier
 
         table = self._table()
         used = [c for c in self.classes if c in set(self.examples.values())]
@@ -439,10 +439,10 @@ class CellClassifierWidget(QWidget):
     def classify_all(self) -> Any:
         """Classify every nucleus of the layer in the background; return the worker.
 
-        The features and the forest run on a worker thread (a whole slide's 10^6 nuclei
-        take seconds); when they are done the layer takes the class colours and columns
-        and the "Cell classes" legend opens (:func:`napari_slidescope._qt.classes.classify`),
-        and :attr:`last_counts` holds the counts.
+        The features and the forest run on a worker thread (a whole slide's 10^6 nuclei take
+        seconds); when they are done the layer takes the class colours and columns and the "Cell
+        classes" legend opens (:func:`napari_slidescope._qt.cell_classes_dock.classify`), and
+        :attr:`last_counts` holds the counts.
         """
         from napari.qt.threading import create_worker
 
@@ -464,7 +464,7 @@ class CellClassifierWidget(QWidget):
         return worker
 
     def _on_classified(self, layer: Any, clf: Any, out: tuple) -> None:
-        from napari_slidescope._qt.classes import classify
+        from napari_slidescope._qt.cell_classes_dock import classify
 
         if layer is not self._layer or layer not in self._viewer.layers:
             return  # the user moved on to another layer
@@ -563,7 +563,7 @@ class CellClassifierWidget(QWidget):
 
     def load_classifier(self, path: str | Path) -> Any:
         """Load a classifier file; its classes join the list and it colours the view."""
-        from napari_slidescope.pipeline.cell_classifier import load_classifier
+        from napari_slidescope.pipeline.cell_forest import load_classifier
 
         clf = load_classifier(path)
         for name in clf.class_names:

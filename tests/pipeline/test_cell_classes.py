@@ -11,7 +11,7 @@ from tests.fakes import BAD_RULES_FILES
 
 from napari_slidescope import CellClassifier, PhenotypeRules, classify_cells, load_rules
 from napari_slidescope.analysis.phenotypes import auto_threshold, dab_scores, ihc_summary
-from napari_slidescope.pipeline.classify import RULES_KIND, class_summary
+from napari_slidescope.pipeline.cell_classes import RULES_KIND, class_summary
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 
 
@@ -159,7 +159,7 @@ def test_a_classifier_plugs_in_through_the_protocol():
 
 
 def test_densities_per_annotation_count_the_cells_inside_on_its_area():
-    from napari_slidescope.pipeline.classify import annotation_summary
+    from napari_slidescope.pipeline.cell_classes import annotation_summary
 
     # a 4 x 4 grid of cells 250 px apart; level-0 pixels of 0.5 µm (downsample 2 at 1 µm)
     rows, cols = np.meshgrid(np.arange(4) * 250.0 + 100, np.arange(4) * 250.0 + 100)

@@ -188,3 +188,58 @@ def test_densities_per_annotation_count_the_cells_inside_on_its_area():
         annotation_summary(res, square[:2])
     with pytest.raises(ValueError, match="no classes"):
         annotation_summary(_result(CD8_nucleus_mean=cd8[:3]), square)
+
+
+def _zip(path, members):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("members", "what"),
+    [
+        ({"project.qpproj": "{}", "data/1/summary.json": "{}"}, "zipped QuPath project"),
+        ({".zgroup": "{}", "0/.zarray": "{}"}, "zipped zarr store"),
+        ({"x.npy": b"\x93NUMPY"}, "numpy .npz archive"),
+        ({"readme.txt": "hello"}, "zip archive of 1 member(s) (readme.txt)"),
+    ],
+)
+def test_load_classification_says_what_a_zip_that_is_no_classifier_is(tmp_path, members, what):
+    from napari_slidescope.pipeline.cell_classes import load_classification
+
+    path = _zip(tmp_path / "thing.zip", members)
+    with pytest.raises(ValueError, match=re.escape(what)) as info:
+        load_classification(path)
+    assert str(path) in str(info.value)
+    assert "not a napari-slidescope classifier file" in str(info.value)
+
+
+def test_load_classification_names_geojson_and_qupath_classifiers(tmp_path):
+    from napari_slidescope.pipeline.cell_classes import load_classification
+
+    geo = tmp_path / "cells.geojson"
+    geo.write_text(json.dumps({"type": "FeatureCollection", "features": []}))
+    with pytest.raises(ValueError, match="it is GeoJSON"):
+        load_classification(geo)
+    qp = tmp_path / "classifier.json"
+    qp.write_text(json.dumps({"object_classifier_type": "OpenCVMLClassifier"}))
+    with pytest.raises(ValueError, match="QuPath classifier"):
+        load_classification(qp)
+
+
+def test_load_classification_still_loads_a_saved_classifier(tmp_path):
+    pytest.importorskip("sklearn")
+    from tests.pipeline.test_cell_forest import _examples, _table
+
+    from napari_slidescope import train_classifier
+    from napari_slidescope.pipeline.cell_classes import load_classification
+
+    table, truth = _table(n=200)
+    path = train_classifier(table, _examples(table, truth)).save(tmp_path / "c.npz")
+    spec, descriptor = load_classification(path)
+    assert descriptor["kind"] == "classifier"
+    assert callable(spec.predict_classes)

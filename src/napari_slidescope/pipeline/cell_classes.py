@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -654,7 +656,8 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
     ------
     ValueError
         Unreadable file, invalid rules, or a file that is neither rules nor a classifier
-        this installation can load (the message names the file).
+        this installation can load (the message names the file and says what it is: a zip
+        without a classifier's description, GeoJSON, a QuPath classifier...).
     """
     import importlib
 
@@ -685,14 +688,66 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
     if not raw.startswith(b"PK"):  # a classifier file is a zip (.npz); this is text or junk
         raise ValueError(
             f'{path}: not phenotype rules ({what} "kind": "{RULES_KIND}") and not a '
-            "classifier file either"
+            f"classifier file either{_looks_like(data)}"
         )
+    _check_classifier_zip(path, raw)
     classifier = loader(path)
     if not callable(getattr(classifier, "predict_classes", None)):
         raise ValueError(f"{path}: the loaded classifier has no predict_classes(result)")
     digest = getattr(classifier, "digest", None)
     sha = digest() if callable(digest) else hashlib.sha256(raw).hexdigest()
     return classifier, {"kind": "classifier", "path": str(path.resolve()), "sha256": str(sha)}
+
+
+#: The member every classifier file (``.npz``) holds: its JSON description.
+_CLASSIFIER_MEMBER = "meta.npy"
+
+
+def _looks_like(data: Any) -> str:
+    """Say what a JSON document that is not rules looks like (for the error), or ``""``."""
+    if not isinstance(data, Mapping):
+        return ""
+    if data.get("type") in ("FeatureCollection", "Feature"):
+        return " (it is GeoJSON: open it in napari, or pass it as annotations)"
+    if "object_classifier_type" in data or "pixel_classifier_type" in data:
+        return (
+            " (it is a QuPath classifier, which napari-slidescope cannot apply: train one in "
+            'the "Cell classifier" dock or with train_classifier)'
+        )
+    return ""
+
+
+def _check_classifier_zip(path: Path, raw: bytes) -> None:
+    """Raise a clear ValueError unless `raw` is a zip that holds a classifier's description.
+
+    A classifier file is a ``.npz`` (a zip of ``.npy`` arrays, one of them
+    :data:`_CLASSIFIER_MEMBER`); any other zip (a QuPath project, a zipped zarr store, a
+    folder of images) is recognised here, from its table of contents, before any member
+    is read.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            names = archive.namelist()
+    except zipfile.BadZipFile as e:
+        raise ValueError(
+            f"{path}: not phenotype rules and not a classifier file: a damaged zip archive ({e})"
+        ) from e
+    if _CLASSIFIER_MEMBER in names:
+        return
+    kind = "a zip archive"
+    if any(n.endswith((".zarray", "zarr.json", ".zgroup")) for n in names):
+        kind = "a zipped zarr store"
+    elif any(n.endswith(".qpproj") for n in names):
+        kind = "a zipped QuPath project"
+    elif names and all(n.endswith(".npy") for n in names):
+        kind = "a numpy .npz archive"
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    raise ValueError(
+        f"{path}: not phenotype rules and not a napari-slidescope classifier file: {kind} "
+        f"of {len(names)} member(s) ({shown or 'empty'}) without the classifier's "
+        f"{_CLASSIFIER_MEMBER}; save a classifier with ObjectClassifier.save or the "
+        '"Cell classifier" dock, or rules with PhenotypeRules.save'
+    )
 
 
 def classification_from(descriptor: Mapping[str, Any]) -> Any:

@@ -135,7 +135,9 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     assert load_classifier(saved).sha256 == dock.classifier.sha256
     # loading it back (into a fresh dock): its classes join the list and it previews
     other = cell_classifier.CellClassifierWidget(viewer)
-    other.remove_class("Stroma")
+    # a fresh dock starts from the layer's last classification, in its colours
+    assert other.classes == layer.metadata["slidescope_classes"]
+    other.remove_class("Spindle")
     other.load_classifier(saved)
     assert other.classifier.sha256 == dock.classifier.sha256
     assert set(CLASS_NAMES) <= set(other.classes)

@@ -46,15 +46,15 @@ __all__ = ["CellClassifierWidget"]
 
 #: Colour of nuclei without a predicted class while classes are shown (RGBA 0-1).
 _UNCLASSIFIED = (0.6, 0.6, 0.6, 0.35)
-_DEFAULT_CLASSES = ("Tumor", "Lymphocyte", "Stroma")
 #: Most nuclei in view the live preview classifies (about 0.1 s of features and trees).
 PREVIEW_MAX = 50_000
 
 
-def _palette(k: int) -> tuple[int, int, int]:
-    from napari_slidescope.pipeline.cell_forest import PALETTE
+def _colour(name: str, taken: dict[str, tuple[int, int, int]]) -> tuple[int, int, int]:
+    """Return the registry's colour of a new class `name` beside the classes `taken`."""
+    from napari_slidescope.analysis.class_colors import class_colors
 
-    return PALETTE[k % len(PALETTE)]
+    return class_colors([*taken, name], given=taken)[name]
 
 
 def _icon(rgb: tuple[int, int, int]) -> QIcon:
@@ -161,8 +161,9 @@ class CellClassifierWidget(QWidget):
         self._viewer.mouse_drag_callbacks.append(self._on_viewer_click)
         self._viewer.layers.events.inserted.connect(self._refresh_layers)
         self._viewer.layers.events.removed.connect(self._refresh_layers)
-        for name in _DEFAULT_CLASSES:
-            self.add_class(name)
+        #: The classes last set from the slide (None: the user changed them since).
+        self._defaults: dict[str, tuple[int, int, int]] | None = None
+        self._set_default_classes()
         self._refresh_layers()
 
     # -- layers ---------------------------------------------------------------------------
@@ -198,7 +199,35 @@ class CellClassifierWidget(QWidget):
             self._plain_colormap = None if layer is None else layer.colormap
             self.examples.clear()
             self.classifier = None
+            self._set_default_classes()
             self._draw_examples()
+
+    def _set_default_classes(self) -> None:
+        """Start from the classes the layer's slide suggests, unless the user set their own.
+
+        The layer's last classification (whatever dock or console made it), else one class
+        per marker on a fluorescence slide, else tumour / lymphocyte / stroma
+        (:func:`~napari_slidescope.pipeline.cell_classes.default_classes`); colours from the
+        one registry, so the legend and the exports show the same.
+        """
+        from napari_slidescope.pipeline.cell_classes import default_classes
+
+        if self._defaults is not None and self.classes != self._defaults:
+            return  # the user added, renamed or recoloured classes: keep them
+        canvas = canvas_of(self._layer) if self._layer is not None else None
+        table = canvas.table() if canvas is not None else {}
+        last = None if self._layer is None else self._layer.metadata.get("slidescope_classes")
+        wanted = default_classes(table, last)
+        if wanted == self.classes:
+            self._defaults = dict(wanted)
+            return
+        self.classes = {}
+        self.class_list.clear()
+        for name, rgb in wanted.items():
+            self.add_class(name, rgb)
+        self._defaults = dict(self.classes)
+        if self.class_list.count():
+            self.class_list.setCurrentRow(0)
 
     @property
     def layer(self) -> Any:
@@ -217,7 +246,7 @@ class CellClassifierWidget(QWidget):
         name = name.strip()
         if not name or name in self.classes:
             raise ValueError(f"class name {name!r}: empty or already used")
-        rgb = color if color is not None else _palette(len(self.classes))
+        rgb = color if color is not None else _colour(name, self.classes)
         self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
         item = QListWidgetItem(_icon(self.classes[name]), name)
         self.class_list.addItem(item)

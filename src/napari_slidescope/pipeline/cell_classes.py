@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from napari_slidescope.analysis.class_colors import class_colors
 from napari_slidescope.analysis.phenotypes import (
     DAB_THRESHOLDS,
     IHC_CLASSES,
@@ -36,7 +37,6 @@ from napari_slidescope.analysis.phenotypes import (
     apply_phenotypes,
     auto_threshold,
     check_dab_thresholds,
-    class_colors,
     dab_scores,
     ihc_summary,
     parse_rule,
@@ -51,9 +51,11 @@ __all__ = [
     "annotation_summary",
     "check_rules",
     "class_summary",
+    "default_classes",
     "classification_from",
     "classify_cells",
     "classify_table",
+    "cell_kind",
     "load_classification",
     "load_rules",
     "marker_column",
@@ -345,6 +347,67 @@ def markers_of(table: Mapping[str, np.ndarray]) -> dict[str, set[str]]:
     return out
 
 
+#: Classes the "Cell classifier" dock starts with on a brightfield slide (H&E or H-DAB).
+BRIGHTFIELD_CLASSES: tuple[str, ...] = ("Tumor", "Lymphocyte", "Stroma")
+#: Channel names taken for the nuclear stain of a fluorescence slide (not a marker).
+_NUCLEAR_STAINS = re.compile(r"dapi|hoechst|draq|nuclear|nucleus|sytox", re.IGNORECASE)
+
+
+def cell_kind(table: Mapping[str, np.ndarray]) -> str:
+    """Say what a nuclei table was measured on: "H-DAB", "brightfield" or "fluorescence".
+
+    From its columns: ``dab_od_*`` means an H-DAB (IHC) slide, ``hematoxylin_od_*`` one
+    of H&E, marker means without either a fluorescence slide. The docks take their
+    defaults from it (IHC scoring only where there is DAB, marker classes where there are
+    markers).
+    """
+    markers = markers_of(table)
+    if DAB in markers:
+        return "H-DAB"
+    if any(str(c).startswith("hematoxylin_od") for c in table) or not markers:
+        return "brightfield"
+    return "fluorescence"
+
+
+def default_classes(
+    table: Mapping[str, np.ndarray], last: Mapping[str, Any] | None = None
+) -> dict[str, tuple[int, int, int]]:
+    """Return the classes (and colours) a classification of `table` starts from.
+
+    Parameters
+    ----------
+    table : mapping of str to ndarray
+        The nuclei table.
+    last : mapping of str to (r, g, b), optional
+        The classes of the slide's last classification (``result.classes``); when given
+        (and not the IHC scores, which are no cell types) they are the answer.
+
+    Returns
+    -------
+    dict of str to (int, int, int)
+        The last classification's classes; else on a fluorescence slide one class per
+        marker that is not the nuclear stain (``"CD8+"``...) and ``"Other"``; else
+        :data:`BRIGHTFIELD_CLASSES`. Colours from
+        :func:`~napari_slidescope.analysis.class_colors.class_colors`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = {"id": np.arange(3), "DAPI_mean": np.ones(3), "CD8_mean": np.ones(3)}
+    >>> list(default_classes(t))
+    ['CD8+', 'Other']
+    """
+    if last:
+        names = [str(n) for n in last]
+        if not set(names) <= set(IHC_CLASSES):
+            return class_colors(names, given=last)
+    if cell_kind(table) == "fluorescence":
+        markers = [m for m in sorted(markers_of(table)) if not _NUCLEAR_STAINS.search(m)]
+        if markers:
+            return class_colors([f"{m}+" for m in markers] + [OTHER])
+    return class_colors(BRIGHTFIELD_CLASSES)
+
+
 def marker_column(table: Mapping[str, np.ndarray], marker: str, compartment: str) -> str:
     """Return the table column of a marker's mean on a compartment.
 
@@ -534,9 +597,9 @@ def _apply_classifier(result: NucleiResult, classifier: Any) -> NucleiResult:
             f"classifier: predict_classes returned {names.shape} classes and {prob.shape} "
             f"probabilities for {n} cells"
         )
-    colors = {str(k): tuple(int(c) for c in v[:3]) for k, v in dict(colors).items()}
-    missing = sorted(set(names.tolist()) - set(colors))
-    colors.update(class_colors(missing))
+    given = {str(k): tuple(int(c) for c in v[:3]) for k, v in dict(colors).items()}
+    extra = sorted(set(names.tolist()) - set(given))  # predicted, yet without a colour
+    colors = class_colors([*given, *extra], given=given)
     table = {**result.table, "class": names, "class_probability": prob}
     info = {"kind": "classifier", "classifier": type(classifier).__name__}
     return dataclasses.replace(result, table=table, classes=colors, classification=info)

@@ -110,10 +110,10 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     viewer.screenshot(str(tmp_path / "cell_classes_zoom.png"), canvas_only=True)
     # the whole layer: same classes as classify_cells with the same classifier
     res = classify_cells(canvas_of_layer(layer).to_result(), classifier=dock.classifier)
-    expect = {c: int((res.table["class"] == c).sum()) for c in dock.classifier.class_names}
+    expect = {c: int((res.columns["class"] == c).sum()) for c in dock.classifier.class_names}
     assert counts == expect
     assert sum(counts.values()) == len(table["id"])
-    right = (res.table["class"] == np.asarray(CLASS_NAMES)[cls.clip(0)])[cls >= 0]
+    right = (res.columns["class"] == np.asarray(CLASS_NAMES)[cls.clip(0)])[cls >= 0]
     assert right.mean() > 0.7  # 5 examples per class; the benchmark measures accuracy
     # a selected shape: the nuclei inside it, counts and densities in the legend
     corners = [(0, 0), (0, 512), (256, 512), (256, 0)]
@@ -122,8 +122,8 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     shapes.selected_data = {0}
     viewer.layers.selection.active = shapes
     in_shape = dock.classify_in_shape()
-    top = np.asarray(res.table["centroid_row"]) < 256
-    want = {c: int((res.table["class"][top] == c).sum()) for c in dock.classifier.class_names}
+    top = np.asarray(res.columns["centroid_row"]) < 256
+    want = {c: int((res.columns["class"][top] == c).sum()) for c in dock.classifier.class_names}
     assert in_shape == want
     assert "in the shape" in dock.legend.text()
     assert "/mm²" in dock.legend.text()

@@ -67,7 +67,7 @@ def show_classes(layer: Any, result: Any) -> None:
     """
     from napari_slidescope._napari.layers import canvas_of, cells_layers_of
 
-    table = result.table
+    table = result.columns
     layer.colormap = class_colormap(table["id"], table["class"], result.classes)
     for cells in cells_layers_of(canvas_of(layer)):
         cells.colormap = class_colormap(table["id"], table["class"], result.classes)

@@ -187,15 +187,15 @@ def add_cells(viewer: Any, result: Any, image: Any = None) -> Any:
         layer = viewer.add_labels(data, **meta)
         layer.metadata["slidescope_label_ids"] = np.asarray(ids)
     layer.contour = 1
-    if "class" in result.table:
+    if "class" in result.columns:
         ids = layer.metadata.get("slidescope_label_ids")
         if ids is None:
             layer.colormap = class_colormap(
-                result.table["id"], result.table["class"], result.classes
+                result.columns["id"], result.columns["class"], result.classes
             )
         else:  # rasterised outlines are numbered 1..n in outline order
             by_id = dict(
-                zip(np.asarray(result.table["id"]).tolist(), result.table["class"], strict=True)
+                zip(np.asarray(result.columns["id"]).tolist(), result.columns["class"], strict=True)
             )
             classes = np.array([by_id.get(int(i), "") for i in ids], dtype=object)
             layer.colormap = class_colormap(np.arange(1, len(ids) + 1), classes, result.classes)

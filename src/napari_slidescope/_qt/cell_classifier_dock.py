@@ -480,7 +480,7 @@ class CellClassifierWidget(QWidget):
         canvas = canvas_of(self._layer) if self._layer is not None else None
         if canvas is None:
             raise ValueError("Cell classifier: no nuclei layer of this plugin to classify")
-        table = canvas.to_result().table
+        table = canvas.to_result().columns
         clf, layer = self.classifier, self._layer
         self.classify_button.setEnabled(False)
         self.status.setText(f"Classifying {len(table['id']):,} nuclei…")
@@ -502,7 +502,7 @@ class CellClassifierWidget(QWidget):
         except ValueError as exc:
             self.status.setText(f"{exc}: the nuclei changed while classifying; classify again")
             return
-        names = np.asarray(result.table["class"])
+        names = np.asarray(result.columns["class"])
         counts = {c: int(np.count_nonzero(names == c)) for c in clf.class_names}
         self.last_counts = counts
         self.status.setText(f"Classified {len(names):,} nuclei")

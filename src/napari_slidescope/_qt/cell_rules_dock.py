@@ -240,7 +240,7 @@ class ClassifyWidget(QWidget):
         from napari_slidescope.pipeline.cell_classes import annotation_summary
 
         try:
-            if self.result is None or "class" not in self.result.table:
+            if self.result is None or "class" not in self.result.columns:
                 raise ValueError("nothing classified yet: press Apply first")
             polygon = selected_polygon(self.viewer, jobs.active_slide_layer(self.viewer))
             s = annotation_summary(self.result, polygon)

@@ -372,7 +372,7 @@ def classify_parts(
 
     table = _part_measurements(slide_dir, tiles)
     res = classify_table(table, classification_from(descriptor))
-    extra = {k: np.asarray(v) for k, v in res.table.items() if k not in table}
+    extra = {k: np.asarray(v) for k, v in res.columns.items() if k not in table}
     return SlideClasses(extra, dict(res.classes), class_summary(res, area_mm2=area_mm2))
 
 

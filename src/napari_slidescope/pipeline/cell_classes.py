@@ -2,7 +2,7 @@
 
 How a result carries classes (the one representation every consumer reads):
 
-- ``result.table["class"]``: (count,) ndarray of str, the class of each row (a phenotype,
+- ``result.columns["class"]``: (count,) ndarray of str, the class of each row (a phenotype,
   ``"Other"``, or ``"Negative"``/``"1+"``/``"2+"``/``"3+"`` for IHC);
 - ``result.classes``: dict class name -> ``(r, g, b)`` 0-255, every class that can occur,
   in legend order;
@@ -533,7 +533,7 @@ def classify_cells(
 
 def apply_rules(result: NucleiResult, rules: PhenotypeRules) -> NucleiResult:
     """Apply checked rules to a result (:func:`classify_cells` with ``rules=``)."""
-    table = result.table
+    table = result.columns
     check_rules(rules, table)
     comp = _resolve_compartment(table, rules.compartment)
     out = {k: v for k, v in table.items() if k not in ("class", "class_probability")}
@@ -580,7 +580,7 @@ def apply_rules(result: NucleiResult, rules: PhenotypeRules) -> NucleiResult:
             names.append("Negative")
     out["class"] = classes
     colors = class_colors(names)
-    return dataclasses.replace(result, table=out, classes=colors, classification=info)
+    return dataclasses.replace(result, columns=out, classes=colors, classification=info)
 
 
 def _apply_classifier(result: NucleiResult, classifier: Any) -> NucleiResult:
@@ -590,7 +590,7 @@ def _apply_classifier(result: NucleiResult, classifier: Any) -> NucleiResult:
             f"classifier: {type(classifier).__name__} has no predict_classes(result) method"
         )
     names, prob, colors = predict(result)
-    n = int(np.asarray(result.table["id"]).size)
+    n = int(np.asarray(result.columns["id"]).size)
     names, prob = np.asarray(names).astype(str), np.asarray(prob, np.float64)
     if names.shape != (n,) or prob.shape != (n,):
         raise ValueError(
@@ -600,9 +600,9 @@ def _apply_classifier(result: NucleiResult, classifier: Any) -> NucleiResult:
     given = {str(k): tuple(int(c) for c in v[:3]) for k, v in dict(colors).items()}
     extra = sorted(set(names.tolist()) - set(given))  # predicted, yet without a colour
     colors = class_colors([*given, *extra], given=given)
-    table = {**result.table, "class": names, "class_probability": prob}
+    table = {**result.columns, "class": names, "class_probability": prob}
     info = {"kind": "classifier", "classifier": type(classifier).__name__}
-    return dataclasses.replace(result, table=table, classes=colors, classification=info)
+    return dataclasses.replace(result, columns=table, classes=colors, classification=info)
 
 
 def class_summary(result: NucleiResult, *, area_mm2: float | None = None) -> dict[str, Any]:
@@ -623,17 +623,17 @@ def class_summary(result: NucleiResult, *, area_mm2: float | None = None) -> dic
         :func:`~napari_slidescope.analysis.phenotypes.ihc_summary` (``positive_percent``,
         ``h_score``...).
     """
-    if "class" not in result.table:
+    if "class" not in result.columns:
         raise ValueError("class_summary: the result has no classes; run classify_cells first")
-    classes = np.asarray(result.table["class"])
+    classes = np.asarray(result.columns["class"])
     out: dict[str, Any] = {}
     for name in result.classes:
         k = int(np.count_nonzero(classes == name))
         out[f"{name}_count"] = k
         if area_mm2 is not None:
             out[f"{name}_per_mm2"] = k / area_mm2 if area_mm2 > 0 else float("nan")
-    if "dab_score" in result.table:
-        out.update(ihc_summary(np.asarray(result.table["dab_score"]), area_mm2=area_mm2))
+    if "dab_score" in result.columns:
+        out.update(ihc_summary(np.asarray(result.columns["dab_score"]), area_mm2=area_mm2))
     return out
 
 
@@ -672,7 +672,7 @@ def annotation_summary(result: NucleiResult, polygon: Any, *, holes: Any = ()) -
             raise ValueError(
                 f"annotation: expected (row, col) rings of 3 or more points, got shape {r.shape}"
             )
-    table = result.table
+    table = result.columns
     if "class" not in table:
         raise ValueError("annotation_summary: the result has no classes; run classify_cells first")
     points = np.column_stack(
@@ -691,7 +691,8 @@ def annotation_summary(result: NucleiResult, polygon: Any, *, holes: Any = ()) -
     dy, dx = (float(v) for v in result.downsample)
     px_um2 = (my / dy) * (mx / dx)  # one level-0 pixel
     area_mm2 = max(area(rings[0]) - sum(area(h) for h in rings[1:]), 0.0) * px_um2 / 1e6
-    subset = dataclasses.replace(result, table={k: np.asarray(v)[inside] for k, v in table.items()})
+    kept = {k: np.asarray(v)[inside] for k, v in table.items()}
+    subset = dataclasses.replace(result, columns=kept)
     return {
         "area_mm2": area_mm2,
         "cells": int(inside.sum()),

@@ -35,6 +35,7 @@ from napari_slidescope._io import atomic_write
 from napari_slidescope.analysis.cell_features import (
     DEFAULT_RADIUS_UM,
     FEATURES_VERSION,
+    as_columns,
     cell_features,
     default_features,
 )
@@ -345,7 +346,7 @@ def train_classifier(
     """
     # the parent package is imported whenever this module is (no import: layers)
     version = str(sys.modules["napari_slidescope"].__version__)
-    table = getattr(result, "table", result)
+    table = as_columns(result)
     ids = np.asarray(table["id"])
     given = {int(k): str(v) for k, v in dict(labels).items()}
     names = tuple(classes) if classes is not None else tuple(sorted(set(given.values())))

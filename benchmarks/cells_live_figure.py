@@ -4,8 +4,9 @@ The shared test slide CMU-1-Small-Region.svs (a real H&E crop, 0.5 µm/px, from
 ``$SLIDESCOPE_TESTDATA``; ``--slide`` takes another) is opened in napari, the dock's
 task is "Segment nuclei" on the visible region with the built-in segmenter and "Cell
 expansion" 3 µm, and the run is started from the dock as a user would. The nuclei layer
-(switched to filled, one click in its layer controls) and the ``"<slide> cells"`` layer (outlines, same ids) are painted tile by tile;
-the screenshot is taken once the run is done. There is no ground truth: the figure is for
+and the ``"<slide> cells"`` layer (outlines, same ids) are painted tile by tile; once the
+run is done the nuclei are switched to filled (one click in their layer controls) and the
+screenshot is taken. There is no ground truth: the figure is for
 the eye (the tests compare the cells with ``segment_nuclei(cell_expansion_um=3)``).
 
 Usage (needs a display: ``xvfb-run -a``)::

@@ -30,7 +30,7 @@ from sklearn.ensemble import RandomForestClassifier
 from napari_slidescope.analysis.cell_features import cell_features, default_features
 from napari_slidescope.analysis.measure import measure_nuclei
 from napari_slidescope.analysis.stains import estimate_stains
-from napari_slidescope.pipeline.cell_classifier import train_classifier
+from napari_slidescope.pipeline.cell_forest import train_classifier
 from napari_slidescope.pipeline.nuclei import segment_nuclei
 from napari_slidescope.sample_cell_types import CLASS_NAMES, make_cells_image
 
@@ -45,11 +45,11 @@ def _images(seeds):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             seg = segment_nuclei(rgb, mpp=MPP, tissue=False, segmenter="builtin", workers=1)
-        seg_cls = truth.class_at(seg.table["centroid_y_um"], seg.table["centroid_x_um"])
+        seg_cls = truth.class_at(seg.columns["centroid_y_um"], seg.columns["centroid_x_um"])
         od = estimate_stains(rgb).separate(rgb)
         true_t = measure_nuclei(truth.labels, mpp=MPP, od=od)
         true_cls = truth.classes[true_t["id"] - 1]
-        out.append({"segmented": (seg.table, seg_cls), "true outlines": (true_t, true_cls)})
+        out.append({"segmented": (seg.columns, seg_cls), "true outlines": (true_t, true_cls)})
     return out
 
 

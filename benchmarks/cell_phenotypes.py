@@ -28,7 +28,7 @@ import numpy as np
 
 from napari_slidescope import SlidescopeWarning, classify_cells, segment_nuclei
 from napari_slidescope.analysis.phenotypes import dab_scores, ihc_summary
-from napari_slidescope.pipeline.classify import class_summary
+from napari_slidescope.pipeline.cell_classes import class_summary
 from napari_slidescope.sample_cells import MULTIPLEX_RULES, make_hdab, make_multiplex
 
 SHAPE = (800, 800)
@@ -36,8 +36,8 @@ EXPAND_UM = 5.0
 
 
 def _matched(res, truth_labels):
-    rows = np.clip(np.round(res.table["centroid_row"]).astype(int), 0, truth_labels.shape[0] - 1)
-    cols = np.clip(np.round(res.table["centroid_col"]).astype(int), 0, truth_labels.shape[1] - 1)
+    rows = np.clip(np.round(res.columns["centroid_row"]).astype(int), 0, truth_labels.shape[0] - 1)
+    cols = np.clip(np.round(res.columns["centroid_col"]).astype(int), 0, truth_labels.shape[1] - 1)
     tid = truth_labels[rows, cols]
     return tid > 0, tid - 1
 
@@ -67,8 +67,8 @@ def multiplex(seeds: list[int]) -> None:
                    "Ki67": {"threshold": "auto", "compartment": "nucleus"}}  # fmt: skip
         out = classify_cells(res, markers=markers, phenotypes=MULTIPLEX_RULES, compartment="cell")
         ok, idx = _matched(out, t.nuclei)
-        f1 = {m: _f1(out.table[f"{m}_positive"][ok], t.positive[m][idx[ok]]) for m in markers}
-        acc = float(np.mean(out.table["class"][ok] == t.phenotype[idx[ok]]))
+        f1 = {m: _f1(out.columns[f"{m}_positive"][ok], t.positive[m][idx[ok]]) for m in markers}
+        acc = float(np.mean(out.columns["class"][ok] == t.phenotype[idx[ok]]))
         print(
             f"| {seed} | {res.count} ({t.nuclei.max()}) | {ok.sum()} | "
             + " | ".join(f"{f1[m]:.3f}" for m in markers)
@@ -86,11 +86,11 @@ def ihc(seeds: list[int]) -> None:
     for seed in seeds:
         t = make_hdab(seed=seed, shape=SHAPE)
         res = segment_nuclei(t.image, mpp=t.mpp, segmenter="builtin", tissue=False)
-        stain = "H-DAB" if "dab_od_mean" in res.table else "H&E"
+        stain = "H-DAB" if "dab_od_mean" in res.columns else "H&E"
         out = classify_cells(res, dab=True)
         got, want = class_summary(out), ihc_summary(dab_scores(t.dab))
         ok, idx = _matched(out, t.nuclei)
-        acc = float(np.mean(out.table["dab_score"][ok] == dab_scores(t.dab)[idx[ok]]))
+        acc = float(np.mean(out.columns["dab_score"][ok] == dab_scores(t.dab)[idx[ok]]))
         print(
             f"| {seed} | {stain} | {res.count} ({t.nuclei.max()}) | "
             f"{got['positive_percent']:.1f} ({want['positive_percent']:.1f}) | "

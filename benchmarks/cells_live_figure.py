@@ -4,8 +4,9 @@ The shared test slide CMU-1-Small-Region.svs (a real H&E crop, 0.5 µm/px, from
 ``$SLIDESCOPE_TESTDATA``; ``--slide`` takes another) is opened in napari, the dock's
 task is "Segment nuclei" on the visible region with the built-in segmenter and "Cell
 expansion" 3 µm, and the run is started from the dock as a user would. The nuclei layer
-(filled) and the ``"<slide> cells"`` layer (outlines, same ids) are painted tile by tile;
-the screenshot is taken once the run is done. There is no ground truth: the figure is for
+and the ``"<slide> cells"`` layer (outlines, same ids) are painted tile by tile; once the
+run is done the nuclei are switched to filled (one click in their layer controls) and the
+screenshot is taken. There is no ground truth: the figure is for
 the eye (the tests compare the cells with ``segment_nuclei(cell_expansion_um=3)``).
 
 Usage (needs a display: ``xvfb-run -a``)::
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     app.processEvents()
     nuclei = viewer.layers[f"{image.name} nuclei"]
     cells = viewer.layers[f"{image.name} cells"]
+    nuclei.contour = 0  # filled (nuclei are outlines by default): told apart from the cells
+    app.processEvents()
     shot = viewer.screenshot(canvas_only=False, flash=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     io.imsave(args.out, shot, check_contrast=False)

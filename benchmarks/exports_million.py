@@ -60,7 +60,7 @@ def make_seed(path: Path) -> None:
         ids=ids,
         region=np.array(res.region),
         mpp=np.array(res.mpp, float),
-        **{f"col_{k}": np.asarray(v) for k, v in res.table.items()},
+        **{f"col_{k}": np.asarray(v) for k, v in res.columns.items()},
     )
 
 
@@ -101,7 +101,7 @@ def build(seed: Path, n: int) -> object:
     table["centroid_y_um"] = table["centroid_y_um"] + dy_a * mpp
     table["centroid_x_um"] = table["centroid_x_um"] + dx_a * mpp
     return NucleiResult(
-        labels=None, mpp=mpp, origin=(0, 0), downsample=(1.0, 1.0), count=n, table=table,
+        labels=None, mpp=mpp, origin=(0, 0), downsample=(1.0, 1.0), count=n, columns=table,
         region=(0, 0, side * h, side * w), segmenter="builtin",
         outlines=(polys, np.concatenate(new_ids)),
     )  # fmt: skip

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from skimage import io
 
     from napari_slidescope._napari.layers import aligned_transform
-    from napari_slidescope._qt.classes import _legend, add_cells, show_classes
+    from napari_slidescope._qt.cell_classes_dock import _legend, add_cells, show_classes
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     root = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     image = viewer.add_image(rgb, name="immunohistochemistry", scale=(MPP, MPP), rgb=True)
     scale, translate = aligned_transform(image, res.origin, res.downsample)
     nuclei = viewer.add_labels(res.labels, name="nuclei", scale=scale, translate=translate)
-    nuclei.features = {"index": res.table["id"]}
+    nuclei.features = {"index": res.columns["id"]}
     show_classes(nuclei, res)
     nuclei.opacity = 0.8
     add_cells(viewer, res, image)
@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     shot = viewer.screenshot(canvas_only=False, flash=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     io.imsave(args.out, shot, check_contrast=False)
-    counts = {c: int((res.table["class"] == c).sum()) for c in res.classes}
-    print(f"{res.count} cells, stain columns {[c for c in res.table if c.startswith('dab')][:3]}")
+    counts = {c: int((res.columns["class"] == c).sum()) for c in res.classes}
+    print(f"{res.count} cells, stain columns {[c for c in res.columns if c.startswith('dab')][:3]}")
     print(f"classes {counts}; wrote {args.out}")
     viewer.close()
     return 0

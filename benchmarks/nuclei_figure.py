@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         panel = rgb.copy()
         panel[segmentation.find_boundaries(res.labels, mode="inner")] = COLOURS[name]
         panels.append(panel)
-        area = float(np.median(res.table["area_um2"])) if res.count else float("nan")
+        area = float(np.median(res.columns["area_um2"])) if res.count else float("nan")
         print(f"{name:9s} {res.count:4d} nuclei, median area {area:.1f} µm², {dt:.2f} s")
     gap = np.full((rgb.shape[0], 8, 3), 255, np.uint8)
     row = np.concatenate([p for panel in panels for p in (panel, gap)][:-1], axis=1)

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from skimage import io
 
-    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.cell_rules_dock import ClassifyWidget
     from napari_slidescope.sample_cells import make_hdab
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         shot = viewer.screenshot(canvas_only=False, flash=False)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         io.imsave(args.out, shot, check_contrast=False)
-        dab = np.asarray(before.table[col])
+        dab = np.asarray(before.columns[col])
         moved = int(((dab > 0.2) & (dab <= after["dab_thresholds"][0])).sum())
         print(
             f"{before.count} nuclei; 1+ threshold 0.2 -> {after['dab_thresholds'][0]:.3f}: "

@@ -46,14 +46,14 @@ def main() -> None:
             res = segment_nuclei(
                 path, segmenter="builtin-fluorescence", tissue=False, cell_expansion_um=5
             )
-        rows = np.round(res.table["centroid_row"]).astype(int)
-        cols = np.round(res.table["centroid_col"]).astype(int)
+        rows = np.round(res.columns["centroid_row"]).astype(int)
+        cols = np.round(res.columns["centroid_col"]).astype(int)
         tid = t.nuclei[rows, cols]
         ok = tid > 0
         for name, rule in RULES.items():
             f1 = []
             for marker, col in COLUMNS.items():
-                v = np.asarray(res.table[col], float)
+                v = np.asarray(res.columns[col], float)
                 pred = v > rule(v)
                 f1.append(_f1(pred[ok], t.positive[marker][tid[ok] - 1]))
             print(f"| {seed} | {name} | " + " | ".join(f"{x:.3f}" for x in f1) + " |")

@@ -107,6 +107,12 @@ def main() -> None:
         help="add passes with a second view of the same pyramid whose levels hide their "
         "chunk grid from napari (as before they had one: re-sliced at every camera move)",
     )
+    ap.add_argument(
+        "--compare-outlines",
+        action="store_true",
+        help="add passes with the same pyramid drawn as outlines (contour=1, the default of "
+        "the nuclei layers since issue 36) beside the filled layer (contour=0)",
+    )
     args = ap.parse_args()
 
     import napari
@@ -209,6 +215,16 @@ def main() -> None:
         slice_ms["unchunked"] = []
         timed_slice(old, "unchunked")
         shown_as["unchunked"] = old
+    if args.compare_outlines:
+        outlined = viewer.add_labels(
+            canvas.data, name="nuclei outlines", scale=scale, translate=translate,
+            opacity=0.8, multiscale=True, units=("µm", "µm"), visible=False,
+        )  # fmt: skip
+        outlined.contour = 1
+        slice_ms["outlines"] = []
+        timed_slice(outlined, "outlines")
+        shown_as["outlines"] = outlined
+    layer.contour = 0  # "with": the filled drawing, as before issue 36
     print(f"canvas {native.width()} x {native.height()} screen px, {n:,} nuclei shown")
     ms: dict[str, list[float]] = {k: [] for k in shown_as}
     every: dict[str, list[float]] = {k: [] for k in shown_as}
@@ -253,7 +269,7 @@ def main() -> None:
                 f"mean {mean[k] / mean['without']:.2f}, 90th pct {p90[k] / p90['without']:.2f}"
             )
     moves = args.passes * 25
-    for k, key in (("with", "labels"), ("unchunked", "unchunked")):
+    for k, key in (("with", "labels"), ("unchunked", "unchunked"), ("outlines", "outlines")):
         if k in shown_as and slice_ms[key]:
             print(
                 f"  {k} result: labels re-sliced at {len(slice_ms[key])} of {moves} camera "

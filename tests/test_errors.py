@@ -19,7 +19,7 @@ OLD_PATHS = [
     ("napari_slidescope.segmenters.resolution", "UncalibratedWarning"),
     ("napari_slidescope.segmenters.instanseg", "InstallError"),
     ("napari_slidescope.pipeline.cancel", "Cancelled"),
-    ("napari_slidescope.pipeline.cell_classifier", "ClassifierFileError"),
+    ("napari_slidescope.pipeline.cell_forest", "ClassifierFileError"),
 ]
 
 

@@ -38,13 +38,13 @@ _LAZY = {
     "segment_nuclei": "napari_slidescope.pipeline.nuclei",
     "NucleiResult": "napari_slidescope.pipeline.nuclei",
     "analyze_slides": "napari_slidescope.batch",
-    "classify_cells": "napari_slidescope.pipeline.classify",
-    "CellClassifier": "napari_slidescope.pipeline.classify",
-    "PhenotypeRules": "napari_slidescope.pipeline.classify",
-    "load_rules": "napari_slidescope.pipeline.classify",
-    "class_summary": "napari_slidescope.pipeline.classify",
-    "train_classifier": "napari_slidescope.pipeline.cell_classifier",
-    "load_classifier": "napari_slidescope.pipeline.cell_classifier",
+    "classify_cells": "napari_slidescope.pipeline.cell_classes",
+    "CellClassifier": "napari_slidescope.pipeline.cell_classes",
+    "PhenotypeRules": "napari_slidescope.pipeline.cell_classes",
+    "load_rules": "napari_slidescope.pipeline.cell_classes",
+    "class_summary": "napari_slidescope.pipeline.cell_classes",
+    "train_classifier": "napari_slidescope.pipeline.cell_forest",
+    "load_classifier": "napari_slidescope.pipeline.cell_forest",
     "write_sample_slide": "napari_slidescope.sample_data",
     "tile_slide": "napari_slidescope.tiles",
     "TileTable": "napari_slidescope.tiles",
@@ -84,14 +84,14 @@ __all__ = ["__version__", *_ERRORS, *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
     from napari_slidescope.batch import analyze_slides
-    from napari_slidescope.pipeline.cell_classifier import load_classifier, train_classifier
-    from napari_slidescope.pipeline.classify import (
+    from napari_slidescope.pipeline.cell_classes import (
         CellClassifier,
         PhenotypeRules,
         class_summary,
         classify_cells,
         load_rules,
     )
+    from napari_slidescope.pipeline.cell_forest import load_classifier, train_classifier
     from napari_slidescope.pipeline.nuclei import NucleiResult, segment_nuclei
     from napari_slidescope.pipeline.region_cells import assign_regions, region_summary
     from napari_slidescope.pipeline.region_classifier import (

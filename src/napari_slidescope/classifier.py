@@ -1,11 +1,11 @@
 """The learned cell classifier's public names (``slidescope batch --classify`` loads from here).
 
-The code lives in :mod:`napari_slidescope.pipeline.cell_classifier`; this module is where
-:func:`~napari_slidescope.pipeline.classify.load_classification` looks for a loader of
+The code lives in :mod:`napari_slidescope.pipeline.cell_forest`; this module is where
+:func:`~napari_slidescope.pipeline.cell_classes.load_classification` looks for a loader of
 non-rules files.
 """
 
-from napari_slidescope.pipeline.cell_classifier import (
+from napari_slidescope.pipeline.cell_forest import (
     ClassifierFileError,
     ObjectClassifier,
     load_classifier,

@@ -16,9 +16,9 @@ executed (worker threads, progress callbacks, the cluster) stays with the functi
 runs it.
 
 Classification has no options class here: its options object is
-:class:`~napari_slidescope.pipeline.classify.PhenotypeRules`, already frozen, checked
+:class:`~napari_slidescope.pipeline.cell_classes.PhenotypeRules`, already frozen, checked
 once (``PhenotypeRules.of``), saved and loaded as JSON, and taken whole by
-:func:`~napari_slidescope.pipeline.classify.classify_cells`. A ``ClassifyOptions`` beside
+:func:`~napari_slidescope.pipeline.cell_classes.classify_cells`. A ``ClassifyOptions`` beside
 it would be a second copy of the same rules; what classification adds to a digest is the
 rules' JSON.
 
@@ -416,7 +416,7 @@ class NucleiOptions(_Options):
     stain : {"auto", "H&E", "H-DAB"}
         Brightfield stain: the second stain vector is eosin (``eosin_od_mean``) or DAB
         (``dab_od_mean``, for IHC scoring with
-        :func:`~napari_slidescope.pipeline.classify.classify_cells`). ``"auto"``: what the
+        :func:`~napari_slidescope.pipeline.cell_classes.classify_cells`). ``"auto"``: what the
         slide's estimated vectors show (a pink or a brown second stain,
         :func:`~napari_slidescope.analysis.stains.stain_kind`).
     cell_expansion_um : float or None

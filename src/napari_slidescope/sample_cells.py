@@ -1,8 +1,8 @@
 """Synthetic cell images with known phenotypes: a multiplex fluorescence image and an H-DAB one.
 
-Test fixtures and benchmark inputs for :func:`~napari_slidescope.pipeline.classify.classify_cells`:
-every cell's markers and IHC score are known. GUI-free; numpy, scipy and scikit-image only
-(tifffile to write the OME-TIFF).
+Test fixtures and benchmark inputs for
+:func:`~napari_slidescope.pipeline.cell_classes.classify_cells`: every cell's markers and IHC score
+are known. GUI-free; numpy, scipy and scikit-image only (tifffile to write the OME-TIFF).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Importing it does not import napari.
 """
 
 from napari_slidescope._napari.tiles import add_tile_overlay
-from napari_slidescope._qt.classes import add_cells, classify
+from napari_slidescope._qt.cell_classes_dock import add_cells, classify
 from napari_slidescope._qt.console import (
     add_nuclei,
     add_slide,

@@ -61,7 +61,7 @@ def test_whole_slide_nuclei_are_exact_at_full_zoom(
     )
     # hovering a nucleus shows its measurements: one feature row per id
     feats = layer.features
-    assert set(feats["index"]) == set(ref.table["id"].tolist())
+    assert set(feats["index"]) == set(ref.columns["id"].tolist())
     nid = int(expected[expected > 0][0])
     row = feats[feats["index"] == nid]
     assert row.shape[0] == 1
@@ -137,12 +137,12 @@ def test_nuclei_erased_in_the_layer_leave_the_exports(
     layer = viewer.layers[f"{image.name} nuclei"]
     assert not layer.multiscale  # a region run: an editable dense layer
     before = _layers.canvas_of(layer).to_result()
-    gone = int(before.table["id"][0])
+    gone = int(before.columns["id"][0])
     layer.data[layer.data == gone] = 0  # what the eraser / fill-with-0 tools do
     layer.refresh()
     after = _layers.canvas_of(layer).to_result()
     assert after.count == before.count - 1
-    assert gone not in after.table["id"]
+    assert gone not in after.columns["id"]
     after.to_csv(tmp_path / "n.csv")
     after.to_geojson(tmp_path / "n.geojson")
     feats = json.loads((tmp_path / "n.geojson").read_text())["features"]

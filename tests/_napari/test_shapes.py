@@ -123,7 +123,7 @@ def test_analyse_inside_the_selected_shape(
         str(small_slide), region=ring, segmenter=threshold_segmenter(), tissue="auto", **opts
     )
     assert table["id"].size == ref.count
-    np.testing.assert_allclose(np.sort(table["area_um2"]), np.sort(ref.table["area_um2"]))
+    np.testing.assert_allclose(np.sort(table["area_um2"]), np.sort(ref.columns["area_um2"]))
 
 
 def _layers_canvas(viewer, image):

@@ -31,10 +31,10 @@ class _Click:
 def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_path, monkeypatch):
     from napari.utils.colormaps import DirectLabelColormap
 
-    from napari_slidescope._qt import cell_classifier
-    from napari_slidescope._qt.classes import LEGEND_NAME
-    from napari_slidescope.pipeline.cell_classifier import load_classifier
-    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope._qt import cell_classifier_dock as cell_classifier
+    from napari_slidescope._qt.cell_classes_dock import LEGEND_NAME
+    from napari_slidescope.pipeline.cell_classes import classify_cells
+    from napari_slidescope.pipeline.cell_forest import load_classifier
     from napari_slidescope.sample_cell_types import CLASS_NAMES
 
     path, truth = cells_slide
@@ -110,10 +110,10 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     viewer.screenshot(str(tmp_path / "cell_classes_zoom.png"), canvas_only=True)
     # the whole layer: same classes as classify_cells with the same classifier
     res = classify_cells(canvas_of_layer(layer).to_result(), classifier=dock.classifier)
-    expect = {c: int((res.table["class"] == c).sum()) for c in dock.classifier.class_names}
+    expect = {c: int((res.columns["class"] == c).sum()) for c in dock.classifier.class_names}
     assert counts == expect
     assert sum(counts.values()) == len(table["id"])
-    right = (res.table["class"] == np.asarray(CLASS_NAMES)[cls.clip(0)])[cls >= 0]
+    right = (res.columns["class"] == np.asarray(CLASS_NAMES)[cls.clip(0)])[cls >= 0]
     assert right.mean() > 0.7  # 5 examples per class; the benchmark measures accuracy
     # a selected shape: the nuclei inside it, counts and densities in the legend
     corners = [(0, 0), (0, 512), (256, 512), (256, 0)]
@@ -122,8 +122,8 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     shapes.selected_data = {0}
     viewer.layers.selection.active = shapes
     in_shape = dock.classify_in_shape()
-    top = np.asarray(res.table["centroid_row"]) < 256
-    want = {c: int((res.table["class"][top] == c).sum()) for c in dock.classifier.class_names}
+    top = np.asarray(res.columns["centroid_row"]) < 256
+    want = {c: int((res.columns["class"][top] == c).sum()) for c in dock.classifier.class_names}
     assert in_shape == want
     assert "in the shape" in dock.legend.text()
     assert "/mm²" in dock.legend.text()
@@ -135,7 +135,9 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     assert load_classifier(saved).sha256 == dock.classifier.sha256
     # loading it back (into a fresh dock): its classes join the list and it previews
     other = cell_classifier.CellClassifierWidget(viewer)
-    other.remove_class("Stroma")
+    # a fresh dock starts from the layer's last classification, in its colours
+    assert other.classes == layer.metadata["slidescope_classes"]
+    other.remove_class("Spindle")
     other.load_classifier(saved)
     assert other.classifier.sha256 == dock.classifier.sha256
     assert set(CLASS_NAMES) <= set(other.classes)
@@ -156,7 +158,7 @@ def canvas_of_layer(layer):
 
 
 def test_no_layer_and_bad_names_are_clear(make_napari_viewer, qtbot):
-    from napari_slidescope._qt.cell_classifier import CellClassifierWidget
+    from napari_slidescope._qt.cell_classifier_dock import CellClassifierWidget
 
     viewer = make_napari_viewer()
     dock = CellClassifierWidget(viewer)

@@ -178,18 +178,18 @@ def test_whole_slide_cells_are_a_multiscale_layer(
     # the result exports the cells' outlines too
     res = _layers.canvas_of(nuclei).to_result()
     assert res.has_cells
-    assert set(res.cell_outlines[1].tolist()) == set(ref.table["id"].tolist())
+    assert set(res.cell_outlines[1].tolist()) == set(ref.columns["id"].tolist())
     # classes colour the nuclei layer, and the cells in the same colours
-    from napari_slidescope._qt.classes import show_classes
-    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope._qt.cell_classes_dock import show_classes
+    from napari_slidescope.pipeline.cell_classes import classify_cells
 
-    od = np.asarray(res.table["hematoxylin_od_mean"])
-    res.table["dab_od_mean"] = od  # an H&E slide: score its hematoxylin as if it were DAB
+    od = np.asarray(res.columns["hematoxylin_od_mean"])
+    res.columns["dab_od_mean"] = od  # an H&E slide: score its hematoxylin as if it were DAB
     t = float(np.median(od))
     classified = classify_cells(res, dab=(t, t + 5, t + 10))
     show_classes(nuclei, classified)
-    assert set(classified.table["class"]) == {"Negative", "1+"}
-    for i, c in zip(classified.table["id"][:20], classified.table["class"][:20], strict=True):
+    assert set(classified.columns["class"]) == {"Negative", "1+"}
+    for i, c in zip(classified.columns["id"][:20], classified.columns["class"][:20], strict=True):
         want = np.array(classified.classes[str(c)]) / 255
         assert np.allclose(nuclei.colormap.map(int(i))[:3], want, atol=1 / 255)
         assert np.allclose(cells.colormap.map(int(i))[:3], want, atol=1 / 255)

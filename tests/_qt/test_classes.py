@@ -25,15 +25,15 @@ def test_classify_colours_nuclei_by_class_with_a_legend(
     t = float(np.median(od))  # half the nuclei above: two classes
     # the synthetic H&E slide has no DAB: score its hematoxylin as if it were
     from napari_slidescope._napari.layers import canvas_of
-    from napari_slidescope._qt.classes import _legend, show_classes
-    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope._qt.cell_classes_dock import _legend, show_classes
+    from napari_slidescope.pipeline.cell_classes import classify_cells
 
     result = canvas_of(layer).to_result()
-    result.table["dab_od_mean"] = np.asarray(result.table["hematoxylin_od_mean"])
+    result.columns["dab_od_mean"] = np.asarray(result.columns["hematoxylin_od_mean"])
     res = classify_cells(result, dab=(t, t + 5, t + 10))
     show_classes(layer, res)
     dock = _legend(viewer, res, 0.5)
-    ids, cls = res.table["id"], res.table["class"]
+    ids, cls = res.columns["id"], res.columns["class"]
     assert set(cls) == {"Negative", "1+"}
     for i, c in zip(ids[:20], cls[:20], strict=True):
         want = np.array(res.classes[str(c)]) / 255
@@ -76,9 +76,9 @@ def test_cells_layer_and_classified_geojson_read_back(make_napari_viewer, tmp_pa
 
 
 def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer, tmp_path, qtbot):
-    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.cell_rules_dock import ClassifyWidget
     from napari_slidescope._qt.session import session_for
-    from napari_slidescope.pipeline.classify import load_rules
+    from napari_slidescope.pipeline.cell_classes import load_rules
     from napari_slidescope.sample_cells import make_hdab
 
     path = make_hdab(seed=9, shape=(256, 256)).write(tmp_path / "ki67.ome.tif")
@@ -90,7 +90,7 @@ def test_classification_dock_scores_ihc_and_round_trips_rules(make_napari_viewer
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     dock = ClassifyWidget(viewer)
     res = dock.apply()
-    assert set(res.table["class"]) <= {"Negative", "1+", "2+", "3+"}
+    assert set(res.columns["class"]) <= {"Negative", "1+", "2+", "3+"}
     assert res.count > 20
     layer = viewer.layers[f"{image.name} nuclei"]
     assert "class" in layer.features
@@ -129,11 +129,11 @@ def _drag(canvas, axes, x0, x1, release=True):
 def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     make_napari_viewer, tmp_path, qtbot
 ):
-    from napari_slidescope._qt.classes import classify
-    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.cell_classes_dock import classify
+    from napari_slidescope._qt.cell_rules_dock import ClassifyWidget
     from napari_slidescope._qt.session import session_for
     from napari_slidescope._qt.table import NucleiTableWidget
-    from napari_slidescope.pipeline.classify import load_rules
+    from napari_slidescope.pipeline.cell_classes import load_rules
     from napari_slidescope.sample_cells import make_hdab
 
     path = make_hdab(seed=9, shape=(256, 256)).write(tmp_path / "ki67.ome.tif")
@@ -148,7 +148,7 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     dock = ClassifyWidget(viewer)
     res = dock.apply()  # IHC at 0.2 / 0.4 / 0.6 on the nucleus
     col = "dab_od_mean"
-    dab = np.asarray(res.table[col])
+    dab = np.asarray(res.columns[col])
     table.hist_column.setCurrentIndex(table.hist_column.findData(col))
     assert table.thresholds(col) == [
         ("DAB", 0, 0.2, "1+"),
@@ -170,7 +170,7 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     t1 = dock.current_rules().dab["thresholds"][0]
     assert t1 == pytest.approx(new, abs=0.01)  # a display pixel of the histogram
     assert layer.metadata["slidescope_classification"]["dab_thresholds"][0] == t1
-    ids = np.asarray(res.table["id"])
+    ids = np.asarray(res.columns["id"])
     neg = np.array(res.classes["Negative"]) / 255
     moved = ids[(dab > 0.2) & (dab <= t1)]
     kept = ids[(dab > t1) & (dab <= 0.4)]
@@ -190,7 +190,7 @@ def test_dragging_a_threshold_on_the_histogram_reclassifies_live(
     assert tuple(layer.metadata["slidescope_classification"]["dab_thresholds"]) == tuple(t)
     # a marker's positivity threshold: one line, dragged, into the rules file's markers
     res = classify(viewer, markers={"hematoxylin_od": 0.3})
-    hema = np.asarray(res.table["hematoxylin_od_mean"])
+    hema = np.asarray(res.columns["hematoxylin_od_mean"])
     table.hist_column.setCurrentIndex(table.hist_column.findData("hematoxylin_od_mean"))
     [(marker, index, value, label)] = table.thresholds("hematoxylin_od_mean")
     assert (marker, index, value, label) == ("hematoxylin_od", 0, 0.3, "hematoxylin_od+")
@@ -210,7 +210,7 @@ def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
     make_napari_viewer, tmp_path, qtbot
 ):
     from napari_slidescope._napari.shapes import aligned, to_layer_coords
-    from napari_slidescope._qt.classify_widget import ClassifyWidget
+    from napari_slidescope._qt.cell_rules_dock import ClassifyWidget
     from napari_slidescope._qt.session import session_for
     from napari_slidescope.sample_cells import make_hdab
 
@@ -235,11 +235,11 @@ def test_classification_dock_counts_cells_per_mm2_in_the_selected_shape(
         dock.count_in_annotation()
     shapes.selected_data = {0}
     s = dock.count_in_annotation()
-    inside = np.asarray(res.table["centroid_col"]) < 128
+    inside = np.asarray(res.columns["centroid_col"]) < 128
     assert s["cells"] == int(inside.sum()) > 10
     assert s["area_mm2"] == pytest.approx(256 * 128 * truth.mpp**2 / 1e6)
     for name in res.classes:
-        n = int((np.asarray(res.table["class"])[inside] == name).sum())
+        n = int((np.asarray(res.columns["class"])[inside] == name).sum())
         assert s[f"{name}_count"] == n
         assert s[f"{name}_per_mm2"] == pytest.approx(n / s["area_mm2"])
     assert "H-score" in dock.status.text()

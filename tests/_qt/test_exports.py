@@ -117,12 +117,12 @@ def test_erased_nuclei_leave_the_kept_result(dock_slide, small_slide, qtbot, thr
     layer = viewer.layers[f"{image.name} nuclei"]
     canvas = canvas_of(layer)
     before = canvas.kept_result()
-    gone = int(before.table["id"][0])
+    gone = int(before.columns["id"][0])
     layer.data[layer.data == gone] = 0
     after = canvas.kept_result()
     assert after.count == before.count - 1
-    assert gone not in after.table["id"] and gone not in after.outlines[1]
-    assert np.array_equal(np.sort(after.outlines[1]), np.sort(after.table["id"]))
+    assert gone not in after.columns["id"] and gone not in after.outlines[1]
+    assert np.array_equal(np.sort(after.outlines[1]), np.sort(after.columns["id"]))
 
 
 def test_a_failed_export_says_why_and_frees_the_buttons(

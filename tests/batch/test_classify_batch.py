@@ -37,11 +37,13 @@ def test_batch_classes_equal_in_process_and_a_changed_rules_file_is_redone(
     want = classify_cells(
         segment_nuclei(hdab_slide, segmenter="builtin", tile_size_um=TILE_UM), dab=True
     )
-    assert np.array_equal(table["id"], want.table["id"])
-    assert table["class"].tolist() == want.table["class"].tolist()
-    assert np.array_equal(table["dab_score"], want.table["dab_score"])
+    assert np.array_equal(table["id"], want.columns["id"])
+    assert table["class"].tolist() == want.columns["class"].tolist()
+    assert np.array_equal(table["dab_score"], want.columns["dab_score"])
     row = summary(out)[hdab_slide.name]
-    assert float(row["h_score"]) == pytest.approx(np.mean(want.table["dab_score"]) * 100, rel=1e-4)
+    assert float(row["h_score"]) == pytest.approx(
+        np.mean(want.columns["dab_score"]) * 100, rel=1e-4
+    )
     assert "Negative:" in row["classes"]
     objects = read_objects(out / hdab_slide.name / "nuclei.geojson.gz")
     assert {o.class_name for o in objects} <= {"Negative", "1+", "2+", "3+"}
@@ -107,7 +109,7 @@ def test_batch_cells_write_both_outlines(client, hdab_slide, tmp_path):
     want = segment_nuclei(
         hdab_slide, segmenter="builtin", tile_size_um=TILE_UM, cell_expansion_um=3.0
     )
-    assert np.allclose(table["dab_od_cell_mean"], want.table["dab_od_cell_mean"])
+    assert np.allclose(table["dab_od_cell_mean"], want.columns["dab_od_cell_mean"])
     nuclei = from_wkb(table["geometry"].to_numpy())
     cells = from_wkb(table["cell_geometry"].to_numpy())
     assert all(c.buffer(1e-6).contains(n) for c, n in zip(cells, nuclei, strict=True))

@@ -18,7 +18,7 @@ from napari_slidescope import (  # noqa: E402
     classify_cells,
     segment_nuclei,
 )
-from napari_slidescope.pipeline.cell_classifier import train_classifier  # noqa: E402
+from napari_slidescope.pipeline.cell_forest import train_classifier  # noqa: E402
 from napari_slidescope.sample_cell_types import CLASS_NAMES, write_cells_slide  # noqa: E402
 
 TILE_UM = 100.0
@@ -35,10 +35,12 @@ def cells(tmp_path_factory):
 
 
 def _train(res, truth, per_class, path):
-    cls = truth.class_at(res.table["centroid_y_um"], res.table["centroid_x_um"])
+    cls = truth.class_at(res.columns["centroid_y_um"], res.columns["centroid_x_um"])
     labels = {}
     for k, name in enumerate(CLASS_NAMES):
-        labels.update({int(res.table["id"][r]): name for r in np.flatnonzero(cls == k)[:per_class]})
+        labels.update(
+            {int(res.columns["id"][r]): name for r in np.flatnonzero(cls == k)[:per_class]}
+        )
     clf = train_classifier(res, labels)
     clf.save(path)
     return clf
@@ -58,9 +60,9 @@ def test_batch_classes_equal_in_process_and_a_changed_classifier_is_redone(clien
     assert rows[0]["status"] == "done", rows[0]["error"]
     table = pq.read_table(out / slide.name / "nuclei.parquet").to_pandas()
     want = classify_cells(res, classifier=clf)
-    assert np.array_equal(table["id"], want.table["id"])
-    assert table["class"].tolist() == want.table["class"].tolist()
-    np.testing.assert_allclose(table["class_probability"], want.table["class_probability"])
+    assert np.array_equal(table["id"], want.columns["id"])
+    assert table["class"].tolist() == want.columns["class"].tolist()
+    np.testing.assert_allclose(table["class_probability"], want.columns["class_probability"])
     manifest = _manifest(out, slide)
     assert manifest["parameters"]["classify"]["sha256"] == clf.sha256
     first = manifest["parameters_sha256"]

@@ -58,14 +58,16 @@ def test_same_nuclei_as_segment_nuclei(batch_out, reference):
         assert row["nuclei"] == res.count > 20
         table = pq.read_table(out / row["slide"] / "nuclei.parquet")
         for col in COLUMNS:  # same ids, centroids and measurements, bit for bit
-            np.testing.assert_array_equal(table.column(col).to_numpy(), res.table[col], err_msg=col)
+            np.testing.assert_array_equal(
+                table.column(col).to_numpy(), res.columns[col], err_msg=col
+            )
         polys, ids = res.outlines
         by_id = dict(zip(ids.tolist(), polys, strict=True))
         geoms = table.column("geometry").to_pylist()
         for nid, wkb in zip(table.column("id").to_pylist(), geoms, strict=True):
             xy = np.asarray(shapely.from_wkb(wkb).exterior.coords)
             np.testing.assert_array_equal(xy[:-1, ::-1], by_id[nid])
-        assert row["mean_nucleus_area_um2"] == pytest.approx(res.table["area_um2"].mean())
+        assert row["mean_nucleus_area_um2"] == pytest.approx(res.columns["area_um2"].mean())
 
 
 def test_summary_csv(batch_out):
@@ -252,7 +254,7 @@ def test_several_tiles_per_task_same_nuclei(client, slides, reference, tmp_path)
     table = pq.read_table(tmp_path / "b.svs" / "nuclei.parquet")
     assert rows[0]["nuclei"] == reference["b.svs"].count
     for col in COLUMNS:
-        np.testing.assert_array_equal(table.column(col).to_numpy(), reference["b.svs"].table[col])
+        np.testing.assert_array_equal(table.column(col).to_numpy(), reference["b.svs"].columns[col])
 
 
 def _worker_cache():

@@ -60,7 +60,7 @@ def _same_as(path, ref):
     table = pq.read_table(path)
     assert table.num_rows == ref.count > 0
     for col in COLUMNS:
-        np.testing.assert_array_equal(table.column(col).to_numpy(), ref.table[col], err_msg=col)
+        np.testing.assert_array_equal(table.column(col).to_numpy(), ref.columns[col], err_msg=col)
 
 
 def test_model_on_gpu_worker_post_on_cpu_worker_same_nuclei(

@@ -32,11 +32,11 @@ def test_geojson_cells_carry_nucleus_and_classification(classified, tmp_path, na
     objects = read_objects(path)
     assert len(objects) == classified.count
     by_id = {int(o.measurements["id"]): o for o in objects}
-    for k, i in enumerate(classified.table["id"]):
+    for k, i in enumerate(classified.columns["id"]):
         o = by_id[int(i)]
         assert o.object_type == "cell"
         assert o.nucleus
-        assert o.class_name == classified.table["class"][k]
+        assert o.class_name == classified.columns["class"][k]
         assert o.color == classified.classes[o.class_name]
         assert "class" not in o.measurements
     # the cell contains its nucleus

@@ -68,32 +68,32 @@ def disc_result():
 
 def test_table_columns_units_and_known_sizes(disc_result):
     img, truth, res = disc_result
-    assert res.count == len(truth) == len(res.table["id"])
-    assert list(res.table) == list(COLUMNS)
-    assert all(v.shape == (res.count,) for v in res.table.values())
+    assert res.count == len(truth) == len(res.columns["id"])
+    assert list(res.columns) == list(COLUMNS)
+    assert all(v.shape == (res.count,) for v in res.columns.values())
     # array source: labels in the array's own pixels
     assert res.labels.shape == img.shape[:2]
     assert res.labels.dtype == np.int32
     assert res.downsample == (1.0, 1.0)
     assert res.mpp == MPP
     assert res.origin == (0, 0)
-    assert set(np.unique(res.labels)) == {0, *res.table["id"].tolist()}
+    assert set(np.unique(res.labels)) == {0, *res.columns["id"].tolist()}
     # match each truth disc to the nearest centroid
-    cents = np.stack([res.table["centroid_row"], res.table["centroid_col"]], axis=1)
+    cents = np.stack([res.columns["centroid_row"], res.columns["centroid_col"]], axis=1)
     d = np.linalg.norm(cents[:, None] - truth[None, :, :2], axis=2)
     k = d.argmin(axis=0)
     assert len(set(k.tolist())) == len(truth)
     assert d.min(axis=0).max() < 1.5
     area_true = np.pi * (truth[:, 2] * MPP) ** 2
-    np.testing.assert_allclose(res.table["area_um2"][k], area_true, rtol=0.1)
+    np.testing.assert_allclose(res.columns["area_um2"][k], area_true, rtol=0.1)
     np.testing.assert_allclose(
-        res.table["perimeter_um"][k], 2 * np.pi * truth[:, 2] * MPP, rtol=0.15
+        res.columns["perimeter_um"][k], 2 * np.pi * truth[:, 2] * MPP, rtol=0.15
     )
-    np.testing.assert_allclose(res.table["centroid_y_um"], (cents[:, 0] + 0.5) * MPP)
-    assert (res.table["eccentricity"] < 0.5).all()
-    assert (res.table["solidity"] > 0.9).all()
-    assert (res.table["hematoxylin_od_mean"] > 0.1).all()
-    assert np.isfinite(res.table["eosin_od_mean"]).all()
+    np.testing.assert_allclose(res.columns["centroid_y_um"], (cents[:, 0] + 0.5) * MPP)
+    assert (res.columns["eccentricity"] < 0.5).all()
+    assert (res.columns["solidity"] > 0.9).all()
+    assert (res.columns["hematoxylin_od_mean"] > 0.1).all()
+    assert np.isfinite(res.columns["eosin_od_mean"]).all()
     import pandas as pd
 
     assert isinstance(res.to_pandas(), pd.DataFrame)
@@ -119,11 +119,11 @@ def test_csv_and_geojson_round_trip(tmp_path):
         rows = list(csv.DictReader(fh))
     assert len(rows) == res.count > 5
     assert list(rows[0]) == list(COLUMNS)
-    np.testing.assert_allclose([float(r["area_um2"]) for r in rows], res.table["area_um2"])
+    np.testing.assert_allclose([float(r["area_um2"]) for r in rows], res.columns["area_um2"])
     doc = json.loads((res.to_geojson(tmp_path / "n.geojson")).read_text())
     assert doc["type"] == "FeatureCollection"
     assert len(doc["features"]) == res.count
-    by_id = {int(i): k for k, i in enumerate(res.table["id"])}
+    by_id = {int(i): k for k, i in enumerate(res.columns["id"])}
     for f in doc["features"]:
         p = f["properties"]
         assert p["objectType"] == "detection"
@@ -132,8 +132,8 @@ def test_csv_and_geojson_round_trip(tmp_path):
         ring = np.array(f["geometry"]["coordinates"][0])
         assert (ring[0] == ring[-1]).all()
         x, y = ring[:, 0].mean(), ring[:, 1].mean()  # (x, y) level-0, origin applied
-        assert abs(x - res.table["centroid_col"][k]) < 3
-        assert abs(y - res.table["centroid_row"][k]) < 3
+        assert abs(x - res.columns["centroid_col"][k]) < 3
+        assert abs(y - res.columns["centroid_row"][k]) < 3
         assert region[1] <= ring[:, 0].min()
         assert ring[:, 0].max() <= region[3]
         assert region[0] <= ring[:, 1].min()
@@ -162,7 +162,7 @@ def test_large_regions_keep_outlines_instead_of_a_label_image(tmp_path, monkeypa
     np.testing.assert_array_equal(forced.labels, dense.labels)
     for res in (auto, none):
         assert res.count == dense.count
-        assert np.array_equal(res.table["id"], dense.table["id"])
+        assert np.array_equal(res.columns["id"], dense.columns["id"])
     # the outlines written from tiles are the ones the label image gives
     want = _features(dense.to_geojson(tmp_path / "dense.geojson"))
     got = _features(auto.to_geojson(tmp_path / "auto.geojson"))
@@ -214,8 +214,8 @@ def test_all_background_gives_no_nuclei():
     )
     assert res.count == 0
     assert not res.labels.any()
-    assert list(res.table) == list(COLUMNS)
-    assert all(v.size == 0 for v in res.table.values())
+    assert list(res.columns) == list(COLUMNS)
+    assert all(v.size == 0 for v in res.columns.values())
     assert calls[0] == (0, calls[-1][1])
     assert calls[-1][0] == calls[-1][1] > 1
     # the one-argument form gets the same progress as Progress records
@@ -247,7 +247,7 @@ def test_tiles_without_tissue_are_never_read():
     assert all(box[1] < limit for box in level0)
     assert max(box[3] for box, _ in slide.reads if _ == 0) < img.shape[1] * 0.7
     assert res.count > 0
-    assert res.table["centroid_col"].max() < limit
+    assert res.columns["centroid_col"].max() < limit
 
 
 @pytest.mark.parametrize("size_um,expect_detect", [(20, True), (1000, False)])
@@ -366,8 +366,8 @@ def test_prepare_nuclei_tiles_one_by_one_equal_segment_nuclei():
         ids.extend(r.table["id"] + offset)
         areas.extend(r.table["area_um2"])
         offset += r.count
-    np.testing.assert_array_equal(ids, whole.table["id"])
-    np.testing.assert_array_equal(areas, whole.table["area_um2"])
+    np.testing.assert_array_equal(ids, whole.columns["id"])
+    np.testing.assert_array_equal(areas, whole.columns["area_um2"])
     with pytest.raises(ValueError, match="not among the tiles"):
         next(run.segment([10_000]))
     run.close()

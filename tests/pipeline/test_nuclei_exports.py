@@ -130,7 +130,7 @@ def _result(cells: bool = False) -> NucleiResult:
 
         cell_lab = ndi.grey_dilation(lab, size=5).astype(np.int32)
     return NucleiResult(
-        labels=lab, mpp=0.5, origin=(100, 200), downsample=(1.0, 1.0), count=3, table=table,
+        labels=lab, mpp=0.5, origin=(100, 200), downsample=(1.0, 1.0), count=3, columns=table,
         region=(100, 200, 160, 280), segmenter="test", parameters={"mpp": 0.5}, cells=cell_lab,
     )  # fmt: skip
 
@@ -156,9 +156,9 @@ def test_geoparquet_has_batchs_schema(tmp_path, cells):
     from napari_slidescope.pipeline.geoparquet import NUCLEI_COLUMNS
 
     res = _result(cells)
-    t = dict(res.table)
+    t = dict(res.columns)
     t["class"] = np.array(["Big", "Small", "Big"])
-    res = dataclasses.replace(res, table=t, classes={"Big": (255, 0, 0)})
+    res = dataclasses.replace(res, columns=t, classes={"Big": (255, 0, 0)})
     seen = []
     out = res.to_geoparquet(tmp_path / "n.parquet", progress=seen.append, row_group=2)
     table = pq.read_table(out)

@@ -35,14 +35,14 @@ def test_polygon_region_equals_box_run_filtered_by_centroid(sample_slide):
     opts = {"target_mpp": 0.5, "tissue": False, "workers": 1, "segmenter": "builtin"}
     full = segment_nuclei(str(path), region=box, **opts)
     part = segment_nuclei(str(path), region=poly, **opts)
-    inside = inside_polygon(full.table["centroid_row"], full.table["centroid_col"], poly)
+    inside = inside_polygon(full.columns["centroid_row"], full.columns["centroid_col"], poly)
     assert 0 < inside.sum() < full.count
     assert part.count == int(inside.sum())
     np.testing.assert_allclose(
-        np.sort(part.table["area_um2"]), np.sort(full.table["area_um2"][inside])
+        np.sort(part.columns["area_um2"]), np.sort(full.columns["area_um2"][inside])
     )
     # the labels: the box run's labels with the nuclei outside the polygon erased
-    expected = np.where(np.isin(full.labels, full.table["id"][~inside]), 0, full.labels)
+    expected = np.where(np.isin(full.labels, full.columns["id"][~inside]), 0, full.labels)
     np.testing.assert_array_equal(part.labels, expected)
     # tissue clipped to the polygon: none outside it
     tissue = detect_tissue(str(path), region=poly)

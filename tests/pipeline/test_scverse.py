@@ -19,21 +19,21 @@ def test_anndata_shapes_markers_and_spatial_in_um(tmp_path):
     adata = res.to_anndata()
     assert adata.shape == (res.count, len(truth.channels))
     assert list(adata.var_names) == list(truth.channels)
-    assert np.allclose(adata.X[:, 1], res.table["CD3_cell_mean"])
-    assert np.allclose(adata.obsm["spatial"][:, 0], res.table["centroid_x_um"])
-    assert np.allclose(adata.obsm["spatial"][:, 1], res.table["centroid_y_um"])
+    assert np.allclose(adata.X[:, 1], res.columns["CD3_cell_mean"])
+    assert np.allclose(adata.obsm["spatial"][:, 0], res.columns["centroid_x_um"])
+    assert np.allclose(adata.obsm["spatial"][:, 1], res.columns["centroid_y_um"])
     # µm, not pixels: the slide's pixels are 0.5 µm
     assert adata.obsm["spatial"].max() <= 256 * truth.mpp
-    assert list(adata.obs["class"].astype(str)) == res.table["class"].tolist()
+    assert list(adata.obs["class"].astype(str)) == res.columns["class"].tolist()
     assert adata.obs["CD3_positive"].dtype == bool
     assert (adata.obs["slide"] == "mx.ome.tif").all()
     nuc = res.to_anndata(compartment="nucleus")
-    assert np.allclose(nuc.X[:, 0], res.table["DAPI_nucleus_mean"])
+    assert np.allclose(nuc.X[:, 0], res.columns["DAPI_nucleus_mean"])
     adata.write_h5ad(tmp_path / "cells.h5ad")
     back = anndata.read_h5ad(tmp_path / "cells.h5ad")
     assert back.shape == adata.shape
     assert list(back.var_names) == list(truth.channels)
-    assert list(back.obs["class"].astype(str)) == res.table["class"].tolist()
+    assert list(back.obs["class"].astype(str)) == res.columns["class"].tolist()
     with pytest.raises(ValueError, match="cytoplasm"):
         classify_cells(
             segment_nuclei(truth.image[0], mpp=0.5, segmenter="builtin-fluorescence"),

@@ -97,7 +97,7 @@ def test_store_layout_read_with_zarr_anndata_pyarrow(multiplex):
     assert table.n_obs == res.count
     assert list(table.var_names) == list(truth.channels)
     assert (table.obs["region"] == "cells").all()
-    assert table.obs["instance_id"].tolist() == res.table["id"].tolist()
+    assert table.obs["instance_id"].tolist() == res.columns["id"].tolist()
     assert dict(table.uns["spatialdata_attrs"]) == {
         "region": "cells",
         "region_key": "region",
@@ -107,7 +107,7 @@ def test_store_layout_read_with_zarr_anndata_pyarrow(multiplex):
         shapes = pq.read_table(store / "shapes" / name / "shapes.parquet")
         assert shapes.num_rows == res.count
         assert sorted(shapes.column("__index_level_0__").to_pylist()) == sorted(
-            res.table["id"].tolist()
+            res.columns["id"].tolist()
         )
         assert json.loads(shapes.schema.metadata[b"geo"])["primary_column"] == "geometry"
     s0 = np.asarray(root["images/slide/s0"])
@@ -129,7 +129,7 @@ def test_spatialdata_reads_shapes_table_and_image(multiplex):
     }
     assert out["n_obs"] == res.count
     assert out["var_names"] == list(truth.channels)
-    assert out["class"] == res.table["class"].tolist()
+    assert out["class"] == res.columns["class"].tolist()
     # every table row joins its cell
     assert out["joined"] == res.count
     for name in ("cells", "nuclei"):
@@ -137,10 +137,10 @@ def test_spatialdata_reads_shapes_table_and_image(multiplex):
         assert out[name]["types"] == ["Polygon"]
         assert out[name]["global"] == "Identity"
     # nucleus outlines in µm sit on the table's centroids (µm): the "micrometers" system
-    rows = {int(i): k for k, i in enumerate(res.table["id"])}
+    rows = {int(i): k for k, i in enumerate(res.columns["id"])}
     order = [rows[i] for i in out["nuclei"]["index"]]
     um = np.asarray(out["nuclei"]["centroid_um"])
-    want = np.c_[res.table["centroid_x_um"][order], res.table["centroid_y_um"][order]]
+    want = np.c_[res.columns["centroid_x_um"][order], res.columns["centroid_y_um"][order]]
     assert np.abs(um - want).max() < 1.0  # polygon vs pixel centroid: under 2 px of 0.5 µm
     # the image: both levels, the channel names, the pixels, and its extent in each system
     img = out["image"]
@@ -204,7 +204,7 @@ def test_a_result_without_labels_writes_its_outlines(tmp_path):
     for name in ("cells", "nuclei"):
         shapes = pq.read_table(store / "shapes" / name / "shapes.parquet")
         assert sorted(shapes.column("__index_level_0__").to_pylist()) == sorted(
-            res.table["id"].tolist()
+            res.columns["id"].tolist()
         )
     out = _read_with_spatialdata(store)
     assert out["images"] == []

@@ -57,10 +57,10 @@ def test_builtin_fluorescence_finds_known_nuclei():
     assert res.segmenter == "builtin-fluorescence"
     assert res.labels.shape == image.shape
     assert f1_at_iou(truth, res.labels) >= 0.9
-    assert "intensity_mean" in res.table
-    assert "hematoxylin_od_mean" not in res.table
+    assert "intensity_mean" in res.columns
+    assert "hematoxylin_od_mean" not in res.columns
     # the mean intensity under each nucleus: about its brightness, above the background
-    assert (res.table["intensity_mean"] > 40).mean() > 0.9
+    assert (res.columns["intensity_mean"] > 40).mean() > 0.9
 
 
 def test_image_kinds_from_metadata(shared_file):
@@ -91,11 +91,11 @@ def test_dapi_ndpi_gives_nuclei_with_its_channel_intensity(shared_file):
     assert res.count > 20
     assert res.mpp == 0.5
     # the signal of this RGB-encoded DAPI scan is in its blue channel: named after the dye
-    assert "DAPI_mean" in res.table
-    assert "hematoxylin_od_mean" not in res.table
-    assert np.isfinite(res.table["DAPI_mean"]).all()
-    assert res.table["DAPI_mean"].mean() > 20
-    areas = res.table["area_um2"]
+    assert "DAPI_mean" in res.columns
+    assert "hematoxylin_od_mean" not in res.columns
+    assert np.isfinite(res.columns["DAPI_mean"]).all()
+    assert res.columns["DAPI_mean"].mean() > 20
+    areas = res.columns["area_um2"]
     assert 15 < np.median(areas) < 120  # nuclei, not background blobs
     # the H&E method on it runs, but says which ones fit
     with pytest.warns(SegmenterMismatchWarning, match="builtin-fluorescence"):
@@ -108,12 +108,12 @@ def test_qptiff_gives_nuclei_with_every_channel_mean(shared_file):
     res = segment_nuclei(path, region=region, segmenter="builtin-fluorescence", tissue=False)
     assert res.count > 20
     for name in ("DAPI_mean", "FITC_mean", "Cy3_mean"):
-        assert name in res.table
-        assert np.isfinite(res.table[name]).all()
+        assert name in res.columns
+        assert np.isfinite(res.columns[name]).all()
     # segmented on DAPI: nuclei are brighter in DAPI than the region's DAPI median
     with open_slide(path) as slide:
         dapi = slide.read_region(region)[0]
-    assert np.median(res.table["DAPI_mean"]) > np.median(dapi)
+    assert np.median(res.columns["DAPI_mean"]) > np.median(dapi)
     # another nuclear channel on request
     other = segment_nuclei(path, region=region, segmenter="builtin-fluorescence", channel="Cy3")
     assert other.count != res.count
@@ -168,10 +168,10 @@ def test_multichannel_slide_segments_its_nuclear_channel_and_measures_every_chan
     res = segment_nuclei(path, segmenter="builtin-fluorescence", tissue=False)
     assert f1_at_iou(truth, res.labels) >= 0.9
     for name in ("DAPI_mean", "FITC_mean", "Cy3_mean"):
-        assert name in res.table
-        assert np.isfinite(res.table[name]).all()
-    assert "hematoxylin_od_mean" not in res.table
-    assert np.median(res.table["DAPI_mean"]) > np.median(dapi)
+        assert name in res.columns
+        assert np.isfinite(res.columns[name]).all()
+    assert "hematoxylin_od_mean" not in res.columns
+    assert np.median(res.columns["DAPI_mean"]) > np.median(dapi)
     # another nuclear channel on request: only the nuclei that channel shows
     other = segment_nuclei(path, segmenter="builtin-fluorescence", channel="Cy3", tissue=False)
     assert 0 < other.count < 0.6 * res.count

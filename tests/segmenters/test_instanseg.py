@@ -496,7 +496,7 @@ def test_segments_a_real_he_image_through_the_pipeline(model, shared_file):
     result = segment_nuclei(rgb, mpp=0.2457, segmenter=model, tissue=False)
     assert result.labels.shape == rgb.shape[:2]
     assert result.segmenter == "instanseg"
-    assert result.count == len(result.table["id"]) > 50
+    assert result.count == len(result.columns["id"]) > 50
     scores = instance_scores(truth, result.labels)
     assert scores["f1"] > 0.75  # 0.89 on the whole image (benchmarks/RESULTS.md)
 
@@ -580,7 +580,7 @@ def test_fluorescence_model_outlines_the_cells_itself(fluo_model, tmp_path):
     assert np.all((cells == 0) | (cells == grown))  # within 5 µm, out of the neighbours
     assert (cells > 0).sum() < (grown > 0).sum()  # the model's outlines, not the expansion
     # the compartments partition the cell: areas add up, and so do the means
-    t = res.table
+    t = res.columns
     assert np.allclose(t["cell_area_um2"], t["area_um2"] + t["cytoplasm_area_um2"])
     with_cyto = t["cytoplasm_area_um2"] > 0
     assert with_cyto.mean() > 0.8

@@ -186,7 +186,7 @@ class _Canvas:
             mpp=(self.mpp[0] * self.downsample[0], self.mpp[1] * self.downsample[1]),
             downsample=self.downsample,
             count=int(table["id"].size),
-            table=table,
+            columns=table,
             region=region,
             **fields,
         )

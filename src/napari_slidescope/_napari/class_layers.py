@@ -1,7 +1,7 @@
 """Cell classes on napari layers: class colours on a nuclei layer and in its features.
 
-The napari-only half of :mod:`napari_slidescope._qt.classes` (which adds the legend dock and
-the console's ``classify``/``add_cells``): :func:`class_colormap` also colours classified
+The napari-only half of :mod:`napari_slidescope._qt.cell_classes_dock` (which adds the legend dock
+and the console's ``classify``/``add_cells``): :func:`class_colormap` also colours classified
 detections read from QuPath GeoJSON (:mod:`napari_slidescope._napari.qupath`).
 """
 
@@ -47,7 +47,7 @@ def class_colormap(
 
 def legend_text(result: Any, area_mm2: float | None = None) -> str:
     """One line per class: ``name  count`` (and per mm²), then the IHC figures if scored."""
-    from napari_slidescope.pipeline.classify import class_summary
+    from napari_slidescope.pipeline.cell_classes import class_summary
 
     s = class_summary(result, area_mm2=area_mm2)
     lines = []
@@ -67,7 +67,7 @@ def show_classes(layer: Any, result: Any) -> None:
     The cells a run drew beside the nuclei (``"<slide> cells"``, same ids) take the same
     colours.
     """
-    table = result.table
+    table = result.columns
     layer.colormap = class_colormap(table["id"], table["class"], result.classes)
     for cells in cells_layers_of(canvas_of(layer)):
         cells.colormap = class_colormap(table["id"], table["class"], result.classes)

@@ -40,6 +40,8 @@ from napari_slidescope.analysis.resample import resample_nearest
 
 __all__ = [
     "MAX_CANVAS_PIXELS",
+    "NUCLEI_CONTOUR",
+    "NUCLEI_OPACITY",
     "Area",
     "Patch",
     "PyramidCanvas",
@@ -57,6 +59,13 @@ __all__ = [
     "show_tissue",
     "tile_patch",
 ]
+
+#: Nuclei are drawn as outlines one screen pixel wide, as QuPath draws detections: the
+#: chromatin stays visible under them. Filled is one click away (the layer controls'
+#: "contour" box to 0).
+NUCLEI_CONTOUR = 1
+#: Opacity of the nuclei layers (outlines: nearly opaque, a thin line must show).
+NUCLEI_OPACITY = 0.8
 
 _CANVASES: weakref.WeakKeyDictionary[Any, ResultCanvas | PyramidCanvas] = (
     weakref.WeakKeyDictionary()
@@ -170,16 +179,18 @@ def prepare_nuclei_layer(
         index = viewer.layers.index(layer)  # napari cannot switch a layer to multiscale
         viewer.layers.remove(layer)
         layer = viewer.add_labels(
-            canvas.data, name=name, scale=scale, translate=translate, opacity=0.6,
+            canvas.data, name=name, scale=scale, translate=translate, opacity=NUCLEI_OPACITY,
             multiscale=multiscale, **_units(image),
         )  # fmt: skip
+        layer.contour = NUCLEI_CONTOUR
         viewer.layers.move(viewer.layers.index(layer), index)
         set_features(layer, canvas)
     elif layer is None:
         layer = viewer.add_labels(
-            canvas.data, name=name, scale=scale, translate=translate, opacity=0.6,
+            canvas.data, name=name, scale=scale, translate=translate, opacity=NUCLEI_OPACITY,
             multiscale=multiscale, **_units(image),
         )  # fmt: skip
+        layer.contour = NUCLEI_CONTOUR
     else:  # each assignment re-slices the layer: only make those that change something
         if not np.allclose(layer.scale, scale) or not np.allclose(layer.translate, translate):
             layer.scale, layer.translate = scale, translate
@@ -345,8 +356,8 @@ def _refresh_pyramid_box(layer: Any, canvas: PyramidCanvas, box: Box) -> None:
     ``refresh()``) when anything does not match.
     """
     try:
-        if not layer.loaded or layer.contour:
-            raise ValueError("no plain 2D slice to patch")
+        if not layer.loaded:
+            raise ValueError("no 2D slice to patch")
         level = int(layer.data_level)
         sl = layer._slice
         f = 2**level
@@ -368,11 +379,23 @@ def _refresh_pyramid_box(layer: Any, canvas: PyramidCanvas, box: Box) -> None:
         values = canvas.pyramid.read(level, (r0, c0, r1, c1))
         tsl = (slice(r0 - cy, r1 - cy), slice(c0 - cx, c1 - cx))
         raw[tsl] = values
-        colors = np.ascontiguousarray(layer.colormap._data_to_texture(values))
+        colors = np.ascontiguousarray(_texture(layer, raw, tsl, values))
         view[tsl] = colors
         layer.events.labels_update(data=colors, offset=(r0 - cy, c0 - cx))
     except (AttributeError, ValueError, TypeError, IndexError):
         layer.refresh()
+
+
+def _texture(layer: Any, raw: np.ndarray, sl: tuple[slice, slice], values: np.ndarray) -> Any:
+    """Return the texture of box `sl` of the displayed slice `raw` (`values` are its labels).
+
+    Filled labels map their values through the colormap; outlines (``contour > 0``, the
+    default of nuclei layers) are traced again in the box the way napari's own partial
+    refresh does (``Labels._raw_to_displayed`` with a ``data_slice``).
+    """
+    if layer.contour:
+        return layer._raw_to_displayed(raw, data_slice=sl)
+    return layer.colormap._data_to_texture(values)
 
 
 def _refresh_box(layer: Any, sl: tuple[slice, slice]) -> None:
@@ -388,9 +411,12 @@ def _refresh_box(layer: Any, sl: tuple[slice, slice]) -> None:
         if not layer.loaded:  # as napari's own partial refresh: no slice to patch yet
             raise ValueError("the layer's slice is not loaded")
         view = layer._slice.image.view
-        if view.shape != layer.data.shape or layer.data.ndim != 2 or layer.contour:
+        if view.shape != layer.data.shape or layer.data.ndim != 2:
             raise ValueError("displayed slice is not the whole 2D raster")
-        colors = np.ascontiguousarray(layer.colormap._data_to_texture(layer.data[sl]))
+        raw = layer._slice.image.raw
+        if layer.contour and (raw.shape != view.shape or not np.shares_memory(raw, layer.data)):
+            raise ValueError("outlines need the displayed raw slice to be the layer's data")
+        colors = np.ascontiguousarray(_texture(layer, raw, sl, layer.data[sl]))
         view[sl] = colors
         layer.events.labels_update(data=colors, offset=(sl[0].start, sl[1].start))
     except (AttributeError, ValueError, TypeError, IndexError):

@@ -426,7 +426,7 @@ class NucleiTableWidget(QWidget):
             thresholds on the DAB column (index 0-2, labels ``"1+"`` to ``"3+"``); empty
             when the layer is not classified by rules or `column` is none of theirs.
         """
-        from napari_slidescope.pipeline.classify import DAB, marker_column
+        from napari_slidescope.pipeline.cell_classes import DAB, marker_column
 
         info = self._classification()
         if info is None:
@@ -463,8 +463,8 @@ class NucleiTableWidget(QWidget):
         between its neighbours. Returns the classified result (None when the layer is
         not classified by rules).
         """
-        from napari_slidescope._qt.classes import classify
-        from napari_slidescope.pipeline.classify import DAB, PhenotypeRules
+        from napari_slidescope._qt.cell_classes_dock import classify
+        from napari_slidescope.pipeline.cell_classes import DAB, PhenotypeRules
 
         info = self._classification()
         if info is None or self._layer is None:

@@ -14,6 +14,7 @@ Everything is in µm, µm² or dimensionless, never in pixels, so one classifier
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.spatial import cKDTree
@@ -209,6 +210,20 @@ def neighbourhood_mean(
     return sums, counts
 
 
+def as_columns(table: Any) -> Any:
+    """Return the numpy columns of a result, a DataFrame or a dict of columns (else `table`).
+
+    A :class:`~napari_slidescope.pipeline.nuclei_result.NucleiResult` gives its
+    ``columns``; a ``pandas.DataFrame`` (``result.table``) gives each column as an array.
+    """
+    columns = getattr(table, "columns", None)
+    if isinstance(columns, Mapping):
+        return columns
+    if columns is not None and hasattr(table, "to_numpy") and not isinstance(table, Mapping):
+        return {str(c): table[c].to_numpy() for c in columns}
+    return table
+
+
 def cell_features(
     table: Mapping[str, np.ndarray] | object,
     features: Sequence[str] | None = None,
@@ -243,7 +258,7 @@ def cell_features(
     ValueError
         If a feature needs a column the table lacks, or a name is not a feature.
     """
-    table = getattr(table, "table", table)
+    table = as_columns(table)
     if not isinstance(table, Mapping):
         raise ValueError(f"table: expected a nuclei table (dict) or result, got {type(table)}")
     names = tuple(default_features(table, radius_um=radius_um) if features is None else features)

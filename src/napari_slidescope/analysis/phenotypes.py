@@ -17,6 +17,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from napari_slidescope.analysis.class_colors import (
+    IHC_COLORS,
+    NUCLEUS_COLOR,
+    class_colors,
+)
+
 __all__ = [
     "DAB_THRESHOLDS",
     "IHC_CLASSES",
@@ -36,32 +42,8 @@ __all__ = [
 DAB_THRESHOLDS: tuple[float, float, float] = (0.2, 0.4, 0.6)
 #: IHC classes by score 0..3.
 IHC_CLASSES: tuple[str, str, str, str] = ("Negative", "1+", "2+", "3+")
-#: QuPath's colours of the IHC classes (Negative blue, 1+ yellow, 2+ orange, 3+ red).
-IHC_COLORS: dict[str, tuple[int, int, int]] = {
-    "Negative": (112, 112, 225),
-    "1+": (255, 215, 0),
-    "2+": (225, 150, 50),
-    "3+": (200, 50, 50),
-}
 #: The class of a cell that matches no phenotype rule.
 OTHER = "Other"
-#: Colour of :data:`OTHER`.
-OTHER_COLOR = (160, 160, 160)
-#: Colour of an unclassified nucleus in exports (QuPath GeoJSON ``classification.color``).
-NUCLEUS_COLOR: tuple[int, int, int] = (30, 30, 200)
-#: Colours given to phenotypes in rule order (distinct on white and on dark tissue).
-_PALETTE: tuple[tuple[int, int, int], ...] = (
-    (228, 26, 28),
-    (55, 126, 184),
-    (77, 175, 74),
-    (152, 78, 163),
-    (255, 127, 0),
-    (166, 86, 40),
-    (247, 129, 191),
-    (0, 190, 190),
-    (180, 180, 30),
-    (100, 60, 200),
-)
 
 _TERM = re.compile(r"^(?P<marker>.+?)(?P<sign>[+-])$")
 
@@ -287,25 +269,4 @@ def apply_phenotypes(
             match &= np.asarray(positive[marker], bool) == sign
         out[match] = pheno
         done |= match
-    return out
-
-
-def class_colors(names: Sequence[str]) -> dict[str, tuple[int, int, int]]:
-    """One colour per class name: QuPath's IHC colours, grey for "Other", a palette else.
-
-    Examples
-    --------
-    >>> class_colors(["T cell", "Other"])
-    {'T cell': (228, 26, 28), 'Other': (160, 160, 160)}
-    """
-    out: dict[str, tuple[int, int, int]] = {}
-    k = 0
-    for name in names:
-        if name in IHC_COLORS:
-            out[name] = IHC_COLORS[name]
-        elif name == OTHER:
-            out[name] = OTHER_COLOR
-        else:
-            out[name] = _PALETTE[k % len(_PALETTE)]
-            k += 1
     return out

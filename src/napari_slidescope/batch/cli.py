@@ -325,7 +325,7 @@ def _batch(args: argparse.Namespace) -> int:
         )
         check_extras(anndata=args.anndata, spatialdata=args.spatialdata)
         if args.classify is not None:  # a bad rules file stops here, before any work
-            from napari_slidescope.pipeline.classify import load_classification
+            from napari_slidescope.pipeline.cell_classes import load_classification
 
             load_classification(args.classify)
         if args.regions is not None:  # so does a file that is not a region classifier

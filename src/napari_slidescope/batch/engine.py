@@ -216,7 +216,7 @@ def analyze_slides(
     )
     descriptor = None
     if classify is not None:
-        from napari_slidescope.pipeline.classify import load_classification
+        from napari_slidescope.pipeline.cell_classes import load_classification
 
         descriptor = json.dumps(load_classification(classify)[1], sort_keys=True)
     regions_options = None

@@ -70,7 +70,7 @@ class BatchParams:
         :meth:`segmentation_dict` (a new classifier redoes the regions, not the nuclei).
     classify : str or None
         What classifies the cells, as canonical JSON of
-        :func:`~napari_slidescope.pipeline.classify.load_classification`'s descriptor
+        :func:`~napari_slidescope.pipeline.cell_classes.load_classification`'s descriptor
         (rules with their content, or a classifier's path and SHA-256), or None: a
         changed rules file changes the digest, so ``resume`` never mixes rule sets.
     anndata : bool

@@ -493,7 +493,7 @@ def _check_rules(params: BatchParams, run: PreparedNuclei) -> None:
     descriptor = json.loads(params.classify)
     if descriptor.get("kind") != "rules":
         return
-    from napari_slidescope.pipeline.classify import PhenotypeRules, check_rules
+    from napari_slidescope.pipeline.cell_classes import PhenotypeRules, check_rules
 
     rules = PhenotypeRules.from_dict(descriptor["rules"], where="--classify rules")
     columns = run.columns()

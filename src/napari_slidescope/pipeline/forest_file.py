@@ -1,6 +1,6 @@
 """Random forests as plain arrays: a classifier file that cannot run code when opened.
 
-Shared by the cell classifier (:mod:`~napari_slidescope.pipeline.cell_classifier`) and the
+Shared by the cell classifier (:mod:`~napari_slidescope.pipeline.cell_forest`) and the
 tissue-region classifier (:mod:`~napari_slidescope.pipeline.region_classifier`). A trained
 scikit-learn forest is stored as its trees' node arrays (children, split features,
 thresholds, leaf class fractions) plus one JSON document, in a ``.npz`` that is read with

@@ -27,7 +27,7 @@ class NucleiResult:
     A frozen value, as :class:`~napari_slidescope.pipeline.tissue.TissueResult`: its
     attributes cannot be rebound, so a result handed to a viewer layer, an export or
     another thread stays what it was; steps that add to it return a copy
-    (:func:`~napari_slidescope.pipeline.classify.classify_cells` uses
+    (:func:`~napari_slidescope.pipeline.cell_classes.classify_cells` uses
     ``dataclasses.replace``). Results compare by identity (they hold arrays). The arrays
     and the table are not copied: do not write into them.
 
@@ -46,14 +46,17 @@ class NucleiResult:
         Level-0 pixels per ``labels`` pixel, ``(y, x)``.
     count : int
         Number of nuclei.
-    table : dict of str to (count,) ndarray
-        Columns of :data:`~napari_slidescope.analysis.measure.COLUMNS`; ``id`` is the
-        label value. Centroids in level-0 px ``(row, col)`` and in µm, area µm²,
-        perimeter µm, eccentricity, solidity, mean H and E optical density.
+    table : pandas.DataFrame
+        One row per nucleus, the columns of
+        :data:`~napari_slidescope.analysis.measure.COLUMNS`; ``id`` is the label value.
+        Centroids in level-0 px ``(row, col)`` and in µm, area µm², perimeter µm,
+        eccentricity, solidity, mean H and E optical density.
     region : (int, int, int, int)
         The level-0 box segmented.
     segmenter : str
         Name of the segmenter used.
+    columns : dict of str to (count,) ndarray
+        The same table as numpy arrays (what exports and the package's own code read).
     source : Path or None
         Slide path, None for arrays.
     parameters : dict
@@ -80,7 +83,7 @@ class NucleiResult:
         The cells' level-0 ``(row, col)`` outlines and ids when cells were grown without
         a label image.
     classes : dict of str to (int, int, int)
-        After :func:`~napari_slidescope.pipeline.classify.classify_cells`: every class
+        After :func:`~napari_slidescope.pipeline.cell_classes.classify_cells`: every class
         that can occur -> its colour (RGB 0-255), in legend order; ``table["class"]``
         holds each row's class. Empty when unclassified.
     classification : dict or None
@@ -92,7 +95,7 @@ class NucleiResult:
     origin: tuple[int, int]
     downsample: tuple[float, float]
     count: int
-    table: dict[str, np.ndarray] = field(repr=False)
+    columns: dict[str, np.ndarray] = field(repr=False)
     region: Box
     segmenter: str = ""
     source: Path | None = None
@@ -107,11 +110,24 @@ class NucleiResult:
     classes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     classification: dict[str, Any] | None = field(default=None, repr=False)
 
-    def to_pandas(self) -> Any:
-        """Return the table as a ``pandas.DataFrame`` (needs pandas)."""
-        import pandas as pd
+    @property
+    def table(self) -> Any:
+        """The nuclei table as a ``pandas.DataFrame``: one row per nucleus, ``id`` first.
 
-        return pd.DataFrame(self.table)
+        Built from :attr:`columns` on first use and kept (pandas comes with napari). The
+        package itself reads :attr:`columns`, the same data as numpy arrays.
+        """
+        cached = self.__dict__.get("_table")
+        if cached is None:
+            import pandas as pd
+
+            cached = pd.DataFrame(self.columns, copy=False)
+            object.__setattr__(self, "_table", cached)
+        return cached
+
+    def to_pandas(self) -> Any:
+        """Return the table as a ``pandas.DataFrame`` (the same as :attr:`table`)."""
+        return self.table
 
     def to_csv(
         self, path: str | os.PathLike[str], *, progress: ProgressCallback | None = None
@@ -123,7 +139,7 @@ class NucleiResult:
         :func:`~napari_slidescope.pipeline.progress.progress_caller`).
         """
         call = None if progress is None else progress_caller(progress)
-        return write_csv(self.table, path, progress=call)
+        return write_csv(self.columns, path, progress=call)
 
     def outlines_of(self, what: str = "nuclei") -> tuple[list[np.ndarray], np.ndarray]:
         """Level-0 ``(row, col)`` outlines and ids of the nuclei, or of the cells.
@@ -161,7 +177,7 @@ class NucleiResult:
     def measurements(self, row: int) -> dict[str, float]:
         """Row `row` of the table as finite numbers (text columns such as ``class`` left out)."""
         out = {}
-        for c, col in self.table.items():
+        for c, col in self.columns.items():
             col = np.asarray(col)
             if col.dtype.kind in "biuf":
                 v = float(col[row])
@@ -223,7 +239,7 @@ class NucleiResult:
             With cells (``cell_expansion_um``): ``objectType: "cell"``, the cell as
             ``geometry`` and the nucleus as ``nucleusGeometry``. The classification is the
             row's class and colour after
-            :func:`~napari_slidescope.pipeline.classify.classify_cells`, else ``"Nucleus"``.
+            :func:`~napari_slidescope.pipeline.cell_classes.classify_cells`, else ``"Nucleus"``.
         """
         import gzip
 
@@ -236,11 +252,11 @@ class NucleiResult:
         if self.has_cells:
             nucleus_of = dict(zip(np.asarray(ids).tolist(), polys, strict=True))
             polys, ids = self.outlines_of("cells")
-        found, rows = _rows_of(self.table, ids)
+        found, rows = _rows_of(self.columns, ids)
         rings = [polys[j] for j in found.tolist()]
         if self.has_cells:
             nuclei = [nucleus_of.get(i) for i in np.asarray(ids)[found].tolist()]
-        classes = self.table.get("class")
+        classes = self.columns.get("class")
         if classes is None:
             names = ["Nucleus"] * len(rows)
         else:
@@ -248,7 +264,7 @@ class NucleiResult:
         colors = {n: self.classes.get(n, NUCLEUS_COLOR) for n in set(names)}
         numeric = {
             c: np.asarray(col)[rows]
-            for c, col in self.table.items()
+            for c, col in self.columns.items()
             if np.asarray(col).dtype.kind in "biuf"
         }
         call = None if progress is None else progress_caller(progress)
@@ -319,7 +335,7 @@ class NucleiResult:
 
         polys, ids = self.outlines_of("nuclei")
         by_id = dict(zip(np.asarray(ids).tolist(), polys, strict=True))
-        table_ids = np.asarray(self.table["id"])
+        table_ids = np.asarray(self.columns["id"])
         keep = np.flatnonzero([i in by_id for i in table_ids.tolist()])
         nuclei = [by_id[i] for i in table_ids[keep].tolist()]
         cells = None
@@ -329,9 +345,9 @@ class NucleiResult:
             kept = table_ids[keep].tolist()
             cells = [cell_of.get(i, n) for i, n in zip(kept, nuclei, strict=True)]
         numeric = [
-            c for c, v in self.table.items() if c != "id" and np.asarray(v).dtype.kind in "biuf"
+            c for c, v in self.columns.items() if c != "id" and np.asarray(v).dtype.kind in "biuf"
         ]
-        text = [c for c, v in self.table.items() if np.asarray(v).dtype.kind not in "biuf"]
+        text = [c for c, v in self.columns.items() if np.asarray(v).dtype.kind not in "biuf"]
         meta = geoparquet.file_metadata(
             {
                 "slide": None if self.source is None else self.source.name,
@@ -360,12 +376,12 @@ class NucleiResult:
                 part = geoparquet.nuclei_table(
                     table_ids[rows],
                     np.full(len(rows), -1, np.int32),
-                    {c: np.asarray(self.table[c])[rows] for c in numeric},
+                    {c: np.asarray(self.columns[c])[rows] for c in numeric},
                     wkb,
                     box,
                     units=units,
                     cell_geometry=cell_wkb,
-                    extra={c: np.asarray(self.table[c])[rows] for c in text},
+                    extra={c: np.asarray(self.columns[c])[rows] for c in text},
                 )
                 if writer is None:
                     schema = part.schema.with_metadata(meta)

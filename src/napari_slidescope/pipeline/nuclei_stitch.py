@@ -123,7 +123,7 @@ class _Assembly:
             origin=origin,
             downsample=downsample,
             count=int(table["id"].size),
-            table=table,
+            columns=table,
             region=plan.region,
             segmenter=segmenter,
             source=None if plan.path is None else Path(plan.path),

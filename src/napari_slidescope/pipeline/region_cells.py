@@ -47,7 +47,7 @@ def assign_regions(result: Any, regions: RegionMap) -> Any:
     ValueError
         If the table has no centroids.
     """
-    table = dict(result.table)
+    table = dict(result.columns)
     if "centroid_row" not in table or "centroid_col" not in table:
         raise ValueError("assign_regions: the nuclei table has no centroid_row/centroid_col")
     # centroid_row is a pixel index (its centre is +0.5 in continuous level-0 coordinates)
@@ -60,7 +60,7 @@ def assign_regions(result: Any, regions: RegionMap) -> Any:
     table["region_id"] = ids.astype(np.int32)
     params = dict(getattr(result, "parameters", {}) or {})
     params["regions"] = dict(regions.parameters) | {"classes": list(regions.classes)}
-    return dataclasses.replace(result, table=table, parameters=params)
+    return dataclasses.replace(result, columns=table, parameters=params)
 
 
 def _match(classes: tuple[str, ...], names: tuple[str, ...]) -> str | None:
@@ -105,9 +105,9 @@ def region_summary(result: Any, regions: RegionMap) -> dict[str, Any]:
         :func:`~napari_slidescope.analysis.phenotypes.ihc_summary` figures; and
         ``tumour_stroma_ratio`` / ``stroma_percent`` when tumour and stroma exist.
     """
-    if "region" not in result.table:
+    if "region" not in result.columns:
         result = assign_regions(result, regions)
-    table = result.table
+    table = result.columns
     region = np.asarray(table["region"]).astype(str)
     areas = _areas_within(regions, getattr(result, "region", None))
     fractions = {c: f for c, f in _fractions(areas, regions.ignore).items()}

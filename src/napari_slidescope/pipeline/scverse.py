@@ -91,7 +91,7 @@ def to_anndata(result: Any, *, compartment: str = "auto", slide: str | None = No
         raise ImportError(
             'to_anndata needs anndata: pip install "napari-slidescope[scverse]"'
         ) from e
-    table = result.table
+    table = result.columns
     names, columns = marker_means(table, compartment)
     n = int(np.asarray(table["id"]).size)
     x = np.zeros((n, len(columns)), np.float32)  # (0, k) when no nucleus was found

@@ -198,7 +198,7 @@ def _table(result: Any, compartment: str) -> Any:
                 np.full(adata.n_obs, region, dtype=object),
                 categories=pd.Index([region], dtype=object),
             )
-    adata.obs["instance_id"] = np.asarray(result.table["id"], dtype=np.int64)
+    adata.obs["instance_id"] = np.asarray(result.columns["id"], dtype=np.int64)
     adata.uns["spatialdata_attrs"] = {
         "region": region,
         "region_key": "region",

@@ -23,7 +23,7 @@ class SlideClasses:
     colors : dict of str to (int, int, int)
         Class -> colour.
     summary : dict
-        :func:`~napari_slidescope.pipeline.classify.class_summary` of the slide.
+        :func:`~napari_slidescope.pipeline.cell_classes.class_summary` of the slide.
     """
 
     columns: dict[str, np.ndarray]
@@ -52,7 +52,7 @@ def classify_parts(
     Only the measurement columns are read (never the outlines), tile by tile in plan
     order, with the ids :func:`write_nuclei` gives them.
     """
-    from napari_slidescope.pipeline.classify import (
+    from napari_slidescope.pipeline.cell_classes import (
         class_summary,
         classification_from,
         classify_table,
@@ -60,5 +60,5 @@ def classify_parts(
 
     table = part_measurements(slide_dir, tiles)
     res = classify_table(table, classification_from(descriptor))
-    extra = {k: np.asarray(v) for k, v in res.table.items() if k not in table}
+    extra = {k: np.asarray(v) for k, v in res.columns.items() if k not in table}
     return SlideClasses(extra, dict(res.classes), class_summary(res, area_mm2=area_mm2))

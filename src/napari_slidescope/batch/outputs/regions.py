@@ -183,7 +183,7 @@ def region_figures(
         if "dab_score" in classes.columns:
             table["dab_score"] = np.asarray(classes.columns["dab_score"])
     # the whole map counts (region=None); the cell classes in the rules' order
-    result = SimpleNamespace(table=table, classes=names, region=None)
+    result = SimpleNamespace(columns=table, classes=names, region=None)
     figures = dict(region_summary(result, regions))
     if cells is None:  # no nuclei were looked for: no cell figures
         for r in regions.classes:

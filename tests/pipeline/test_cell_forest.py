@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("sklearn")
 
-from napari_slidescope.pipeline.cell_classifier import (  # noqa: E402
+from napari_slidescope.pipeline.cell_forest import (  # noqa: E402
     ClassifierFileError,
     ObjectClassifier,
     load_classifier,

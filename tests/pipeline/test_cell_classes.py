@@ -11,7 +11,7 @@ from tests.fakes import BAD_RULES_FILES
 
 from napari_slidescope import CellClassifier, PhenotypeRules, classify_cells, load_rules
 from napari_slidescope.analysis.phenotypes import auto_threshold, dab_scores, ihc_summary
-from napari_slidescope.pipeline.classify import RULES_KIND, class_summary
+from napari_slidescope.pipeline.cell_classes import RULES_KIND, class_summary
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 
 
@@ -35,8 +35,8 @@ def _multiplex(seed: int = 0) -> tuple[NucleiResult, np.ndarray, np.ndarray]:
 
 def test_auto_threshold_separates_two_log_normal_populations():
     res, cd3, _ = _multiplex()
-    t = auto_threshold(res.table["CD3_cell_mean"])
-    assert np.array_equal(res.table["CD3_cell_mean"] > t, cd3)
+    t = auto_threshold(res.columns["CD3_cell_mean"])
+    assert np.array_equal(res.columns["CD3_cell_mean"] > t, cd3)
 
 
 def test_phenotypes_take_the_first_rule_a_cell_matches_else_other():
@@ -44,39 +44,39 @@ def test_phenotypes_take_the_first_rule_a_cell_matches_else_other():
     out = classify_cells(
         res, phenotypes={"Cytotoxic T": "CD3+ CD8+", "T cell": "CD3+", "T helper": "CD3+ CD8-"}
     )
-    cls = out.table["class"]
+    cls = out.columns["class"]
     assert np.array_equal(cls == "Cytotoxic T", cd3 & cd8)
     assert np.array_equal(cls == "T cell", cd3 & ~cd8)  # before "T helper": first match
     assert not (cls == "T helper").any()
     assert np.array_equal(cls == "Other", ~cd3)
-    assert np.array_equal(out.table["CD3_positive"], cd3)
+    assert np.array_equal(out.columns["CD3_positive"], cd3)
     assert list(out.classes) == ["Cytotoxic T", "T cell", "T helper", "Other"]
     assert out.classification["compartment"] == "cell"
-    assert "class" not in res.table  # the input is not changed
+    assert "class" not in res.columns  # the input is not changed
 
 
 def test_a_numeric_threshold_moves_classes():
     res = _result(CD8_nucleus_mean=np.array([1.0, 5.0, 10.0]))
     low = classify_cells(res, markers={"CD8": 2.0})
     high = classify_cells(res, markers={"CD8": 7.0})
-    assert low.table["class"].tolist() == ["Negative", "CD8", "CD8"]
-    assert high.table["class"].tolist() == ["Negative", "Negative", "CD8"]
+    assert low.columns["class"].tolist() == ["Negative", "CD8", "CD8"]
+    assert high.columns["class"].tolist() == ["Negative", "Negative", "CD8"]
     assert high.classification["thresholds"] == {"CD8": 7.0}
 
 
 def test_ihc_scores_positive_percent_and_h_score():
     od = np.array([0.05, 0.1, 0.25, 0.45, 0.45, 0.7, 0.2, 0.6])
     out = classify_cells(_result(dab_od_mean=od), dab=True)
-    assert out.table["dab_score"].tolist() == [0, 0, 1, 2, 2, 3, 1, 3]
+    assert out.columns["dab_score"].tolist() == [0, 0, 1, 2, 2, 3, 1, 3]
     want = ["Negative", "Negative", "1+", "2+", "2+", "3+", "1+", "3+"]
-    assert out.table["class"].tolist() == want
+    assert out.columns["class"].tolist() == want
     s = class_summary(out, area_mm2=0.5)
     assert s["positive_percent"] == pytest.approx(75.0)
     assert s["h_score"] == pytest.approx(1 * 25 + 2 * 25 + 3 * 25)
     assert s["positive_per_mm2"] == pytest.approx(12.0)
     assert s["3+_count"] == 2
     moved = classify_cells(_result(dab_od_mean=od), dab=(0.3, 0.5, 0.65))
-    assert moved.table["dab_score"].tolist() == [0, 0, 0, 1, 1, 3, 0, 2]
+    assert moved.columns["dab_score"].tolist() == [0, 0, 0, 1, 1, 3, 0, 2]
 
 
 def test_ihc_summary_edge_cases():
@@ -87,7 +87,7 @@ def test_ihc_summary_edge_cases():
 def test_dab_on_the_cell_compartment_for_membrane_markers():
     res = _result(dab_od_mean=np.array([0.0, 0.0]), dab_od_cell_mean=np.array([0.1, 0.5]))
     out = classify_cells(res, dab={"thresholds": [0.2, 0.4, 0.6], "compartment": "cell"})
-    assert out.table["class"].tolist() == ["Negative", "2+"]
+    assert out.columns["class"].tolist() == ["Negative", "2+"]
 
 
 @pytest.mark.parametrize(
@@ -151,15 +151,15 @@ def test_a_classifier_plugs_in_through_the_protocol():
     res = _result(CD3_mean=np.arange(4.0))
     assert isinstance(_Fixed(), CellClassifier)
     out = classify_cells(res, classifier=_Fixed())
-    assert out.table["class"].tolist() == ["Tumour", "Stroma", "Tumour", "Stroma"]
-    assert out.table["class_probability"].tolist() == [0.9] * 4
+    assert out.columns["class"].tolist() == ["Tumour", "Stroma", "Tumour", "Stroma"]
+    assert out.columns["class_probability"].tolist() == [0.9] * 4
     assert out.classes == {"Tumour": (200, 0, 0), "Stroma": (0, 200, 0)}
     with pytest.raises(ValueError, match="not both"):
         classify_cells(res, classifier=_Fixed(), markers=["CD3"])
 
 
 def test_densities_per_annotation_count_the_cells_inside_on_its_area():
-    from napari_slidescope.pipeline.classify import annotation_summary
+    from napari_slidescope.pipeline.cell_classes import annotation_summary
 
     # a 4 x 4 grid of cells 250 px apart; level-0 pixels of 0.5 µm (downsample 2 at 1 µm)
     rows, cols = np.meshgrid(np.arange(4) * 250.0 + 100, np.arange(4) * 250.0 + 100)
@@ -188,3 +188,58 @@ def test_densities_per_annotation_count_the_cells_inside_on_its_area():
         annotation_summary(res, square[:2])
     with pytest.raises(ValueError, match="no classes"):
         annotation_summary(_result(CD8_nucleus_mean=cd8[:3]), square)
+
+
+def _zip(path, members):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("members", "what"),
+    [
+        ({"project.qpproj": "{}", "data/1/summary.json": "{}"}, "zipped QuPath project"),
+        ({".zgroup": "{}", "0/.zarray": "{}"}, "zipped zarr store"),
+        ({"x.npy": b"\x93NUMPY"}, "numpy .npz archive"),
+        ({"readme.txt": "hello"}, "zip archive of 1 member(s) (readme.txt)"),
+    ],
+)
+def test_load_classification_says_what_a_zip_that_is_no_classifier_is(tmp_path, members, what):
+    from napari_slidescope.pipeline.cell_classes import load_classification
+
+    path = _zip(tmp_path / "thing.zip", members)
+    with pytest.raises(ValueError, match=re.escape(what)) as info:
+        load_classification(path)
+    assert str(path) in str(info.value)
+    assert "not a napari-slidescope classifier file" in str(info.value)
+
+
+def test_load_classification_names_geojson_and_qupath_classifiers(tmp_path):
+    from napari_slidescope.pipeline.cell_classes import load_classification
+
+    geo = tmp_path / "cells.geojson"
+    geo.write_text(json.dumps({"type": "FeatureCollection", "features": []}))
+    with pytest.raises(ValueError, match="it is GeoJSON"):
+        load_classification(geo)
+    qp = tmp_path / "classifier.json"
+    qp.write_text(json.dumps({"object_classifier_type": "OpenCVMLClassifier"}))
+    with pytest.raises(ValueError, match="QuPath classifier"):
+        load_classification(qp)
+
+
+def test_load_classification_still_loads_a_saved_classifier(tmp_path):
+    pytest.importorskip("sklearn")
+    from tests.pipeline.test_cell_forest import _examples, _table
+
+    from napari_slidescope import train_classifier
+    from napari_slidescope.pipeline.cell_classes import load_classification
+
+    table, truth = _table(n=200)
+    path = train_classifier(table, _examples(table, truth)).save(tmp_path / "c.npz")
+    spec, descriptor = load_classification(path)
+    assert descriptor["kind"] == "classifier"
+    assert callable(spec.predict_classes)

@@ -4,10 +4,10 @@ The pathologist's workflow from QuPath's object classifier, on a nuclei layer of
 a list of classes (name and colour), "Mark examples" on, the class selected, a click on a
 nucleus makes it an example of that class (a second click with the same class unmarks it).
 Examples show as a Points layer coloured by class. With examples of two classes or more, a
-random forest (:func:`~napari_slidescope.pipeline.cell_classifier.train_classifier`) is
+random forest (:func:`~napari_slidescope.pipeline.cell_forest.train_classifier`) is
 retrained after every click (well under a second for a few hundred examples) and the nuclei
 in view are recoloured by their predicted class ("live preview"); "Classify all" applies it
-to every nucleus of the layer (through :func:`napari_slidescope._qt.classes.classify`: the
+to every nucleus of the layer (through :func:`napari_slidescope._qt.cell_classes_dock.classify`: the
 class columns join the layer's features and the "Cell classes" legend dock opens). The dock's
 own legend counts the nuclei per class of the preview, the whole layer or a selected shape
 (with densities per mm²); the classifier saves to a file that ``slidescope batch --classify``
@@ -46,15 +46,15 @@ __all__ = ["CellClassifierWidget"]
 
 #: Colour of nuclei without a predicted class while classes are shown (RGBA 0-1).
 _UNCLASSIFIED = (0.6, 0.6, 0.6, 0.35)
-_DEFAULT_CLASSES = ("Tumor", "Lymphocyte", "Stroma")
 #: Most nuclei in view the live preview classifies (about 0.1 s of features and trees).
 PREVIEW_MAX = 50_000
 
 
-def _palette(k: int) -> tuple[int, int, int]:
-    from napari_slidescope.pipeline.cell_classifier import PALETTE
+def _colour(name: str, taken: dict[str, tuple[int, int, int]]) -> tuple[int, int, int]:
+    """Return the registry's colour of a new class `name` beside the classes `taken`."""
+    from napari_slidescope.analysis.class_colors import class_colors
 
-    return PALETTE[k % len(PALETTE)]
+    return class_colors([*taken, name], given=taken)[name]
 
 
 def _icon(rgb: tuple[int, int, int]) -> QIcon:
@@ -161,8 +161,9 @@ class CellClassifierWidget(QWidget):
         self._viewer.mouse_drag_callbacks.append(self._on_viewer_click)
         self._viewer.layers.events.inserted.connect(self._refresh_layers)
         self._viewer.layers.events.removed.connect(self._refresh_layers)
-        for name in _DEFAULT_CLASSES:
-            self.add_class(name)
+        #: The classes last set from the slide (None: the user changed them since).
+        self._defaults: dict[str, tuple[int, int, int]] | None = None
+        self._set_default_classes()
         self._refresh_layers()
 
     # -- layers ---------------------------------------------------------------------------
@@ -198,7 +199,35 @@ class CellClassifierWidget(QWidget):
             self._plain_colormap = None if layer is None else layer.colormap
             self.examples.clear()
             self.classifier = None
+            self._set_default_classes()
             self._draw_examples()
+
+    def _set_default_classes(self) -> None:
+        """Start from the classes the layer's slide suggests, unless the user set their own.
+
+        The layer's last classification (whatever dock or console made it), else one class
+        per marker on a fluorescence slide, else tumour / lymphocyte / stroma
+        (:func:`~napari_slidescope.pipeline.cell_classes.default_classes`); colours from the
+        one registry, so the legend and the exports show the same.
+        """
+        from napari_slidescope.pipeline.cell_classes import default_classes
+
+        if self._defaults is not None and self.classes != self._defaults:
+            return  # the user added, renamed or recoloured classes: keep them
+        canvas = canvas_of(self._layer) if self._layer is not None else None
+        table = canvas.table() if canvas is not None else {}
+        last = None if self._layer is None else self._layer.metadata.get("slidescope_classes")
+        wanted = default_classes(table, last)
+        if wanted == self.classes:
+            self._defaults = dict(wanted)
+            return
+        self.classes = {}
+        self.class_list.clear()
+        for name, rgb in wanted.items():
+            self.add_class(name, rgb)
+        self._defaults = dict(self.classes)
+        if self.class_list.count():
+            self.class_list.setCurrentRow(0)
 
     @property
     def layer(self) -> Any:
@@ -217,7 +246,7 @@ class CellClassifierWidget(QWidget):
         name = name.strip()
         if not name or name in self.classes:
             raise ValueError(f"class name {name!r}: empty or already used")
-        rgb = color if color is not None else _palette(len(self.classes))
+        rgb = color if color is not None else _colour(name, self.classes)
         self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
         item = QListWidgetItem(_icon(self.classes[name]), name)
         self.class_list.addItem(item)
@@ -366,7 +395,7 @@ class CellClassifierWidget(QWidget):
         counts = {c: 0 for c in self.classes}
         for c in self.examples.values():
             counts[c] = counts.get(c, 0) + 1
-        from napari_slidescope.pipeline.cell_classifier import MIN_EXAMPLES_PER_CLASS
+        from napari_slidescope.pipeline.cell_forest import MIN_EXAMPLES_PER_CLASS
 
         shown = ", ".join(f"{c} {n}" for c, n in counts.items())
         few = any(n < MIN_EXAMPLES_PER_CLASS for n in counts.values())
@@ -381,7 +410,7 @@ class CellClassifierWidget(QWidget):
 
     def train(self) -> Any:
         """Train the classifier on the examples (classes without examples are left out)."""
-        from napari_slidescope.pipeline.cell_classifier import train_classifier
+        from napari_slidescope.pipeline.cell_forest import train_classifier
 
         table = self._table()
         used = [c for c in self.classes if c in set(self.examples.values())]
@@ -439,10 +468,10 @@ class CellClassifierWidget(QWidget):
     def classify_all(self) -> Any:
         """Classify every nucleus of the layer in the background; return the worker.
 
-        The features and the forest run on a worker thread (a whole slide's 10^6 nuclei
-        take seconds); when they are done the layer takes the class colours and columns
-        and the "Cell classes" legend opens (:func:`napari_slidescope._qt.classes.classify`),
-        and :attr:`last_counts` holds the counts.
+        The features and the forest run on a worker thread (a whole slide's 10^6 nuclei take
+        seconds); when they are done the layer takes the class colours and columns and the "Cell
+        classes" legend opens (:func:`napari_slidescope._qt.cell_classes_dock.classify`), and
+        :attr:`last_counts` holds the counts.
         """
         from napari.qt.threading import create_worker
 
@@ -451,7 +480,7 @@ class CellClassifierWidget(QWidget):
         canvas = canvas_of(self._layer) if self._layer is not None else None
         if canvas is None:
             raise ValueError("Cell classifier: no nuclei layer of this plugin to classify")
-        table = canvas.to_result().table
+        table = canvas.to_result().columns
         clf, layer = self.classifier, self._layer
         self.classify_button.setEnabled(False)
         self.status.setText(f"Classifying {len(table['id']):,} nuclei…")
@@ -464,7 +493,7 @@ class CellClassifierWidget(QWidget):
         return worker
 
     def _on_classified(self, layer: Any, clf: Any, out: tuple) -> None:
-        from napari_slidescope._qt.classes import classify
+        from napari_slidescope._qt.cell_classes_dock import classify
 
         if layer is not self._layer or layer not in self._viewer.layers:
             return  # the user moved on to another layer
@@ -473,7 +502,7 @@ class CellClassifierWidget(QWidget):
         except ValueError as exc:
             self.status.setText(f"{exc}: the nuclei changed while classifying; classify again")
             return
-        names = np.asarray(result.table["class"])
+        names = np.asarray(result.columns["class"])
         counts = {c: int(np.count_nonzero(names == c)) for c in clf.class_names}
         self.last_counts = counts
         self.status.setText(f"Classified {len(names):,} nuclei")
@@ -563,7 +592,7 @@ class CellClassifierWidget(QWidget):
 
     def load_classifier(self, path: str | Path) -> Any:
         """Load a classifier file; its classes join the list and it colours the view."""
-        from napari_slidescope.pipeline.cell_classifier import load_classifier
+        from napari_slidescope.pipeline.cell_forest import load_classifier
 
         clf = load_classifier(path)
         for name in clf.class_names:

@@ -1,6 +1,6 @@
 """Cell classes in napari: class colours on a nuclei layer, a legend dock, a cells layer.
 
-:func:`classify` runs :func:`~napari_slidescope.pipeline.classify.classify_cells` on what a
+:func:`classify` runs :func:`~napari_slidescope.pipeline.cell_classes.classify_cells` on what a
 slide's nuclei layer holds and shows the result: each nucleus in its class colour (a
 direct label colormap, so whole-slide pyramid layers are coloured without touching their
 pixels), ``class`` and the positivity columns in the layer's features (hover shows them),
@@ -87,7 +87,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
         The nuclei layer (``"<slide> nuclei"``); default that of the selected slide, else
         of the slide of the selected result layer, else of the slide that has nuclei.
     **kwargs
-        Keyword arguments of :func:`~napari_slidescope.pipeline.classify.classify_cells`
+        Keyword arguments of :func:`~napari_slidescope.pipeline.cell_classes.classify_cells`
         (``markers``, ``dab``, ``phenotypes``, ``compartment``, ``classifier``, ``rules``).
 
     Returns
@@ -102,7 +102,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
     """
     from napari_slidescope._napari import jobs
     from napari_slidescope._napari.layers import canvas_of
-    from napari_slidescope.pipeline.classify import classify_cells
+    from napari_slidescope.pipeline.cell_classes import classify_cells
 
     if layer is None:
         image = jobs.slide_with_results(viewer, "nuclei")
@@ -187,15 +187,15 @@ def add_cells(viewer: Any, result: Any, image: Any = None) -> Any:
         layer = viewer.add_labels(data, **meta)
         layer.metadata["slidescope_label_ids"] = np.asarray(ids)
     layer.contour = 1
-    if "class" in result.table:
+    if "class" in result.columns:
         ids = layer.metadata.get("slidescope_label_ids")
         if ids is None:
             layer.colormap = class_colormap(
-                result.table["id"], result.table["class"], result.classes
+                result.columns["id"], result.columns["class"], result.classes
             )
         else:  # rasterised outlines are numbered 1..n in outline order
             by_id = dict(
-                zip(np.asarray(result.table["id"]).tolist(), result.table["class"], strict=True)
+                zip(np.asarray(result.columns["id"]).tolist(), result.columns["class"], strict=True)
             )
             classes = np.array([by_id.get(int(i), "") for i in ids], dtype=object)
             layer.colormap = class_colormap(np.arange(1, len(ids) + 1), classes, result.classes)

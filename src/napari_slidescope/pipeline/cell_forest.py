@@ -29,9 +29,11 @@ import numpy as np
 from napari_slidescope.analysis.cell_features import (
     DEFAULT_RADIUS_UM,
     FEATURES_VERSION,
+    as_columns,
     cell_features,
     default_features,
 )
+from napari_slidescope.analysis.class_colors import class_colors
 from napari_slidescope.errors import ClassifierFileError
 from napari_slidescope.pipeline import forest_file
 
@@ -48,17 +50,6 @@ __all__ = [
 FORMAT = "napari-slidescope object classifier"
 #: Bumped when the file layout changes.
 FORMAT_VERSION = 1
-#: Class colours when none are given (Okabe-Ito, distinguishable with colour blindness).
-PALETTE: tuple[tuple[int, int, int], ...] = (
-    (230, 159, 0),
-    (86, 180, 233),
-    (0, 158, 115),
-    (240, 228, 66),
-    (0, 114, 178),
-    (213, 94, 0),
-    (204, 121, 167),
-    (120, 120, 120),
-)
 
 
 def _sklearn(what: str) -> Any:
@@ -238,7 +229,9 @@ def train_classifier(
     classes : sequence of str, optional
         The classes, in order (default: those of `labels`, sorted); each needs an example.
     colors : mapping of str to (r, g, b), optional
-        Class colours 0-255; default a colour-blind-safe palette.
+        Class colours 0-255; default each name's colour in the one registry
+        (:func:`~napari_slidescope.analysis.class_colors.class_colors`: QuPath's colours for
+        the names QuPath knows, the same colour for a name in every dock and export).
     radius_um : float or None
         Neighbourhood radius of the default features (None: no neighbourhood features).
     n_estimators : int
@@ -272,7 +265,7 @@ def train_classifier(
     """
     # the parent package is imported whenever this module is (no import: layers)
     version = str(sys.modules["napari_slidescope"].__version__)
-    table = getattr(result, "table", result)
+    table = as_columns(result)
     ids = np.asarray(table["id"])
     given = {int(k): str(v) for k, v in dict(labels).items()}
     names = tuple(classes) if classes is not None else tuple(sorted(set(given.values())))
@@ -328,14 +321,11 @@ def train_classifier(
 def _colours(
     names: Sequence[str], colors: Mapping[str, Sequence[int]] | None
 ) -> dict[str, tuple[int, int, int]]:
-    out = {}
-    for k, name in enumerate(names):
-        rgb = (colors or {}).get(name, PALETTE[k % len(PALETTE)])
-        vals = tuple(int(v) for v in rgb)
-        if len(vals) != 3 or not all(0 <= v <= 255 for v in vals):
-            raise ValueError(f"colors: {name!r} needs (r, g, b) in 0-255, got {rgb!r}")
-        out[name] = (vals[0], vals[1], vals[2])
-    return out
+    """Colours of the classes: those given, else the registry's (the same in every dock)."""
+    try:
+        return class_colors(names, given=colors)
+    except ValueError as e:
+        raise ValueError(f"colors: {e}") from e
 
 
 def load_classifier(path: str | os.PathLike[str]) -> ObjectClassifier:

@@ -2,7 +2,7 @@
 
 How a result carries classes (the one representation every consumer reads):
 
-- ``result.table["class"]``: (count,) ndarray of str, the class of each row (a phenotype,
+- ``result.columns["class"]``: (count,) ndarray of str, the class of each row (a phenotype,
   ``"Other"``, or ``"Negative"``/``"1+"``/``"2+"``/``"3+"`` for IHC);
 - ``result.classes``: dict class name -> ``(r, g, b)`` 0-255, every class that can occur,
   in legend order;
@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from napari_slidescope.analysis.class_colors import class_colors
 from napari_slidescope.analysis.phenotypes import (
     DAB_THRESHOLDS,
     IHC_CLASSES,
@@ -34,12 +37,11 @@ from napari_slidescope.analysis.phenotypes import (
     apply_phenotypes,
     auto_threshold,
     check_dab_thresholds,
-    class_colors,
     dab_scores,
     ihc_summary,
     parse_rule,
 )
-from napari_slidescope.pipeline.cell_classifier import load_classifier
+from napari_slidescope.pipeline.cell_forest import load_classifier
 from napari_slidescope.pipeline.nuclei_result import NucleiResult
 
 __all__ = [
@@ -50,9 +52,11 @@ __all__ = [
     "annotation_summary",
     "check_rules",
     "class_summary",
+    "default_classes",
     "classification_from",
     "classify_cells",
     "classify_table",
+    "cell_kind",
     "load_classification",
     "load_rules",
     "marker_column",
@@ -344,6 +348,67 @@ def markers_of(table: Mapping[str, np.ndarray]) -> dict[str, set[str]]:
     return out
 
 
+#: Classes the "Cell classifier" dock starts with on a brightfield slide (H&E or H-DAB).
+BRIGHTFIELD_CLASSES: tuple[str, ...] = ("Tumor", "Lymphocyte", "Stroma")
+#: Channel names taken for the nuclear stain of a fluorescence slide (not a marker).
+_NUCLEAR_STAINS = re.compile(r"dapi|hoechst|draq|nuclear|nucleus|sytox", re.IGNORECASE)
+
+
+def cell_kind(table: Mapping[str, np.ndarray]) -> str:
+    """Say what a nuclei table was measured on: "H-DAB", "brightfield" or "fluorescence".
+
+    From its columns: ``dab_od_*`` means an H-DAB (IHC) slide, ``hematoxylin_od_*`` one
+    of H&E, marker means without either a fluorescence slide. The docks take their
+    defaults from it (IHC scoring only where there is DAB, marker classes where there are
+    markers).
+    """
+    markers = markers_of(table)
+    if DAB in markers:
+        return "H-DAB"
+    if any(str(c).startswith("hematoxylin_od") for c in table) or not markers:
+        return "brightfield"
+    return "fluorescence"
+
+
+def default_classes(
+    table: Mapping[str, np.ndarray], last: Mapping[str, Any] | None = None
+) -> dict[str, tuple[int, int, int]]:
+    """Return the classes (and colours) a classification of `table` starts from.
+
+    Parameters
+    ----------
+    table : mapping of str to ndarray
+        The nuclei table.
+    last : mapping of str to (r, g, b), optional
+        The classes of the slide's last classification (``result.classes``); when given
+        (and not the IHC scores, which are no cell types) they are the answer.
+
+    Returns
+    -------
+    dict of str to (int, int, int)
+        The last classification's classes; else on a fluorescence slide one class per
+        marker that is not the nuclear stain (``"CD8+"``...) and ``"Other"``; else
+        :data:`BRIGHTFIELD_CLASSES`. Colours from
+        :func:`~napari_slidescope.analysis.class_colors.class_colors`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = {"id": np.arange(3), "DAPI_mean": np.ones(3), "CD8_mean": np.ones(3)}
+    >>> list(default_classes(t))
+    ['CD8+', 'Other']
+    """
+    if last:
+        names = [str(n) for n in last]
+        if not set(names) <= set(IHC_CLASSES):
+            return class_colors(names, given=last)
+    if cell_kind(table) == "fluorescence":
+        markers = [m for m in sorted(markers_of(table)) if not _NUCLEAR_STAINS.search(m)]
+        if markers:
+            return class_colors([f"{m}+" for m in markers] + [OTHER])
+    return class_colors(BRIGHTFIELD_CLASSES)
+
+
 def marker_column(table: Mapping[str, np.ndarray], marker: str, compartment: str) -> str:
     """Return the table column of a marker's mean on a compartment.
 
@@ -469,7 +534,7 @@ def classify_cells(
 
 def apply_rules(result: NucleiResult, rules: PhenotypeRules) -> NucleiResult:
     """Apply checked rules to a result (:func:`classify_cells` with ``rules=``)."""
-    table = result.table
+    table = result.columns
     check_rules(rules, table)
     comp = _resolve_compartment(table, rules.compartment)
     out = {k: v for k, v in table.items() if k not in ("class", "class_probability")}
@@ -516,7 +581,7 @@ def apply_rules(result: NucleiResult, rules: PhenotypeRules) -> NucleiResult:
             names.append("Negative")
     out["class"] = classes
     colors = class_colors(names)
-    return dataclasses.replace(result, table=out, classes=colors, classification=info)
+    return dataclasses.replace(result, columns=out, classes=colors, classification=info)
 
 
 def _apply_classifier(result: NucleiResult, classifier: Any) -> NucleiResult:
@@ -526,19 +591,19 @@ def _apply_classifier(result: NucleiResult, classifier: Any) -> NucleiResult:
             f"classifier: {type(classifier).__name__} has no predict_classes(result) method"
         )
     names, prob, colors = predict(result)
-    n = int(np.asarray(result.table["id"]).size)
+    n = int(np.asarray(result.columns["id"]).size)
     names, prob = np.asarray(names).astype(str), np.asarray(prob, np.float64)
     if names.shape != (n,) or prob.shape != (n,):
         raise ValueError(
             f"classifier: predict_classes returned {names.shape} classes and {prob.shape} "
             f"probabilities for {n} cells"
         )
-    colors = {str(k): tuple(int(c) for c in v[:3]) for k, v in dict(colors).items()}
-    missing = sorted(set(names.tolist()) - set(colors))
-    colors.update(class_colors(missing))
-    table = {**result.table, "class": names, "class_probability": prob}
+    given = {str(k): tuple(int(c) for c in v[:3]) for k, v in dict(colors).items()}
+    extra = sorted(set(names.tolist()) - set(given))  # predicted, yet without a colour
+    colors = class_colors([*given, *extra], given=given)
+    table = {**result.columns, "class": names, "class_probability": prob}
     info = {"kind": "classifier", "classifier": type(classifier).__name__}
-    return dataclasses.replace(result, table=table, classes=colors, classification=info)
+    return dataclasses.replace(result, columns=table, classes=colors, classification=info)
 
 
 def class_summary(result: NucleiResult, *, area_mm2: float | None = None) -> dict[str, Any]:
@@ -559,17 +624,17 @@ def class_summary(result: NucleiResult, *, area_mm2: float | None = None) -> dic
         :func:`~napari_slidescope.analysis.phenotypes.ihc_summary` (``positive_percent``,
         ``h_score``...).
     """
-    if "class" not in result.table:
+    if "class" not in result.columns:
         raise ValueError("class_summary: the result has no classes; run classify_cells first")
-    classes = np.asarray(result.table["class"])
+    classes = np.asarray(result.columns["class"])
     out: dict[str, Any] = {}
     for name in result.classes:
         k = int(np.count_nonzero(classes == name))
         out[f"{name}_count"] = k
         if area_mm2 is not None:
             out[f"{name}_per_mm2"] = k / area_mm2 if area_mm2 > 0 else float("nan")
-    if "dab_score" in result.table:
-        out.update(ihc_summary(np.asarray(result.table["dab_score"]), area_mm2=area_mm2))
+    if "dab_score" in result.columns:
+        out.update(ihc_summary(np.asarray(result.columns["dab_score"]), area_mm2=area_mm2))
     return out
 
 
@@ -608,7 +673,7 @@ def annotation_summary(result: NucleiResult, polygon: Any, *, holes: Any = ()) -
             raise ValueError(
                 f"annotation: expected (row, col) rings of 3 or more points, got shape {r.shape}"
             )
-    table = result.table
+    table = result.columns
     if "class" not in table:
         raise ValueError("annotation_summary: the result has no classes; run classify_cells first")
     points = np.column_stack(
@@ -627,7 +692,8 @@ def annotation_summary(result: NucleiResult, polygon: Any, *, holes: Any = ()) -
     dy, dx = (float(v) for v in result.downsample)
     px_um2 = (my / dy) * (mx / dx)  # one level-0 pixel
     area_mm2 = max(area(rings[0]) - sum(area(h) for h in rings[1:]), 0.0) * px_um2 / 1e6
-    subset = dataclasses.replace(result, table={k: np.asarray(v)[inside] for k, v in table.items()})
+    kept = {k: np.asarray(v)[inside] for k, v in table.items()}
+    subset = dataclasses.replace(result, columns=kept)
     return {
         "area_mm2": area_mm2,
         "cells": int(inside.sum()),
@@ -640,7 +706,7 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
 
     A JSON file whose top-level ``"kind"`` is :data:`RULES_KIND` is phenotype rules;
     a zip file is handed to
-    :func:`~napari_slidescope.pipeline.cell_classifier.load_classifier` (a learned
+    :func:`~napari_slidescope.pipeline.cell_forest.load_classifier` (a learned
     classifier).
 
     Returns
@@ -656,7 +722,8 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
     ------
     ValueError
         Unreadable file, invalid rules, or a file that is neither rules nor a classifier
-        this installation can load (the message names the file).
+        this installation can load (the message names the file and says what it is: a zip
+        without a classifier's description, GeoJSON, a QuPath classifier...).
     """
     path = Path(path)
     try:
@@ -675,14 +742,66 @@ def load_classification(path: str | os.PathLike[str]) -> tuple[Any, dict[str, An
     if not raw.startswith(b"PK"):  # a classifier file is a zip (.npz); this is text or junk
         raise ValueError(
             f'{path}: not phenotype rules ({what} "kind": "{RULES_KIND}") and not a '
-            "classifier file either"
+            f"classifier file either{_looks_like(data)}"
         )
+    _check_classifier_zip(path, raw)
     classifier = load_classifier(path)
     if not callable(getattr(classifier, "predict_classes", None)):
         raise ValueError(f"{path}: the loaded classifier has no predict_classes(result)")
     digest = getattr(classifier, "digest", None)
     sha = digest() if callable(digest) else hashlib.sha256(raw).hexdigest()
     return classifier, {"kind": "classifier", "path": str(path.resolve()), "sha256": str(sha)}
+
+
+#: The member every classifier file (``.npz``) holds: its JSON description.
+_CLASSIFIER_MEMBER = "meta.npy"
+
+
+def _looks_like(data: Any) -> str:
+    """Say what a JSON document that is not rules looks like (for the error), or ``""``."""
+    if not isinstance(data, Mapping):
+        return ""
+    if data.get("type") in ("FeatureCollection", "Feature"):
+        return " (it is GeoJSON: open it in napari, or pass it as annotations)"
+    if "object_classifier_type" in data or "pixel_classifier_type" in data:
+        return (
+            " (it is a QuPath classifier, which napari-slidescope cannot apply: train one in "
+            'the "Cell classifier" dock or with train_classifier)'
+        )
+    return ""
+
+
+def _check_classifier_zip(path: Path, raw: bytes) -> None:
+    """Raise a clear ValueError unless `raw` is a zip that holds a classifier's description.
+
+    A classifier file is a ``.npz`` (a zip of ``.npy`` arrays, one of them
+    :data:`_CLASSIFIER_MEMBER`); any other zip (a QuPath project, a zipped zarr store, a
+    folder of images) is recognised here, from its table of contents, before any member
+    is read.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            names = archive.namelist()
+    except zipfile.BadZipFile as e:
+        raise ValueError(
+            f"{path}: not phenotype rules and not a classifier file: a damaged zip archive ({e})"
+        ) from e
+    if _CLASSIFIER_MEMBER in names:
+        return
+    kind = "a zip archive"
+    if any(n.endswith((".zarray", "zarr.json", ".zgroup")) for n in names):
+        kind = "a zipped zarr store"
+    elif any(n.endswith(".qpproj") for n in names):
+        kind = "a zipped QuPath project"
+    elif names and all(n.endswith(".npy") for n in names):
+        kind = "a numpy .npz archive"
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    raise ValueError(
+        f"{path}: not phenotype rules and not a napari-slidescope classifier file: {kind} "
+        f"of {len(names)} member(s) ({shown or 'empty'}) without the classifier's "
+        f"{_CLASSIFIER_MEMBER}; save a classifier with ObjectClassifier.save or the "
+        '"Cell classifier" dock, or rules with PhenotypeRules.save'
+    )
 
 
 def classification_from(descriptor: Mapping[str, Any]) -> Any:

@@ -5,8 +5,8 @@ import pytest
 
 pytest.importorskip("sklearn")
 
-from napari_slidescope.pipeline.cell_classifier import train_classifier  # noqa: E402
-from napari_slidescope.pipeline.classify import classify_cells  # noqa: E402
+from napari_slidescope.pipeline.cell_classes import classify_cells  # noqa: E402
+from napari_slidescope.pipeline.cell_forest import train_classifier  # noqa: E402
 from napari_slidescope.pipeline.nuclei import segment_nuclei  # noqa: E402
 from napari_slidescope.sample_cell_types import CLASS_NAMES, downsample_rgb, make_cells_image  # noqa: E402
 
@@ -20,8 +20,8 @@ def _segment(rgb, mpp):
 
 
 def _truth_ids(res, truth):
-    r = (np.asarray(res.table["centroid_y_um"]) / truth.mpp).astype(int)
-    c = (np.asarray(res.table["centroid_x_um"]) / truth.mpp).astype(int)
+    r = (np.asarray(res.columns["centroid_y_um"]) / truth.mpp).astype(int)
+    c = (np.asarray(res.columns["centroid_x_um"]) / truth.mpp).astype(int)
     return truth.labels[r.clip(0, truth.labels.shape[0] - 1), c.clip(0, truth.labels.shape[1] - 1)]
 
 
@@ -29,11 +29,11 @@ def _truth_ids(res, truth):
 def trained():
     rgb, truth = make_cells_image(200, mpp=0.25, seed=11)
     res = _segment(rgb, 0.25)
-    cls = truth.class_at(res.table["centroid_y_um"], res.table["centroid_x_um"])
+    cls = truth.class_at(res.columns["centroid_y_um"], res.columns["centroid_x_um"])
     labels = {}
     for k, name in enumerate(CLASS_NAMES):
         rows = np.flatnonzero(cls == k)[:15]
-        labels.update({int(res.table["id"][r]): name for r in rows})
+        labels.update({int(res.columns["id"][r]): name for r in rows})
     return train_classifier(res, labels)
 
 
@@ -47,12 +47,14 @@ def test_same_classes_at_40x_and_20x(trained):
     once20 = {t: i for i, t in enumerate(t20) if t > 0 and (t20 == t).sum() == 1}
     common = sorted(set(once40) & set(once20))
     assert len(common) > 0.7 * len(truth.classes)
-    c40 = res40.table["class"][[once40[t] for t in common]]
-    c20 = res20.table["class"][[once20[t] for t in common]]
+    c40 = res40.columns["class"][[once40[t] for t in common]]
+    c20 = res20.columns["class"][[once20[t] for t in common]]
     agreement = float((c40 == c20).mean())
     assert agreement >= AGREEMENT_40X_20X, agreement
     # and the classes are right for most of them
     true = np.asarray(CLASS_NAMES)[truth.classes[np.array(common) - 1]]
     assert (c40 == true).mean() > 0.85
     assert set(res40.classes) == set(CLASS_NAMES)
-    assert ((res40.table["class_probability"] > 0) & (res40.table["class_probability"] <= 1)).all()
+    assert (
+        (res40.columns["class_probability"] > 0) & (res40.columns["class_probability"] <= 1)
+    ).all()

@@ -1,8 +1,8 @@
 """The "Cell classification" dock: IHC scoring or phenotype rules, saved and loaded as JSON.
 
-A thin Qt layer over :func:`~napari_slidescope._qt.classes.classify`: the IHC
+A thin Qt layer over :func:`~napari_slidescope._qt.cell_classes_dock.classify`: the IHC
 thresholds and compartment, or a rules file, become
-:class:`~napari_slidescope.pipeline.classify.PhenotypeRules`; **Apply** classifies the
+:class:`~napari_slidescope.pipeline.cell_classes.PhenotypeRules`; **Apply** classifies the
 active slide's nuclei layer (class colours and the "Cell classes" legend); **Save rules...**
 and **Load rules...** write and read the same JSON ``slidescope batch --classify`` takes.
 Thresholds dragged on the measurements table's histogram come back here (the IHC
@@ -26,7 +26,7 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
-from napari_slidescope.pipeline.classify import PhenotypeRules, load_rules
+from napari_slidescope.pipeline.cell_classes import PhenotypeRules, load_rules
 
 __all__ = ["ClassifyWidget"]
 
@@ -42,7 +42,7 @@ class ClassifyWidget(QWidget):
         box = QVBoxLayout(self)
         form = QFormLayout()
         self.mode = QComboBox()
-        self.mode.addItems(["IHC (DAB score)", "Rules file"])
+        self.mode.addItems(["IHC (DAB score)", "Phenotype rules"])
         form.addRow("Classify by", self.mode)
         self.thresholds = []
         for name, value in zip(
@@ -87,6 +87,61 @@ class ClassifyWidget(QWidget):
         from napari_slidescope._napari.class_layers import events as class_events
 
         class_events.changed.connect(self._on_classes_changed)
+        layers = getattr(self.viewer, "layers", None)
+        if layers is not None:
+            layers.selection.events.active.connect(self.follow_slide)
+            layers.events.inserted.connect(self.follow_slide)
+        self.follow_slide()
+
+    def _nuclei_layer(self) -> Any:
+        """Return the nuclei layer :meth:`apply` would classify, or None."""
+        import warnings
+
+        from napari_slidescope._napari import jobs
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # several slides: apply() says which it took
+                image = jobs.slide_with_results(self.viewer, "nuclei")
+        except ValueError:
+            return None
+        name = f"{image.name} nuclei"
+        return self.viewer.layers[name] if name in self.viewer.layers else None
+
+    def follow_slide(self, _event: Any = None) -> None:
+        """Set the mode from the slide: its last classification, else its kind.
+
+        A slide classified before shows how (its rules, or its IHC thresholds); an H-DAB
+        slide starts on IHC scoring; a slide without DAB (H&E, fluorescence) cannot be
+        IHC-scored, so that choice is greyed out and the mode is phenotype rules, with the
+        slide's markers named.
+        """
+        from napari_slidescope._napari.layers import canvas_of
+        from napari_slidescope.pipeline.cell_classes import cell_kind, markers_of
+
+        layer = self._nuclei_layer()
+        canvas = canvas_of(layer) if layer is not None else None
+        if canvas is None:
+            return
+        table = canvas.table()
+        kind = cell_kind(table)
+        item = getattr(self.mode.model(), "item", lambda _k: None)(0)
+        if item is not None:
+            item.setEnabled(kind == "H-DAB")
+        info = layer.metadata.get("slidescope_classification")
+        if isinstance(info, dict) and info.get("kind") == "rules":
+            self._take_rules(info)
+            return
+        if kind == "H-DAB":
+            self.mode.setCurrentIndex(0)
+            return
+        self.mode.setCurrentIndex(1)
+        if self.rules is None:
+            markers = ", ".join(sorted(markers_of(table))) or "none"
+            self.status.setText(
+                f"{layer.name}: {kind}, no DAB to score; markers: {markers}. Load phenotype "
+                "rules, or classify in the console: classify(viewer, phenotypes=...)"
+            )
 
     def _on_classes_changed(self, layer: Any, result: Any) -> None:
         """Take the rules a layer of this viewer was classified with (e.g. dragged)."""
@@ -94,8 +149,11 @@ class ClassifyWidget(QWidget):
             return
         self.result = result
         info = getattr(result, "classification", None)
-        if not isinstance(info, dict) or info.get("kind") != "rules":
-            return
+        if isinstance(info, dict) and info.get("kind") == "rules":
+            self._take_rules(info)
+
+    def _take_rules(self, info: dict[str, Any]) -> None:
+        """Show the rules of a classification: IHC thresholds in the boxes, else the rules."""
         rules = PhenotypeRules.from_dict(info["rules"])
         if rules.dab is not None and not rules.markers and not rules.phenotypes:
             for spin, value in zip(self.thresholds, rules.dab["thresholds"], strict=True):
@@ -115,7 +173,7 @@ class ClassifyWidget(QWidget):
         Raises
         ------
         ValueError
-            Thresholds out of order, or "Rules file" without a loaded file.
+            Thresholds out of order, or "Phenotype rules" without rules loaded.
         """
         if self.mode.currentIndex() == 1:
             if self.rules is None:
@@ -153,7 +211,7 @@ class ClassifyWidget(QWidget):
 
     def apply(self) -> Any:
         """Classify the active slide's nuclei with the current rules; return the result."""
-        from napari_slidescope._qt.classes import classify
+        from napari_slidescope._qt.cell_classes_dock import classify
 
         try:
             result = classify(self.viewer, rules=self.current_rules())
@@ -169,7 +227,7 @@ class ClassifyWidget(QWidget):
         Returns
         -------
         dict
-            :func:`~napari_slidescope.pipeline.classify.annotation_summary`, also shown in
+            :func:`~napari_slidescope.pipeline.cell_classes.annotation_summary`, also shown in
             the status line.
 
         Raises
@@ -179,10 +237,10 @@ class ClassifyWidget(QWidget):
         """
         from napari_slidescope._napari import jobs
         from napari_slidescope._napari.shapes import selected_polygon
-        from napari_slidescope.pipeline.classify import annotation_summary
+        from napari_slidescope.pipeline.cell_classes import annotation_summary
 
         try:
-            if self.result is None or "class" not in self.result.table:
+            if self.result is None or "class" not in self.result.columns:
                 raise ValueError("nothing classified yet: press Apply first")
             polygon = selected_polygon(self.viewer, jobs.active_slide_layer(self.viewer))
             s = annotation_summary(self.result, polygon)

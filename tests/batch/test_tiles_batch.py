@@ -222,3 +222,45 @@ def test_cli_tiles_and_embed(cohort, tmp_path):
     assert m["parameters"]["tiles"]["embed_batch"] == 8
     assert m["parameters"]["tiles"]["model_sha256"] == _sha256(model)
     assert (out / "b.svs" / "tile_embeddings.zarr").is_dir()
+
+
+def test_a_model_changed_during_the_batch_fails_its_slide_naming_the_file(cohort, tmp_path):
+    from napari_slidescope.batch.params import stamp_slide
+    from napari_slidescope.batch.tasks import TaskFailed, tiles_task
+
+    _, folder, _ = cohort
+    model = onnx_model(tmp_path / "drifting.onnx")
+    params = BatchParams(("tissue", "tiles"), tiles_options=TilesOptions(model=str(model)))
+    onnx_model(model, weight=W * 5)  # re-exported while the batch runs
+    out = tiles_task(str(folder / "a.svs"), stamp_slide(folder / "a.svs").key, params)
+    assert isinstance(out, TaskFailed)  # the slide fails at once, not retried
+    assert "drifting.onnx" in out.message and "changed" in out.message
+
+
+def test_resume_with_a_new_model_keeps_the_nuclei(cohort, client, tmp_path):
+    _, folder, model = cohort
+    slides = tmp_path / "slides"
+    slides.mkdir()
+    shutil.copy(folder / "b.svs", slides / "b.svs")
+    out = tmp_path / "out"
+    kwargs = dict(client=client, segmenter="builtin", tile_size_um=256.0)
+    first = TilesOptions(**TILES, model=str(model))
+    rows = analyze_slides(slides, out, tiles_options=first, **kwargs)
+    assert rows[0]["status"] == "done" and rows[0]["nuclei"] > 0
+    nuclei = (out / "b.svs" / "nuclei.parquet").stat().st_mtime_ns
+    other = tmp_path / "other.onnx"
+    onnx_model(other, weight=W * 4)
+    rows, keys = _tasks_run(
+        client,
+        lambda: analyze_slides(
+            slides, out, tiles_options=TilesOptions(**TILES, model=str(other)), resume=True,
+            **kwargs,
+        ),
+    )  # fmt: skip
+    assert rows[0]["status"] == "done" and rows[0]["nuclei"] > 0
+    ran = [k for k in keys if k.startswith("slidescope-")]
+    assert ran and all(k.startswith("slidescope-tile-table-") for k in ran), ran
+    assert (out / "b.svs" / "nuclei.parquet").stat().st_mtime_ns == nuclei
+    m = _manifest(out, "b.svs")
+    assert m["parameters"]["tiles"]["model_sha256"] == _sha256(other)
+    assert m["summary"]["nuclei"] == rows[0]["nuclei"]

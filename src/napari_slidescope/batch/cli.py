@@ -440,6 +440,8 @@ def _slide_line(row: dict[str, Any], *, kept: bool = False) -> str:
         parts.append(f"tissue {row['tissue_area_mm2']:.2f} mm²")
     if row.get("nuclei") is not None:
         parts.append(f"{row['nuclei']} nuclei")
+    if row.get("tiles") is not None:
+        parts.append(f"{row['tiles']} tiles")
     if row.get("seconds") is not None and not kept:
         parts.append(f"{row['seconds']:.1f} s")
     return ", ".join(parts)

@@ -1,13 +1,13 @@
 """The analysis tasks, each described once: what a new task adds, it adds here.
 
-A task (tissue detection, nuclei segmentation, tissue-region classification) used to be
-spelled out in every place that runs or shows one: the batch parameters and their digests,
-the ``slidescope batch`` flags, what ``--resume`` checks and clears, the batch steps, the
-dock's fields and layers. Each of those now reads :data:`TASK_TABLE` instead: a task's
-name, its options class, its API function and result type, what it contributes to the
-parameter digests, its batch outputs and steps, the tasks it needs and its command-line
-flags. The GUI side (dock fields, layers) keeps its own table in
-``napari_slidescope._qt.task_fields``, which reads this one.
+A task (tissue detection, nuclei segmentation, tissue-region classification, tiles and
+their embeddings) used to be spelled out in every place that runs or shows one: the batch
+parameters and their digests, the ``slidescope batch`` flags, what ``--resume`` checks
+and clears, the batch steps, the dock's fields and layers. Each of those now reads
+:data:`TASK_TABLE` instead: a task's name, its options class, its API function and
+result type, what it contributes to the parameter digests, its batch outputs and steps,
+the tasks it needs and its command-line flags. The GUI side (dock fields, layers) keeps
+its own table in ``napari_slidescope._qt.task_fields``, which reads this one.
 
 This module is GUI-free and light: the API functions and result types are imported when
 asked for (:meth:`TaskSpec.function`, :meth:`TaskSpec.result_type`), not when the table

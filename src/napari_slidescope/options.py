@@ -643,6 +643,12 @@ class TilesOptions(_Options):
                 raise FileNotFoundError(f"{self.model}: no such model file")
             object.__setattr__(self, "model_sha256", _file_sha256(self.model))
 
+    def replace(self, **changes: Any) -> TilesOptions:
+        """Return a copy with `changes` applied; a new `model` is hashed again."""
+        if "model" in changes and "model_sha256" not in changes:
+            changes["model_sha256"] = ""
+        return dataclasses.replace(self, **changes)
+
     def model_changed(self) -> bool:
         """Whether the model file's content is no longer the one hashed (or it is gone)."""
         if not self.model:

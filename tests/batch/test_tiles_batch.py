@@ -200,6 +200,8 @@ def test_the_model_digest_and_tiling_are_in_the_parameters(tmp_path):
     plain = BatchParams(("tissue",))
     assert a.digest_without(["tiles"]) == b.digest_without(["tiles"]) == plain.digest()
     assert a.segmentation_dict() == plain.segmentation_dict()
+    other = onnx_model(tmp_path / "other.onnx", weight=W * 7)
+    assert a.tiles_options.replace(model=str(other)).model_sha256 == _sha256(other)
     with pytest.raises(ValueError, match="overlap_um"):
         TilesOptions(tile_um=32, overlap_um=32)
 

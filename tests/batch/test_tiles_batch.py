@@ -212,7 +212,7 @@ def test_cli_tiles_and_embed(cohort, tmp_path):
     slides.mkdir()
     shutil.copy(folder / "b.svs", slides / "b.svs")
     out = tmp_path / "out"
-    args = ["--tasks", "tissue", "--tiles", "--tile-um", "32", "--tile-mpp", "1"]
+    args = ["--tasks", "tissue", "--tile-um", "32", "--tile-mpp", "1"]  # --embed: --tiles
     res = cli(
         "batch", slides, "-o", out, *args, "--min-tissue", "0.25", "--embed", model,
         "--embed-batch", "8", "--workers", "1", "--no-progress",

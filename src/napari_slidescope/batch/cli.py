@@ -206,7 +206,8 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="cut each slide into tissue tiles of --tile-um µm at --tile-mpp µm/px (gated by "
         "the tissue found; --overlap-um, --min-tissue) and write tiles.parquet; with --embed "
-        "MODEL also tile_embeddings.zarr. --resume redoes only the tiles when the model file "
+        "MODEL (which implies --tiles) also tile_embeddings.zarr. --resume redoes only the "
+        "tiles when the model file "
         "(its SHA-256) or the tiling changed (default: off)",
     )
     b.add_argument(
@@ -331,12 +332,13 @@ def _batch(args: argparse.Namespace) -> int:
 
     try:
         tissue_options, nuclei_options = options_from_args(args)
-        tiles_options = None
+        asked = tiles_options_from_args(args)
         tasks = tuple(args.tasks)
-        if args.tiles or "tiles" in tasks:
+        tiles_options = None
+        if args.tiles or "tiles" in tasks or asked.model:  # --embed implies --tiles
             from napari_slidescope.batch.engine import _tiles_options
 
-            tiles_options = _tiles_options(tiles_options_from_args(args))
+            tiles_options = _tiles_options(asked)
             tasks = tuple(dict.fromkeys((*tasks, "tiles")))
         params = BatchParams(
             tasks,

@@ -55,6 +55,7 @@ __all__ = [
     "NucleiOptions",
     "OptionInfo",
     "RegionsOptions",
+    "TilesOptions",
     "TissueOptions",
     "canonical_json",
     "option_fields",
@@ -545,3 +546,111 @@ class RegionsOptions(_Options):
             for block in iter(lambda: fh.read(2**20), b""):
                 digest.update(block)
         return cls(p, digest.hexdigest())
+
+
+def _file_sha256(path: str) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class TilesOptions(_Options):
+    """Options of the ``tiles`` task: tissue tiles at a stated µm/px, optionally embedded.
+
+    The tiling is :func:`~napari_slidescope.tiles.tile_slide`'s and the embedding
+    :func:`~napari_slidescope.tiles.embed_tiles`'. The model is a file of the user's (ONNX
+    or TorchScript) recorded with the SHA-256 of its content, so a model re-exported under
+    the same name changes the parameters and ``--resume`` redoes the tiles and embeddings,
+    and only them.
+
+    Attributes
+    ----------
+    tile_um : float
+        Tile side in µm.
+    mpp : float
+        µm/px the tiles are delivered at.
+    overlap_um : float
+        Overlap of neighbouring tiles in µm (smaller than `tile_um`).
+    min_tissue : float
+        Fraction of a tile that must be tissue for it to be kept.
+    model : str
+        Path of the model file that embeds the tiles ("": tiles only, no embeddings).
+    model_sha256 : str
+        SHA-256 of the model file's bytes (:meth:`with_model` fills it in).
+    embed_batch : int
+        Tiles per model call.
+    """
+
+    _what: ClassVar[str] = "tiles options"
+
+    tile_um: float = _option(
+        112.0,
+        OptionInfo("tile side", "float", unit="µm", positive=True, label="Tile size"),
+    )
+    mpp: float = _option(
+        0.5,
+        OptionInfo(
+            "resolution the tiles are delivered at (resampled exactly from a finer level)",
+            "float",
+            unit="µm/px",
+            positive=True,
+            label="Tile resolution",
+        ),
+    )
+    overlap_um: float = _option(
+        0.0,
+        OptionInfo("overlap of neighbouring tiles", "float", unit="µm", low=0.0, label="Overlap"),
+    )
+    min_tissue: float = _option(
+        0.5,
+        OptionInfo(
+            "fraction of a tile that must be tissue for it to be kept",
+            "float",
+            low=0.0,
+            high=1.0,
+            label="Minimum tissue",
+        ),
+    )
+    model: str = _option(
+        "",
+        OptionInfo(
+            "embed each tile with this model file (.onnx, or TorchScript .pt); its SHA-256 "
+            "is in the parameters (default: tiles only)",
+            "str",
+            label="Model",
+        ),
+    )
+    model_sha256: str = ""
+    embed_batch: int = _option(
+        32,
+        OptionInfo("tiles per model call", "int", positive=True, label="Batch size"),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.overlap_um >= self.tile_um:
+            raise ValueError(
+                f"overlap_um: expected less than tile_um ({self.tile_um:g} µm), "
+                f"got {self.overlap_um:g}"
+            )
+        if self.model and not self.model_sha256:
+            object.__setattr__(self, "model", os.path.abspath(self.model))
+            if not os.path.isfile(self.model):
+                raise FileNotFoundError(f"{self.model}: no such model file")
+            object.__setattr__(self, "model_sha256", _file_sha256(self.model))
+
+    def replace(self, **changes: Any) -> TilesOptions:
+        """Return a copy with `changes` applied; a new `model` is hashed again."""
+        if "model" in changes and "model_sha256" not in changes:
+            changes["model_sha256"] = ""
+        return dataclasses.replace(self, **changes)
+
+    def model_changed(self) -> bool:
+        """Whether the model file's content is no longer the one hashed (or it is gone)."""
+        if not self.model:
+            return False
+        return not os.path.isfile(self.model) or _file_sha256(self.model) != self.model_sha256

@@ -16,10 +16,22 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
-from napari_slidescope.options import NucleiOptions, OptionInfo, TissueOptions, option_fields
+from napari_slidescope.options import (
+    NucleiOptions,
+    OptionInfo,
+    TilesOptions,
+    TissueOptions,
+    option_fields,
+)
 from napari_slidescope.pipeline.task_table import TASK_TABLE
 
-__all__ = ["FLAG_NAMES", "add_option_flags", "option_flags", "options_from_args"]
+__all__ = [
+    "FLAG_NAMES",
+    "add_option_flags",
+    "option_flags",
+    "options_from_args",
+    "tiles_options_from_args",
+]
 
 #: Flag of each option field whose name alone would be ambiguous or unclear on the command
 #: line (``(class name, field)`` -> flag); every other field's flag is its name with dashes.
@@ -29,7 +41,7 @@ FLAG_NAMES: dict[tuple[str, str], str] = {
     for name, flag in spec.flag_names.items()
 }
 
-_OptionsClass = type[TissueOptions] | type[NucleiOptions]
+_OptionsClass = type[TissueOptions] | type[NucleiOptions] | type[TilesOptions]
 #: The tasks whose options get one flag per field (a task asked for by one flag with a
 #: value, ``TaskSpec.cli_flag``, has its own).
 _CLASSES: tuple[tuple[str, _OptionsClass], ...] = tuple(
@@ -77,7 +89,7 @@ def _help(cls: _OptionsClass, name: str, default: Any, info: OptionInfo) -> str:
         return text + f" (default: {default}; the manifest records which ran)"
     if info.kind == "bool":
         return text + f" (default: {'on' if default else 'off'})"
-    if default is None:  # the doc says what None means
+    if default is None or default == "":  # the doc says what None (or no file) means
         return text
     return (
         text + f" (default: {default:g})"
@@ -115,6 +127,8 @@ def add_option_flags(parser: argparse._ActionsContainer) -> None:
             kwargs["type"] = _parse(name, info)
             if info.choices is not None:
                 kwargs["metavar"] = "{" + ",".join(info.choices) + "}"
+            elif cls is TilesOptions and name == "model":
+                kwargs["metavar"] = "MODEL"
             elif info.kind == "str":
                 kwargs["metavar"] = "NAME"
             else:
@@ -150,7 +164,20 @@ def options_from_args(args: argparse.Namespace) -> tuple[TissueOptions, NucleiOp
     return _build(TissueOptions, args), _build(NucleiOptions, args)
 
 
-_T = TypeVar("_T", TissueOptions, NucleiOptions)
+def tiles_options_from_args(args: argparse.Namespace) -> TilesOptions:
+    """Build the tiles options the flags of `args` give (the model file is hashed).
+
+    Raises
+    ------
+    ValueError
+        The model's message, when the options do not go together.
+    FileNotFoundError
+        If ``--embed`` names no file.
+    """
+    return _build(TilesOptions, args)
+
+
+_T = TypeVar("_T", TissueOptions, NucleiOptions, TilesOptions)
 
 
 def _build(cls: type[_T], args: argparse.Namespace) -> _T:

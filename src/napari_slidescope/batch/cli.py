@@ -35,6 +35,8 @@ outputs, in OUT/<slide file name>/:
   regions.zarr/      (--regions) the class map, OME-NGFF labels at the classifier's µm/px
   regions.geojson    (--regions) each region class's outlines as QuPath annotations
   regions.csv        (--regions) per region: area, cells, cells per mm², cell classes
+  tiles.parquet      (--tiles) the tissue tiles at --tile-mpp, GeoParquet (level-0 boxes)
+  tile_embeddings.zarr/ (--embed) tiles x features, AnnData (the model file's SHA-256 in uns)
   manifest.json      slide size, time and hash, parameters and what they resolved to (the
                      segmenter that ran, its model, version and weights' SHA-256, working
                      µm/px, stain mode, nuclear channel), tile grid, each tile's status, and
@@ -51,6 +53,7 @@ examples:
   slidescope batch cohort/ -o results/ --workers 8
   slidescope batch cohort/ -o results/ --resume                 # after an interruption
   slidescope batch big.svs -o results/ --scheduler tcp://head-node:8786
+  slidescope batch cohort/ -o tiles/ --tasks tissue --tiles --embed model.onnx  # ML tiles
 """
 
 
@@ -199,6 +202,15 @@ def _parser() -> argparse.ArgumentParser:
         "with --resume a changed classifier redoes the regions, not the nuclei (default: none)",
     )
     b.add_argument(
+        "--tiles",
+        action="store_true",
+        help="cut each slide into tissue tiles of --tile-um µm at --tile-mpp µm/px (gated by "
+        "the tissue found; --overlap-um, --min-tissue) and write tiles.parquet; with --embed "
+        "MODEL (which implies --tiles) also tile_embeddings.zarr. --resume redoes only the "
+        "tiles when the model file "
+        "(its SHA-256) or the tiling changed (default: off)",
+    )
+    b.add_argument(
         "--anndata",
         action="store_true",
         help="also write cells.h5ad per slide: cells x markers for scanpy / squidpy "
@@ -309,7 +321,7 @@ class _Usage(Exception):
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from napari_slidescope.batch._flags import options_from_args
+    from napari_slidescope.batch._flags import options_from_args, tiles_options_from_args
     from napari_slidescope.batch.engine import analyze_slides, check_extras
     from napari_slidescope.batch.params import (
         BatchParams,
@@ -320,8 +332,20 @@ def _batch(args: argparse.Namespace) -> int:
 
     try:
         tissue_options, nuclei_options = options_from_args(args)
+        asked = tiles_options_from_args(args)
+        tasks = tuple(args.tasks)
+        tiles_options = None
+        if args.tiles or "tiles" in tasks or asked.model:  # --embed implies --tiles
+            from napari_slidescope.batch.engine import _tiles_options
+
+            tiles_options = _tiles_options(asked)
+            tasks = tuple(dict.fromkeys((*tasks, "tiles")))
         params = BatchParams(
-            args.tasks, tissue_options, nuclei_options, storage_options=args.storage_options
+            tasks,
+            tissue_options,
+            nuclei_options,
+            storage_options=args.storage_options,
+            tiles_options=tiles_options,
         )
         check_extras(anndata=args.anndata, spatialdata=args.spatialdata)
         if args.classify is not None:  # a bad rules file stops here, before any work
@@ -384,6 +408,7 @@ def _batch(args: argparse.Namespace) -> int:
                 nuclei_options=nuclei_options,
                 classify=args.classify,
                 regions=args.regions,
+                tiles_options=tiles_options,
                 anndata=args.anndata,
                 spatialdata=args.spatialdata,
                 client=client,
@@ -417,6 +442,8 @@ def _slide_line(row: dict[str, Any], *, kept: bool = False) -> str:
         parts.append(f"tissue {row['tissue_area_mm2']:.2f} mm²")
     if row.get("nuclei") is not None:
         parts.append(f"{row['nuclei']} nuclei")
+    if row.get("tiles") is not None:
+        parts.append(f"{row['tiles']} tiles")
     if row.get("seconds") is not None and not kept:
         parts.append(f"{row['seconds']:.1f} s")
     return ", ".join(parts)

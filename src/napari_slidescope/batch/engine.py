@@ -26,7 +26,7 @@ from napari_slidescope.batch.params import (
     output_names,
 )
 from napari_slidescope.batch.scheduler import Scheduler, cluster_model
-from napari_slidescope.options import NucleiOptions, RegionsOptions, TissueOptions
+from napari_slidescope.options import NucleiOptions, RegionsOptions, TilesOptions, TissueOptions
 from napari_slidescope.slide.source import redact
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ def analyze_slides(
     cell_expansion_um: float | None = None,
     classify: str | os.PathLike[str] | None = None,
     regions: str | os.PathLike[str] | None = None,
+    tiles_options: TilesOptions | None = None,
     anndata: bool = False,
     spatialdata: bool = False,
     client: Client | None = None,
@@ -134,6 +135,15 @@ def analyze_slides(
         returned) the per-region figures of ``region_summary``. The file's SHA-256 is in
         the parameters: with ``resume``, a changed classifier redoes the regions and the
         tables, never the segmentation.
+    tiles_options : TilesOptions, optional
+        Cut each slide into tissue tiles at a stated µm/px (gated by the tissue the
+        tissue task found) and, with ``model``, embed them: writes ``tiles.parquet`` (the
+        tile table, GeoParquet) and ``tile_embeddings.zarr`` (tiles x features, AnnData);
+        the manifest and ``summary.csv`` gain the tile count, tiles per second and the
+        model's wait on reading. Adds ``"tiles"`` to `tasks` (``"tiles"`` in `tasks`
+        without options: ``TilesOptions()``). The model file's SHA-256 is in the
+        parameters: with ``resume``, a changed model or tiling redoes the tiles alone,
+        never the tissue or the nuclei.
     anndata : bool
         Also write ``cells.h5ad`` per slide (cells x markers, as ``result.to_anndata()``;
         needs the ``scverse`` extra).
@@ -223,6 +233,10 @@ def analyze_slides(
     if regions is not None:
         regions_options = _regions_options(regions)
         tasks = (*tasks, "regions")
+    if tiles_options is not None and "tiles" not in tasks:
+        tasks = (*tasks, "tiles")
+    if "tiles" in tasks:
+        tiles_options = _tiles_options(tiles_options)
     params = BatchParams(
         tuple(tasks),
         TissueOptions() if tissue_options is None else tissue_options,
@@ -232,6 +246,7 @@ def analyze_slides(
         bool(spatialdata),
         storage_options=storage_options,
         regions_options=regions_options,
+        tiles_options=tiles_options,
     )
     check_extras(anndata=bool(anndata), spatialdata=bool(spatialdata))
     if params.nuclei:
@@ -294,6 +309,32 @@ def _regions_options(path: str | os.PathLike[str]) -> RegionsOptions:
 
     options = RegionsOptions.of_file(path)
     load_region_classifier(options.classifier)  # a file that is not one fails now
+    return options
+
+
+def _tiles_options(options: TilesOptions | None) -> TilesOptions:
+    """Return the tiles options (default ``TilesOptions()``), their model loaded once.
+
+    Raises
+    ------
+    ValueError
+        If `options` is not a TilesOptions, or its model file cannot be loaded (naming
+        the file), or its runtime is not installed (naming the extra).
+    """
+    options = TilesOptions() if options is None else options
+    if not isinstance(options, TilesOptions):
+        raise ValueError(f"tiles_options: expected a TilesOptions, got {options!r}")
+    if options.model:
+        from napari_slidescope.tiles.embed import load_model
+
+        try:
+            load_model(options.model, device="cpu")  # a file that is not a model fails now
+        except ImportError as exc:
+            raise ValueError(f"{options.model}: {exc}") from exc
+    try:
+        import pyarrow  # noqa: F401  (tiles.parquet)
+    except ImportError as exc:
+        raise ValueError('--tiles needs pyarrow: pip install "napari-slidescope[batch]"') from exc
     return options
 
 

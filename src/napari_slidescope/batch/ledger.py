@@ -10,6 +10,7 @@ what the tasks returned.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import time
@@ -25,8 +26,14 @@ from napari_slidescope._io import one_line
 from napari_slidescope._version import __version__
 from napari_slidescope.batch import outputs
 from napari_slidescope.batch.outputs import Manifest, SummaryRow, TileRecord
-from napari_slidescope.batch.params import BatchParams, SlideStamp, shown_path, stamp_slide
-from napari_slidescope.batch.tasks import RegionsOut, SlideInfo, TaskFailed, TileOut
+from napari_slidescope.batch.params import (
+    BatchParams,
+    SlideStamp,
+    params_digest_without,
+    shown_path,
+    stamp_slide,
+)
+from napari_slidescope.batch.tasks import RegionsOut, SlideInfo, TaskFailed, TileOut, TilesOut
 from napari_slidescope.pipeline.task_table import task
 from napari_slidescope.slide.source import scrub
 
@@ -93,6 +100,16 @@ class _Slide:
     #: Only the regions task is submitted: the nuclei are kept (``resume`` after the
     #: region classifier changed), the slide task is not run again.
     regions_only: bool = False
+    #: ``--tiles``: the tiles task is to run (False: not asked, or an earlier run's tiles
+    #: of the same parameters are kept), and its record once in (or the kept one).
+    tiles_todo: bool = False
+    tile_table: dict[str, Any] | None = None
+    tiles_seconds: float = 0.0
+    #: Only the tiles task runs: the slide's other outputs are kept as they are.
+    tiles_only: bool = False
+    #: The slide task is not run (its tissue and nuclei are kept): the scheduler submits
+    #: the regions and tiles tasks alone.
+    skip_slide_task: bool = False
     # the scheduler's: the slide task's future (its tissue mask feeds the tile tasks),
     # the chunks of tiles still to submit and the futures in flight
     prep: Future[Any] | None = None
@@ -111,6 +128,20 @@ class _Slide:
 def _message(exc: BaseException) -> str:
     """One line: the exception's type, message and notes (``_io.one_line``)."""
     return one_line(exc, typed=True)
+
+
+#: The ``summary.csv`` columns of ``--tiles`` (after the usual ones) and their record keys.
+TILE_COLUMNS = {"tiles": "tiles", "tiles_per_s": "tiles_per_s", "model_wait_s": "model_wait_s"}
+
+
+def _tile_columns(record: dict[str, Any]) -> dict[str, Any]:
+    """Return the summary figures of a slide's tiles: count, tiles per second, model wait."""
+    return {col: record.get(key) for col, key in TILE_COLUMNS.items()}
+
+
+def _without_tiles(figures: Any) -> dict[str, Any]:
+    """Return a row's extra columns less those of ``--tiles``."""
+    return {k: v for k, v in dict(figures).items() if k not in TILE_COLUMNS}
 
 
 class Ledger:
@@ -175,6 +206,13 @@ class Ledger:
             return False
         s.folder.mkdir(parents=True, exist_ok=True)
         old = outputs.read_manifest(s.folder)
+        if self.params.has("tiles"):
+            if self.resume and old is not None and self._tiles_same(s, old):
+                s.tile_table = dict(old.tile_table or {})
+            else:
+                s.tiles_todo = True
+        if old is not None and self._others_kept(s, old):
+            return self._keep_others(s, old)
         same = (
             self.resume
             and old is not None
@@ -207,7 +245,7 @@ class Ledger:
         if same:
             s.keep_parts = True  # parts of this run's model are kept once it is known
         else:
-            outputs.clear_slide(s.folder)
+            outputs.clear_slide(s.folder, keep=() if s.tiles_todo else ("tiles",))
         s.status = "running"
         s.manifest = Manifest(
             slide=s.name,
@@ -217,8 +255,89 @@ class Ledger:
             parameters=self.params.as_dict(),
             requested_sha256=self.request,
             # resolved and parameters_sha256: what ran, once the slide task has said
+            tile_table=s.tile_table,
         )
         s.row = self._row(s)
+        outputs.write_manifest(s.folder, s.manifest)
+        return True
+
+    def _tiles_digest(self, s: _Slide) -> str:
+        """SHA-256 of what a slide's tiles depend on: tiling, model, tissue options, slide."""
+        asked = self.params.as_dict()
+        value = {
+            "tiles": asked.get("tiles"),
+            "tissue": asked.get("tissue"),
+            "slide_stamp": self.stamp_dict(s),
+            "version": __version__,
+        }
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _tiles_same(self, s: _Slide, old: Manifest) -> bool:
+        """Whether an earlier run left this slide's tiles (and embeddings) as asked now."""
+        record = old.tile_table or {}
+        if record.get("sha256") != self._tiles_digest(s):
+            return False
+        if not (s.folder / outputs.TILES_FILE).is_file():
+            return False
+        options = self.params.tiles_options
+        return (
+            options is None
+            or not options.model
+            or (s.folder / outputs.TILE_EMBEDDINGS_STORE / "zarr.json").is_file()
+        )
+
+    def _others_kept(self, s: _Slide, old: Manifest) -> bool:
+        """Whether a finished slide differs from what is asked in its tiles alone.
+
+        Its tiles are to be computed (a new model or tiling), or no longer asked for,
+        while every other output was finished with the parameters asked now (the request
+        less the tiles) and the same model: those are kept, the tiles task runs alone.
+        """
+        if not (self.resume and old.status == "done" and old.parameters is not None):
+            return False
+        if not (s.tiles_todo or (old.tile_table is not None and not self.params.has("tiles"))):
+            return False
+        if old.slide_stamp != self.stamp_dict(s):
+            return False
+        if params_digest_without(old.parameters, ["tiles"]) != self.params.digest_without(
+            ["tiles"]
+        ):
+            return False
+        names = [n for t in self.params.tasks if t != "tiles" for n in task(t).files]
+        if self.params.nuclei and self.params.anndata:
+            names.append("cells.h5ad")
+        if not all((s.folder / n).is_file() for n in names):
+            return False
+        return not self.params.nuclei or self._model_unchanged(old.resolved or {})
+
+    def _keep_others(self, s: _Slide, old: Manifest) -> bool:
+        """Keep a finished slide's other outputs; run its tiles task alone (True) or none.
+
+        A slide whose tiles are no longer asked for loses them and is done (False).
+        """
+        row = old.summary or SummaryRow(s.name, "done")
+        row = dataclasses.replace(row, slide=s.name, path=s.shown)
+        manifest = old.replace(
+            parameters=self.params.as_dict(),
+            requested_sha256=self.request,
+            parameters_sha256=self.params.run_digest(old.resolved or {}),
+            tile_table=None,
+        )
+        if not s.tiles_todo:  # the tiles are no longer asked for
+            outputs.remove_tiles(s.folder)
+            s.row = dataclasses.replace(row, regions=_without_tiles(row.regions))
+            s.status, s.manifest = "done", manifest.replace(summary=s.row)
+            outputs.write_manifest(s.folder, s.manifest)
+            self.state.slides_done += 1
+            self.state.finished, self.state.kept = s.row.to_json(), True
+            self.report(self.state)
+            self.state.finished, self.state.kept = None, False
+            return False
+        s.tiles_only = s.skip_slide_task = True
+        s.status, s.row = "running", dataclasses.replace(row, status="running")
+        # written first: a run stopped half-way redoes the tiles, never keeps old ones
+        s.manifest = manifest.replace(status="running", summary=None)
         outputs.write_manifest(s.folder, s.manifest)
         return True
 
@@ -305,6 +424,7 @@ class Ledger:
             requested_sha256=self.request,
             parameters_sha256=s.digest,
             summary=None,
+            tile_table=s.tile_table,
         )
         outputs.write_manifest(s.folder, s.manifest)
         try:
@@ -312,8 +432,9 @@ class Ledger:
             s.done = {i: old.tiles[i].seconds or 0.0 for i in s.tiles}
             self.state.tiles_total += len(s.tiles)
             self.state.tiles_done += len(s.tiles)
-            if self.params.regions:
-                s.regions_only = True
+            if self.params.regions or s.tiles_todo:
+                s.regions_only = self.params.regions
+                s.skip_slide_task = True
                 return True
             self.finish(s)
         except Exception as exc:  # noqa: BLE001 - the slide fails, the batch goes on
@@ -399,11 +520,33 @@ class Ledger:
         if not self._finish_when_ready(s):
             self.report(self.state)
 
+    def tiles_table_done(self, s: _Slide, out: TilesOut) -> None:
+        """Write the slide's tiles and embeddings; finish the slide if the rest is in."""
+        outputs.write_tiles(s.folder, out.tiles, out.embeddings)
+        s.tile_table = {"sha256": self._tiles_digest(s), **out.record}
+        s.tiles_seconds = float(out.record.get("seconds") or 0.0)
+        s.manifest = self._manifest(s).replace(tile_table=s.tile_table)
+        if s.tiles_only:  # the rest was kept: the slide is done with its new tiles
+            assert s.row is not None
+            s.status = "done"
+            s.row = dataclasses.replace(
+                s.row, status="done", regions={**s.row.regions, **_tile_columns(s.tile_table)}
+            )
+            s.manifest = s.manifest.replace(status="done", error=None, summary=s.row)
+            self.write_manifest(s, force=True)
+            self.state.slides_done += 1
+            self._announce(s)
+        elif not self._finish_when_ready(s):
+            self.write_manifest(s, force=True)
+            self.report(self.state)
+
     def _finish_when_ready(self, s: _Slide) -> bool:
-        """Finish the slide once its slide task, tiles and regions are all in."""
+        """Finish the slide once its slide task, tiles, regions and tile table are all in."""
         if s.info is None or len(s.done) < len(s.tiles):
             return False
         if self.params.regions and s.regions is None:
+            return False
+        if s.tiles_todo and s.tile_table is None:
             return False
         self.finish(s)
         return True
@@ -469,6 +612,12 @@ class Ledger:
             s.row = dataclasses.replace(s.row, regions=figures)
         elif not self.params.regions:  # those of an earlier run with --regions
             outputs.remove_regions(s.folder)
+        if s.tile_table is not None:
+            s.row = dataclasses.replace(
+                s.row, regions={**s.row.regions, **_tile_columns(s.tile_table)}
+            )
+        elif not self.params.has("tiles"):  # those of an earlier run with --tiles
+            outputs.remove_tiles(s.folder)
         s.manifest = self._manifest(s).replace(status="done", error=None, summary=s.row)
         self.write_manifest(s, force=True)
         outputs.remove_parts(s.folder)
@@ -568,7 +717,7 @@ class Ledger:
             area = info.tissue_area_um2 / 1e6
         seconds = None
         if info is not None:
-            seconds = info.seconds + sum(s.done.values()) + s.regions_seconds
+            seconds = info.seconds + sum(s.done.values()) + s.regions_seconds + s.tiles_seconds
         row = SummaryRow(
             s.name, s.status, s.error, tissue_area_mm2=area, seconds=seconds, path=s.shown
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from napari_slidescope._version import __version__
-from napari_slidescope.options import NucleiOptions, RegionsOptions, TissueOptions
+from napari_slidescope.options import NucleiOptions, RegionsOptions, TilesOptions, TissueOptions
 from napari_slidescope.pipeline.task_table import TASK_NAMES, TASK_TABLE, task, with_needs
 
 if TYPE_CHECKING:
@@ -83,6 +83,11 @@ class BatchParams:
         fsspec storage options of slides given as URLs: they travel with the tasks to
         the workers, and are in neither :meth:`as_dict` (manifests) nor the digest, nor
         the repr (they may hold credentials).
+    tiles_options : TilesOptions or None
+        Tiling and embedding of each slide (task ``"tiles"``), the model file's SHA-256
+        included: in :meth:`as_dict` and the digest only when tiles are asked for, never
+        in :meth:`segmentation_dict`; :meth:`digest_without` ``("tiles",)`` is what the
+        other tasks' outputs depend on, so a new model redoes the tiles alone.
     """
 
     tasks: tuple[str, ...] = DEFAULT_TASKS
@@ -93,6 +98,7 @@ class BatchParams:
     spatialdata: bool = False
     storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     regions_options: RegionsOptions | None = None
+    tiles_options: TilesOptions | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", with_needs(self.tasks))
@@ -164,6 +170,14 @@ class BatchParams:
         """SHA-256 of :meth:`as_dict` in canonical JSON (sorted keys): what was asked for."""
         return _sha256(self.as_dict())
 
+    def digest_without(self, names: Iterable[str]) -> str:
+        """SHA-256 of :meth:`as_dict` less the entries of the tasks `names`.
+
+        What the other tasks' outputs depend on: equal for two runs that differ only in
+        those tasks (``resume`` then keeps the rest and redoes them alone).
+        """
+        return params_digest_without(self.as_dict(), names)
+
     def run_digest(self, resolved: dict[str, Any]) -> str:
         """SHA-256 of what was asked for and what it resolved to on a slide.
 
@@ -181,6 +195,12 @@ class BatchParams:
         classification.
         """
         return _sha256({"requested": self.segmentation_dict(), "resolved": resolved})
+
+
+def params_digest_without(params: dict[str, Any], names: Iterable[str]) -> str:
+    """SHA-256 of recorded parameters (``as_dict``, a manifest's) less some tasks' entries."""
+    drop = set(names)
+    return _sha256({k: v for k, v in params.items() if k not in drop})
 
 
 def _sha256(value: Any) -> str:

@@ -9,7 +9,10 @@ one task per tile (or a few) with tissue segments it
 a GPU worker and a post-processing task on a CPU worker, re-homed when the CPU workers
 it may run on are gone. With ``--regions`` one more task per slide classifies its tissue
 into regions (:func:`~napari_slidescope.batch.tasks.regions_task`, gated by the slide
-task's tissue); a slide whose nuclei ``resume`` keeps gets that task alone.
+task's tissue); a slide whose nuclei ``resume`` keeps gets that task alone. With
+``--tiles`` one more task per slide cuts it into tissue tiles and embeds them
+(:func:`~napari_slidescope.batch.tasks.tiles_task`, gated by the same tissue); a slide
+whose other outputs ``resume`` keeps gets that task alone.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from napari_slidescope.batch.tasks import (
     RegionsOut,
     SlideInfo,
     TaskFailed,
+    TilesOut,
     model_identity,
     model_task,
     nuclei_task,
@@ -34,6 +38,7 @@ from napari_slidescope.batch.tasks import (
     regions_task,
     slide_task,
     summary_of,
+    tiles_task,
 )
 from napari_slidescope.errors import SlidescopeWarning
 
@@ -182,6 +187,9 @@ class Scheduler:
             if kind == "regions":
                 assert isinstance(result, RegionsOut)
                 self.ledger.regions_done(s, result)
+            elif kind == "tile-table":
+                assert isinstance(result, TilesOut)
+                self.ledger.tiles_table_done(s, result)
             elif kind == "slide":
                 assert isinstance(result, SlideInfo)
                 todo = self.ledger.planned(s, result)
@@ -207,8 +215,11 @@ class Scheduler:
 
     def _submit_slide(self, s: _Slide) -> None:
         assert s.stamp is not None
-        if s.regions_only:  # its nuclei are kept: only its regions are computed again
-            self._submit_regions(s, None)
+        if s.skip_slide_task:  # its nuclei are kept: only its regions / tiles are computed
+            if s.regions_only:
+                self._submit_regions(s, None)
+            if s.tiles_todo:
+                self._submit_tile_table(s, None)
             return
         s.prep = self.client.submit(
             slide_task,
@@ -225,6 +236,26 @@ class Scheduler:
         self._track(light, "slide", s, [])
         if self.params.regions:
             self._submit_regions(s, s.prep)
+        if s.tiles_todo:
+            self._submit_tile_table(s, s.prep)
+
+    def _submit_tile_table(self, s: _Slide, prep: _Future | None) -> None:
+        """Submit the slide's tiles task (gated by the slide task's tissue, when given).
+
+        Only the path, the stamp and the parameters travel: the worker reads the pixels.
+        """
+        assert s.stamp is not None
+        fut = self.client.submit(
+            tiles_task,
+            str(s.path),
+            s.stamp.key,
+            self.params,
+            prep,
+            key=f"slidescope-tile-table-{s.index}-{self.token}",
+            retries=self.retries,
+            priority=0,
+        )
+        self._track(fut, "tile-table", s, [])
 
     def _submit_regions(self, s: _Slide, prep: _Future | None) -> None:
         """Submit the slide's regions task (gated by the slide task's tissue, when given)."""

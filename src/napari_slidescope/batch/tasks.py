@@ -48,7 +48,9 @@ __all__ = [
     "nuclei_task",
     "post_task",
     "RegionsOut",
+    "TilesOut",
     "regions_task",
+    "tiles_task",
     "slide_task",
     "summary_of",
     "wkb_polygon",
@@ -422,7 +424,7 @@ def slide_task(path: str, stamp: Stamp, params: BatchParams) -> SlideInfo:
             "segmenter": str(getattr(run.segmenter, "name", params.nuclei_options.segmenter)),
         }
         info.resolved.update(run.parameters)
-    elif params.regions:  # the regions task is gated by this slide's tissue
+    elif params.regions or params.has("tiles"):  # those tasks are gated by this tissue
         info.grid = TissueGrid(tissue.mask, tissue.downsample, tissue.origin)
     info.seconds = time.perf_counter() - t0
     return info
@@ -479,6 +481,90 @@ def regions_task(
     classify_regions = task("regions").function()
     regions = classify_regions(slide, options.classifier, tissue=grid, workers=1)
     return RegionsOut(regions, time.perf_counter() - t0)
+
+
+@dataclass
+class TilesOut:
+    """What the tiles task returns: the slide's tile table, its embeddings, their cost.
+
+    Attributes
+    ----------
+    tiles : TileTable
+        The tissue tiles (level-0 boxes, level read, µm/px delivered, tissue fraction).
+    embeddings : AnnData or None
+        Tiles x features of :func:`~napari_slidescope.tiles.embed_tiles` (None without a
+        model).
+    record : dict
+        What the manifest keeps: tile count, features, seconds, tiles per second, the
+        model's wait on reading, the tissue the tiles were gated by.
+    """
+
+    tiles: Any
+    embeddings: Any
+    record: dict[str, Any]
+
+
+@_no_retry
+def tiles_task(
+    path: str, stamp: Stamp, params: BatchParams, info: SlideInfo | None = None
+) -> TilesOut:
+    """Cut a slide into tissue tiles and embed them (the task table's ``"tiles"`` step).
+
+    Gated by the slide task's tissue (`info`'s grid: the tissue found once serves the
+    nuclei, the regions and the tiles); without `info` (a slide whose other outputs are
+    kept and only its tiles redone) the tissue is found here with the same options. The
+    model file must still be the one the parameters hashed: a file changed since the batch
+    started fails the slide rather than giving embeddings of another model.
+    """
+    from napari_slidescope.tiles.embed import embed_tiles, load_model
+    from napari_slidescope.tiles.tiling import tile_slide
+
+    t0 = time.perf_counter()
+    options = params.tiles_options
+    if options is None:
+        raise ValueError("tiles_task: the parameters hold no tiles options")
+    if options.model_changed():
+        raise ValueError(
+            f"{options.model}: the model file changed since the batch started "
+            "(its SHA-256 differs, or it is gone); run it again"
+        )
+    slide = _open(path, stamp, params.storage_options)
+    grid = None if info is None else info.grid
+    gate = "slide task"
+    if grid is None:
+        from napari_slidescope.pipeline.tissue import detect_tissue
+
+        tissue = detect_tissue(slide, region=(0, 0, *slide.shape0), options=params.tissue_options)
+        grid = TissueGrid(tissue.mask, tissue.downsample, tissue.origin)
+        gate = "tiles task"
+    tiles = tile_slide(
+        slide,
+        tile_um=options.tile_um,
+        mpp=options.mpp,
+        overlap_um=options.overlap_um,
+        tissue=grid,
+        min_tissue_fraction=options.min_tissue,
+    )
+    record: dict[str, Any] = {"tiles": len(tiles), "tile_px": int(tiles.tile_px), "tissue": gate}
+    adata = None
+    if options.model:
+        try:
+            runner = load_model(options.model)
+        except (OSError, RuntimeError) as exc:  # the runtime's own errors name no file
+            raise ValueError(f"{options.model}: cannot load the model ({one_line(exc)})") from exc
+        adata = embed_tiles(slide, tiles, runner, batch_size=options.embed_batch, read_threads=2)
+        runtime = dict(adata.uns["slidescope_tiles"]["runtime"])
+        record.update(
+            features=int(adata.n_vars),
+            tiles_per_s=runtime.get("tiles_per_s"),
+            model_wait_s=runtime.get("model_wait_s"),
+            device=runtime.get("device"),
+        )
+    seconds = time.perf_counter() - t0
+    record["seconds"] = seconds
+    if not options.model:
+        record["tiles_per_s"] = len(tiles) / seconds if seconds > 0 else None
+    return TilesOut(tiles, adata, record)
 
 
 def _check_rules(params: BatchParams, run: PreparedNuclei) -> None:

@@ -1,13 +1,13 @@
 """The analysis tasks, each described once: what a new task adds, it adds here.
 
-A task (tissue detection, nuclei segmentation, tissue-region classification) used to be
-spelled out in every place that runs or shows one: the batch parameters and their digests,
-the ``slidescope batch`` flags, what ``--resume`` checks and clears, the batch steps, the
-dock's fields and layers. Each of those now reads :data:`TASK_TABLE` instead: a task's
-name, its options class, its API function and result type, what it contributes to the
-parameter digests, its batch outputs and steps, the tasks it needs and its command-line
-flags. The GUI side (dock fields, layers) keeps its own table in
-``napari_slidescope._qt.task_fields``, which reads this one.
+A task (tissue detection, nuclei segmentation, tissue-region classification, tiles and
+their embeddings) used to be spelled out in every place that runs or shows one: the batch
+parameters and their digests, the ``slidescope batch`` flags, what ``--resume`` checks
+and clears, the batch steps, the dock's fields and layers. Each of those now reads
+:data:`TASK_TABLE` instead: a task's name, its options class, its API function and
+result type, what it contributes to the parameter digests, its batch outputs and steps,
+the tasks it needs and its command-line flags. The GUI side (dock fields, layers) keeps
+its own table in ``napari_slidescope._qt.task_fields``, which reads this one.
 
 This module is GUI-free and light: the API functions and result types are imported when
 asked for (:meth:`TaskSpec.function`, :meth:`TaskSpec.result_type`), not when the table
@@ -17,7 +17,7 @@ Examples
 --------
 >>> from napari_slidescope.pipeline.task_table import TASK_NAMES, task, with_needs
 >>> TASK_NAMES
-('tissue', 'nuclei', 'regions')
+('tissue', 'nuclei', 'regions', 'tiles')
 >>> with_needs(["nuclei"])
 ('tissue', 'nuclei')
 >>> task("nuclei").options.__name__
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from napari_slidescope.options import NucleiOptions, RegionsOptions, TissueOptions
+from napari_slidescope.options import NucleiOptions, RegionsOptions, TilesOptions, TissueOptions
 
 __all__ = ["TASK_NAMES", "TASK_TABLE", "TaskSpec", "task", "with_needs"]
 
@@ -71,6 +71,18 @@ def _regions_result() -> type:
     return RegionMap
 
 
+def _tile_slide() -> Callable[..., Any]:
+    from napari_slidescope.tiles.tiling import tile_slide
+
+    return tile_slide
+
+
+def _tile_table() -> type:
+    from napari_slidescope.tiles.tiling import TileTable
+
+    return TileTable
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """One analysis task: everything the API, the batch, the CLI and the dock need of it.
@@ -99,7 +111,8 @@ class TaskSpec:
     batch_steps : tuple of str
         The batch steps that compute it, by the names the scheduler submits
         (``"slide"``: one task per slide; ``"tiles"``: tile tasks; ``"regions"``: one
-        whole-slide classification task).
+        whole-slide classification task; ``"tile-table"``: one task per slide that cuts
+        it into tiles and embeds them).
     files : tuple of str
         Its files in ``OUT/<slide>/``: ``--resume`` keeps a finished slide only when
         they are all there, and a slide redone from scratch loses them.
@@ -198,6 +211,23 @@ TASK_TABLE: tuple[TaskSpec, ...] = (
         files=("regions.geojson", "regions.csv"),
         folders=("regions.zarr",),
         cli_flag="--regions",
+    ),
+    TaskSpec(
+        "tiles",
+        "Tiles and embeddings",
+        TilesOptions,
+        "tiles_options",
+        _tile_slide,
+        _tile_table,
+        needs=("tissue",),
+        segmentation=False,
+        batch_steps=("tile-table",),
+        files=("tiles.parquet",),
+        folders=("tile_embeddings.zarr",),
+        flag_names={
+            "mpp": "--tile-mpp",
+            "model": "--embed",
+        },
     ),
 )
 

@@ -2,7 +2,8 @@
 
 One module per kind of file: :mod:`.summary` (``summary.csv``), :mod:`.manifest`
 (``manifest.json``), :mod:`.parts` (tile parts), :mod:`.nuclei` (the joined nuclei),
-:mod:`.classes` (``--classify``), :mod:`.regions` (``--regions``), :mod:`.scverse`
+:mod:`.classes` (``--classify``), :mod:`.regions` (``--regions``), :mod:`.tiles`
+(``--tiles``), :mod:`.scverse`
 (AnnData, SpatialData), :mod:`.tissue` and :mod:`.folder` (clearing a slide's folder).
 Their names are importable from here.
 
@@ -16,6 +17,8 @@ Layout of ``OUT``::
     OUT/<slide file name>/labels.zarr/     OME-NGFF labels: nuclei (and cells) on level 0
     OUT/<slide file name>/cells.h5ad       (``--anndata``)
     OUT/<slide file name>/cells.zarr/      (``--spatialdata``: a SpatialData store)
+    OUT/<slide file name>/tiles.parquet    (``--tiles``: the tissue tiles, GeoParquet)
+    OUT/<slide file name>/tile_embeddings.zarr/  (``--embed``: tiles x features, AnnData)
     OUT/<slide file name>/parts/tile-<index>.parquet   (while the slide runs)
 
 Every file is written to a temporary name in its folder, flushed and renamed; the
@@ -64,6 +67,12 @@ from napari_slidescope.batch.outputs.summary import (
     read_summary,
     write_summary,
 )
+from napari_slidescope.batch.outputs.tiles import (
+    TILE_EMBEDDINGS_STORE,
+    TILES_FILE,
+    remove_tiles,
+    write_tiles,
+)
 from napari_slidescope.batch.outputs.tissue import write_tissue
 from napari_slidescope.pipeline.geoparquet import NUCLEI_COLUMNS
 
@@ -72,6 +81,8 @@ __all__ = [
     "REGIONS_STORE",
     "SPATIALDATA_STORE",
     "SUMMARY_COLUMNS",
+    "TILES_FILE",
+    "TILE_EMBEDDINGS_STORE",
     "Manifest",
     "RegionColumns",
     "SlideClasses",
@@ -92,6 +103,7 @@ __all__ = [
     "remove_parts",
     "remove_regions",
     "remove_spatialdata",
+    "remove_tiles",
     "write_anndata",
     "write_manifest",
     "write_nuclei",
@@ -100,5 +112,6 @@ __all__ = [
     "write_regions_csv",
     "write_spatialdata",
     "write_summary",
+    "write_tiles",
     "write_tissue",
 ]

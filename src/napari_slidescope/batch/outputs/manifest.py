@@ -70,6 +70,10 @@ class Manifest:
         Each tile with tissue: its status and seconds.
     summary : SummaryRow or None
         The slide's summary row once done.
+    tile_table : dict or None
+        The tiles task's record (``--tiles``): ``sha256`` of its parameters (the model
+        file's SHA-256 and the tiling, the slide's stamp: what ``resume`` compares), tile
+        count, features, seconds, tiles per second and the model's wait on reading.
     """
 
     slide: str
@@ -89,6 +93,7 @@ class Manifest:
     plan: dict[str, Any] | None = None
     tiles: dict[int, TileRecord] | None = None
     summary: SummaryRow | None = None
+    tile_table: dict[str, Any] | None = None
 
     def replace(self, **changes: Any) -> Manifest:
         """Return a copy with `changes` applied."""

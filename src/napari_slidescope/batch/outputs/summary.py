@@ -41,6 +41,8 @@ class SummaryRow:
         classes and IHC figures per region, ``tumour_stroma_ratio``...): columns of
         ``summary.csv`` after :data:`SUMMARY_COLUMNS`, the same for every slide of a run
         (one classifier); empty otherwise, so a run without regions has the columns it had.
+        A run with ``--tiles`` adds ``tiles``, ``tiles_per_s`` and ``model_wait_s`` here too
+        (the tile count, tiles per second and the model's wait on reading).
     path : str
         The slide's absolute path, or its URL without credentials.
     """

@@ -21,6 +21,7 @@ Conventions of the pages:
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import re
@@ -37,6 +38,9 @@ ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
 SKIP = re.compile(r"<!--\s*skip-example:\s*(.*?)\s*-->")
 SETUP = re.compile(r"<!--\s*example-setup:\s*(.*?)\s*-->")
+#: an optional package the example needs: it runs where that package is installed (the
+#: Python 3.11 suite has CPU torch) and skips, naming it, where not
+REQUIRES = re.compile(r"<!--\s*example-requires:\s*(.*?)\s*-->")
 #: code run before and after an example, per ``example-setup`` name
 SETUPS = {
     "napari-viewer": (
@@ -57,6 +61,7 @@ class Example:
     code: str
     skip: str | None
     setup: str | None = None
+    requires: str | None = None
 
     @property
     def name(self) -> str:
@@ -74,16 +79,18 @@ def examples(page: Path) -> list[Example]:
             j = i + 1
             while j < len(lines) and lines[j].strip() != "```":
                 j += 1
-            skip = setup = None
+            skip = setup = requires = None
             k = start - 1
             while k >= 0 and lines[k].strip().startswith("<!--"):
                 if match := SKIP.search(lines[k]):
                     skip = match.group(1)
                 if match := SETUP.search(lines[k]):
                     setup = match.group(1)
+                if match := REQUIRES.search(lines[k]):
+                    requires = match.group(1)
                 k -= 1
             code = "\n".join(lines[start + 1 : j]) + "\n"
-            found.append(Example(page, start + 2, code, skip, setup))
+            found.append(Example(page, start + 2, code, skip, setup, requires))
             i = j
         i += 1
     return found
@@ -147,6 +154,8 @@ def test_expected_output_reads_print_comments():
 def test_example_runs_as_written(example: Example, tmp_path: Path):
     if example.skip is not None:
         pytest.skip(f"{example.name}: {example.skip}")
+    if example.requires is not None and importlib.util.find_spec(example.requires) is None:
+        pytest.skip(f"{example.name}: needs {example.requires}, not installed here")
     before, after = SETUPS.get(example.setup or "", ("", ""))
     display = os.environ.get("DISPLAY") or os.environ.get("QT_QPA_PLATFORM") == "offscreen"
     if before and sys.platform.startswith("linux") and not display:

@@ -81,6 +81,43 @@ def test_a_whole_segmentation_imports_no_torch(tmp_path):
     assert out.stdout.startswith("ok")
 
 
+def test_fluorescence_clustering_in_numpy_equals_the_models_torchscript():
+    """Same network output, the model's own TorchScript clustering against the numpy one.
+
+    The card tile, and outputs made to reach the reconciliation's other branches: no
+    nuclei (unnucleated cells kept), no cells (each nucleus its own cell), the tile mirrored.
+    """
+    torch = pytest.importorskip("torch", reason="the model's TorchScript clustering needs torch")
+    from napari_slidescope.segmenters._instanseg_torch import forward_with_given_network
+
+    weights = _weights(FL)
+    seg = instanseg.InstanSegSegmenter(model=FL, runtime="onnxruntime")
+    assert seg._cluster is not None and seg._net is None  # numpy clustering, no torch model
+    script = forward_with_given_network(weights, "cpu")
+    x = seg._scale(np.moveaxis(np.load(weights.parent / "test-input.npy"), 1, -1))
+    net = seg._ort.run(None, {"x": instanseg.network_input(x)})[0]
+    half = net.shape[1] // 2  # nuclei's channels, then cells'; each ends with its foreground
+    no_nuclei, no_cells = net.copy(), net.copy()
+    no_nuclei[:, half - 1] = -20.0
+    no_cells[:, -1] = -20.0
+    cases = {
+        "card": net,
+        "no nuclei": no_nuclei,
+        "no cells": no_cells,
+        "mirrored": np.ascontiguousarray(net[..., ::-1]),
+    }
+    got = {}
+    for name, out in cases.items():
+        with torch.inference_mode():
+            want = script(torch.tensor(x), args={"x_full": torch.from_numpy(out)}).numpy()
+        got[name] = seg._cluster(out, *x.shape[-2:])
+        assert got[name].shape == (1, 2, *x.shape[-2:])
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+    assert got["card"][0, 0].max() > 10 and got["card"][0, 1].max() > 10
+    assert got["no nuclei"][0, 0].max() == 0 < got["no nuclei"][0, 1].max()
+    np.testing.assert_array_equal(got["no cells"][0, 1], got["no cells"][0, 0])
+
+
 @pytest.mark.parametrize("name", [BF, FL])
 def test_the_built_graph_computes_what_torchs_export_computes(name, tmp_path):
     """ORT on our graph against ORT on torch.onnx.export's, card tile and other channel counts.

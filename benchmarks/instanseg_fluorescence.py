@@ -135,13 +135,15 @@ def main() -> None:
         end_torch = ref.raw_forward(x)
         equal = [np.array_equal(end_ort[0, k], end_torch[0, k]) for k in range(2)]
         f1 = [match_f1(end_ort[0, k], end_torch[0, k]) for k in range(2)]
+        px = [int((got["torch"][0, k] != got["numpy"][0, k]).sum()) for k in range(2)]
+        px_end = [int((end_ort[0, k] != end_torch[0, k]).sum()) for k in range(2)]
         counts = [len(np.unique(end_torch[0, k])) - 1 for k in range(2)]
         print(
             f"{name}: {h}x{w}, torch {counts[0]} nuclei / {counts[1]} cells | clustering on the "
-            f"same network output: nuclei {'identical' if same[0] else 'DIFFER'}, cells "
-            f"{'identical' if same[1] else 'DIFFER'} | end to end ORT vs torch: nuclei "
-            f"{'identical' if equal[0] else f'differ (F1 {f1[0]:.4f})'}, cells "
-            f"{'identical' if equal[1] else f'differ (F1 {f1[1]:.4f})'}"
+            f"same network output: nuclei {'identical' if same[0] else f'{px[0]} px differ'}, "
+            f"cells {'identical' if same[1] else f'{px[1]} px differ'} | end to end ORT vs "
+            f"torch: nuclei {'identical' if equal[0] else f'{px_end[0]} px differ, F1 {f1[0]:.5f}'}"
+            f", cells {'identical' if equal[1] else f'{px_end[1]} px differ, F1 {f1[1]:.5f}'}"
         )
     for kind in ("wall", "cpu"):
         t, n = statistics.median(times[f"torch {kind}"]), statistics.median(times[f"numpy {kind}"])

@@ -51,7 +51,7 @@ def test_a_whole_segmentation_imports_no_torch(tmp_path):
 
         folder = {str(weights.parent)!r}
         assert missing_reason("instanseg") is None
-        assert "torch" in missing_reason("instanseg-fluorescence")
+        assert missing_reason("instanseg-fluorescence") is None
         seg = get_segmenter("instanseg")
         assert seg.runtime == "onnxruntime", seg.runtime
         x = np.load(folder + "/test-input.npy")
@@ -68,6 +68,50 @@ def test_a_whole_segmentation_imports_no_torch(tmp_path):
         """
     )
     # this package, wherever it is imported from here
+    env = {**os.environ, "PYTHONPATH": str(Path(napari_slidescope.__file__).parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok")
+
+
+def test_the_fluorescence_model_runs_whole_with_torch_blocked(tmp_path):
+    """auto = ONNX Runtime for nuclei and cells: the card's labels, its cells in a run, no torch."""
+    weights = _weights(FL)
+    script = _NO_TORCH + textwrap.dedent(
+        f"""
+        import numpy as np
+        import tifffile
+        from napari_slidescope import segment_nuclei
+        from napari_slidescope.segmenters import get_segmenter
+
+        folder = {str(weights.parent)!r}
+        seg = get_segmenter("instanseg-fluorescence")
+        assert seg.runtime == "onnxruntime", seg.runtime
+        x = np.moveaxis(np.load(folder + "/test-input.npy"), 1, -1)  # (1, 256, 256, 2)
+        card = np.load(folder + "/test-output_instance_segmentation.npy")  # nuclei, cells
+        np.testing.assert_array_equal(seg.raw_forward(seg._scale(x)), card)
+        path = "fl.ome.tif"
+        meta = {{"axes": "CYX", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5}}
+        meta["Channel"] = {{"Name": ["CK", "DAPI"]}}
+        tifffile.imwrite(path, np.moveaxis(x[0], -1, 0).astype(np.uint16), metadata=meta)
+        res = segment_nuclei(
+            path, segmenter=seg, tissue=False, cell_expansion_um=5, workers=1
+        )
+        assert res.parameters["runtime"] == "onnxruntime"
+        assert res.parameters["cell_outlines"] == "model"
+        assert res.count == len(np.unique(card[0, 0])) - 1, res.count
+        torch = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+        assert not torch, torch
+        print("ok", res.count)
+        """
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(napari_slidescope.__file__).parents[1])}
     out = subprocess.run(
         [sys.executable, "-c", script],

@@ -140,7 +140,7 @@ def test_fluorescence_clustering_in_numpy_equals_the_models_torchscript():
     script = forward_with_given_network(weights, "cpu")
     x = seg._scale(np.moveaxis(np.load(weights.parent / "test-input.npy"), 1, -1))
     net = seg._ort.run(None, {"x": instanseg.network_input(x)})[0]
-    half = net.shape[1] // 2  # nuclei's channels, then cells'; each ends with its foreground
+    half = net.shape[1] // 2  # nuclei's channels, then cells'; each ends with its seed map
     no_nuclei, no_cells = net.copy(), net.copy()
     no_nuclei[:, half - 1] = -20.0
     no_cells[:, -1] = -20.0

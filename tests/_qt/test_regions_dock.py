@@ -101,6 +101,12 @@ def test_run_on_slide_areas_save_load_export(dock_slide, region_slide, qtbot, tm
     rows = dock.areas()
     inside = sum(r[2] for r in rows if r[0] == "annotations #1")
     assert 0 < inside < sum(r[2] for r in rows if r[0] == "slide")
+    # without the tissue gate the glass gets a class too
+    gated = int((regions.labels > 0).sum())
+    dock.tissue_only.setChecked(False)
+    dock.run_on_slide()
+    _idle(dock, qtbot)
+    assert int((dock.regions.labels > 0).sum()) > gated
     # save / load round trip
     saved = dock.save_classifier(tmp_path / "regions.npz")
     from napari_slidescope import load_region_classifier

@@ -50,11 +50,11 @@ __all__ = ["RegionsWidget"]
 #: The classes a new dock starts with (the synthetic regions' names, and Ignore).
 DEFAULT_CLASSES: dict[str, tuple[int, int, int]] = {
     "Tumor": (200, 0, 0),
-    "Stroma": (230, 140, 200),
-    "Necrosis": (90, 60, 30),
-    "Fat": (240, 220, 80),
-    "Lymphocytes": (40, 60, 200),
-    "Ignore": (150, 150, 150),
+    "Stroma": (60, 190, 110),
+    "Necrosis": (150, 100, 50),
+    "Fat": (240, 228, 66),
+    "Lymphocytes": (0, 114, 178),
+    "Ignore": (160, 160, 160),
 }
 _EXTRA = ((0, 160, 120), (255, 128, 0), (128, 0, 160), (0, 180, 220), (120, 120, 0))
 #: Quiet time (ms) after a stroke or a pan before the preview runs.
@@ -132,6 +132,12 @@ class RegionsWidget(QWidget):
         self.live.setChecked(True)
         self.annotations_box = QComboBox()
         self.annotations_box.setToolTip("Shapes whose area per class the table lists too")
+        self.tissue_only = QCheckBox("Tissue only (skip glass)")
+        self.tissue_only.setChecked(True)
+        self.tissue_only.setToolTip(
+            "On: tiles without tissue are skipped and glass stays unclassified. Off: every "
+            "pixel gets a class (when pale tissue such as fat at the edge is taken for glass)"
+        )
         self.run_button = QPushButton("Run on slide")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
@@ -166,6 +172,7 @@ class RegionsWidget(QWidget):
         row.addWidget(self.examples_button)
         lay.addLayout(row)
         lay.addWidget(self.live)
+        lay.addWidget(self.tissue_only)
         row = QHBoxLayout()
         row.addWidget(self.run_button, 1)
         row.addWidget(self.cancel_button)
@@ -476,9 +483,8 @@ class RegionsWidget(QWidget):
             return
         grey = (128, 128, 128)
         rgb = np.array([self.classes.get(str(c), grey) for c in layer.features["class"]]) / 255
-        with layer.events.edge_color.blocker(), layer.events.face_color.blocker():
-            layer.edge_color = np.column_stack([rgb, np.ones(len(rgb))])
-            layer.face_color = np.column_stack([rgb, np.full(len(rgb), 0.25)])
+        layer.edge_color = np.column_stack([rgb, np.ones(len(rgb))])
+        layer.face_color = np.column_stack([rgb, np.full(len(rgb), 0.25)])
         layer.edge_width = [self._edge_px()] * len(layer.data)
 
     def _signature(self) -> tuple:
@@ -619,6 +625,7 @@ class RegionsWidget(QWidget):
             self._train_options(examples),
             self._bridge,
             self._cancel,
+            self.tissue_only.isChecked(),
             _ignore_errors=True,  # errors and cancelling: said by _on_run_error
         )
         worker.returned.connect(self._on_run_done)
@@ -860,6 +867,7 @@ def _run_work(
     options: dict[str, Any],
     bridge: _Bridge,
     cancel: threading.Event,
+    tissue_only: bool = True,
 ) -> tuple[Any, float]:
     """Worker: train when needed, then classify the slide's tissue, emitting each tile."""
     from napari_slidescope.pipeline.region_grid import working_grid
@@ -878,6 +886,7 @@ def _run_work(
             progress=lambda p: bridge.progress.emit(int(p.done), int(p.total)),
             on_tile=lambda box, labels: bridge.tile.emit(box, labels.copy()),
             cancel=cancel,
+            tissue=None if tissue_only else False,
             slide_mpp=source.mpp[0],
         )
     finally:

@@ -107,6 +107,8 @@ class RegionsWidget(QWidget):
         self._run_labels: np.ndarray | None = None
         self._painted_at = 0.0
         self._bridge = _Bridge()
+        self._opened = _OpenSlide()
+        self.destroyed.connect(self._opened.close)
 
         self.layer_box = QComboBox()
         self.class_list = QListWidget()
@@ -552,7 +554,7 @@ class RegionsWidget(QWidget):
         examples = self.examples()
         options = self._train_options(examples)
         worker = create_worker(
-            _preview_work, source, clf, examples, options, box, _ignore_errors=True
+            _preview_work, source, clf, examples, options, box, self._opened, _ignore_errors=True
         )
         worker.returned.connect(self._on_preview)
         worker.errored.connect(lambda exc: self.status.setText(f"Preview: {exc}"))
@@ -836,27 +838,55 @@ def _train(source: SlideSource, slide: Any, examples: Any, options: dict[str, An
     return train_region_classifier(slide, examples, slide_mpp=source.mpp[0], **options)
 
 
+class _OpenSlide:
+    """The slide the previews read, kept open between them (its tile cache stays warm).
+
+    Only one preview runs at a time, so one open slide serves them in turn; a new source
+    closes the old one.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._slide: Any = None
+        self._lock = threading.Lock()
+
+    def get(self, source: SlideSource) -> Any:
+        with self._lock:
+            key = (source.name, source.path, id(source.array), source.shape0)
+            if self._slide is None or self._key != key:
+                self.close_locked()
+                self._slide, self._key = source.open(), key
+            return self._slide
+
+    def close_locked(self) -> None:
+        if self._slide is not None:
+            self._slide.close()
+        self._slide = self._key = None
+
+    def close(self) -> None:
+        with self._lock:
+            self.close_locked()
+
+
 def _preview_work(
     source: SlideSource,
     clf: Any,
     examples: dict[str, list[Any]],
     options: dict[str, Any],
     box: tuple[int, int, int, int],
+    opened: _OpenSlide,
 ) -> tuple[Any, Any, float, float]:
     """Worker: train when `clf` is None, then classify `box` (every pixel: a quick look)."""
     from napari_slidescope.pipeline.region_map import classify_regions
 
-    slide = source.open()
-    try:
-        t0 = time.perf_counter()
-        trained = clf is None
-        if clf is None:
-            clf = _train(source, slide, examples, options)
-        t1 = time.perf_counter()
-        regions = classify_regions(slide, clf, region=box, tissue=False, slide_mpp=source.mpp[0])
-        t2 = time.perf_counter()
-    finally:
-        slide.close()
+    slide = opened.get(source)
+    t0 = time.perf_counter()
+    trained = clf is None
+    if clf is None:
+        clf = _train(source, slide, examples, options)
+    t1 = time.perf_counter()
+    regions = classify_regions(slide, clf, region=box, tissue=False, slide_mpp=source.mpp[0])
+    t2 = time.perf_counter()
     return clf, regions, (t1 - t0) if trained else 0.0, t2 - t1
 
 

@@ -8,7 +8,8 @@ per class. Then, interleaved, N times each:
   on its worker thread; the time is from the camera move to the preview layer's update
   (debounce excluded: the dock's own ``preview()`` is called directly);
 - "stroke": one stroke is added; the dock retrains and classifies;
-- the baseline: ``classify_regions`` on the same box with the same classifier, called
+- the baseline: ``classify_regions`` on the same box with the same classifier (tissue-gated,
+  as the dock with "Tissue only" on), called
   directly on the main thread (no Qt, no layer).
 
 Medians of the N runs and the ratio to the baseline; the 1 s target is for an update.
@@ -69,7 +70,7 @@ def main() -> None:
             pan.append(time.perf_counter() - t0)
             box = dock.preview_regions.region
             t0 = time.perf_counter()
-            classify_regions(str(path), dock.classifier, region=box, tissue=False)
+            classify_regions(str(path), dock.classifier, region=box)  # tissue-gated, as the dock
             direct.append(time.perf_counter() - t0)
             dock.add_examples({"Tumor": [extra["Tumor"][k]]})
             dock._timer.stop()

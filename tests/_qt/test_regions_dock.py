@@ -55,6 +55,7 @@ def test_strokes_live_preview_matches_truth(dock_slide, region_slide, qtbot):
     want = truth.grid(regions.downsample[0], regions.labels.shape, regions.origin)
     on = (regions.labels > 0) & (want > 0)
     assert on.mean() > 0.5
+    assert (regions.labels[want == 0] == 0).mean() > 0.8  # "Tissue only": glass left out
     # class k of the map is classifier class k; the truth numbers REGION_CLASSES the same way
     from napari_slidescope.sample_regions import REGION_CLASSES
 

@@ -212,6 +212,7 @@ class RegionsWidget(QWidget):
         self.annotations_box.currentIndexChanged.connect(lambda *_: self._show_areas())
         self.mpp_box.valueChanged.connect(lambda *_: self._examples_changed())
         self.live.toggled.connect(lambda on: self._schedule() if on else None)
+        self.tissue_only.toggled.connect(lambda *_: self._schedule())
         self.layer_box.currentIndexChanged.connect(self._on_layer_choice)
         self._bridge.started.connect(self._on_run_started)
         self._bridge.tile.connect(self._on_tile)
@@ -554,7 +555,15 @@ class RegionsWidget(QWidget):
         examples = self.examples()
         options = self._train_options(examples)
         worker = create_worker(
-            _preview_work, source, clf, examples, options, box, self._opened, _ignore_errors=True
+            _preview_work,
+            source,
+            clf,
+            examples,
+            options,
+            box,
+            self._opened,
+            self.tissue_only.isChecked(),
+            _ignore_errors=True,
         )
         worker.returned.connect(self._on_preview)
         worker.errored.connect(lambda exc: self.status.setText(f"Preview: {exc}"))
@@ -787,6 +796,7 @@ class RegionsWidget(QWidget):
         self.mpp_box.blockSignals(True)
         self.mpp_box.setValue(clf.mpp)
         self.mpp_box.blockSignals(False)
+        self._signed = self._signature()  # the loaded classifier stands until examples change
         self.status.setText(
             f"Loaded {Path(path).name}: {', '.join(clf.class_names)} at {clf.mpp:.2f} µm/px"
         )
@@ -875,8 +885,9 @@ def _preview_work(
     options: dict[str, Any],
     box: tuple[int, int, int, int],
     opened: _OpenSlide,
+    tissue_only: bool = True,
 ) -> tuple[Any, Any, float, float]:
-    """Worker: train when `clf` is None, then classify `box` (every pixel: a quick look)."""
+    """Worker: train when `clf` is None, then classify `box` (its tissue, or every pixel)."""
     from napari_slidescope.pipeline.region_map import classify_regions
 
     slide = opened.get(source)
@@ -885,7 +896,9 @@ def _preview_work(
     if clf is None:
         clf = _train(source, slide, examples, options)
     t1 = time.perf_counter()
-    regions = classify_regions(slide, clf, region=box, tissue=False, slide_mpp=source.mpp[0])
+    regions = classify_regions(
+        slide, clf, region=box, tissue=None if tissue_only else False, slide_mpp=source.mpp[0]
+    )
     t2 = time.perf_counter()
     return clf, regions, (t1 - t0) if trained else 0.0, t2 - t1
 

@@ -165,6 +165,23 @@ def test_cancel_and_bad_files(dock_slide, region_slide, qtbot, tmp_path):
     assert len(dock.shapes.data) == before + 2
     assert "Vessel" in dock.classes
     assert list(dock.shapes.shape_type[-2:]) == ["path", "polygon"]
+    # the examples layer saved by napari's QuPath writer loads back: strokes stay strokes
+    from napari_slidescope._napari.qupath import write_geojson_layers
+
+    saved = tmp_path / "saved.geojson"
+    write_geojson_layers(str(saved), [dock.shapes.as_layer_data_tuple()])
+    back = json.loads(saved.read_text())["features"]
+    assert len(back) == len(dock.shapes.data)
+    kinds = {f["geometry"]["type"] for f in back}
+    assert kinds == {"LineString", "Polygon"}
+    assert {f["properties"]["classification"]["name"] for f in back} >= {"Tumor", "Vessel"}
+    n = len(dock.shapes.data)
+    assert dock.load_examples(saved) == n
+    assert len(dock.shapes.data) == 2 * n
+    kinds = list(dock.shapes.shape_type)
+    shapes = zip(dock.shapes.data, kinds, strict=True)
+    paths = [np.round(d, 3).tobytes() for d, k in shapes if k == "path"]
+    assert sorted(paths[: len(paths) // 2]) == sorted(paths[len(paths) // 2 :])  # same pixels
     # a GeoJSON without classified annotations: a message
     empty = tmp_path / "empty.geojson"
     empty.write_text(json.dumps({"type": "FeatureCollection", "features": []}))

@@ -6,6 +6,7 @@ Run (Linux without a display: under ``xvfb-run -a``)::
     python docs/screenshots.py overview   # only overview.png
     python docs/screenshots.py wholeslide # only whole_slide_zoomed.png
     python docs/screenshots.py real       # only real_slide.png ($SLIDESCOPE_TESTDATA)
+    python docs/screenshots.py regions    # only regions_dock.png
 
 Opens the bundled synthetic slide in napari, docks the widget, detects tissue on the
 whole slide, segments the nuclei of the visible region with the default parameters,
@@ -34,14 +35,14 @@ OUT = Path(__file__).parent / "images"
 MAX_BYTES = 300_000
 
 
-def _save(image: np.ndarray, path: Path, *, width: int) -> None:
-    """Save an RGBA screenshot as a small palette PNG (under MAX_BYTES)."""
+def _save(image: np.ndarray, path: Path, *, width: int, colors: int = 128) -> None:
+    """Save an RGBA screenshot as a small palette PNG (under MAX_BYTES) of `colors` colours."""
     from PIL import Image
 
     img = Image.fromarray(np.asarray(image)[..., :3])
     for w in (width, int(width * 0.8), int(width * 0.64)):
         small = img.resize((w, round(img.height * w / img.width)), Image.Resampling.LANCZOS)
-        small.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+        small.quantize(colors=colors, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
         if path.stat().st_size < MAX_BYTES:
             return
 
@@ -67,6 +68,9 @@ def main() -> int:
     if sys.argv[1:] == ["real"]:
         _real_slide_shot()
         return 0
+    if sys.argv[1:] == ["regions"]:
+        _regions_shot()
+        return 0
     viewer, camera = _analysed(None, center=(1000.0, 900.0), zoom=1.6)  # ~400 x 420 µm
     _save(viewer.screenshot(canvas_only=False, flash=False), OUT / "slide_analysis.png", width=1200)
     camera.zoom = 6.0
@@ -77,6 +81,7 @@ def main() -> int:
     _overview_shot()
     _whole_slide_shot()
     _real_slide_shot()
+    _regions_shot()
     return 0
 
 
@@ -252,6 +257,41 @@ def _whole_slide_shot() -> None:
     print(f"{path}: {len(rows):,} nuclei on the whole slide")  # noqa: T201 - a script
     widget.reset_settings()
     viewer.close()
+
+
+def _regions_shot() -> None:
+    """Save the "Tissue regions" dock after a whole-slide run on a synthetic region slide.
+
+    Five short strokes per class (from the slide's truth) are the examples; the class map
+    of the whole slide lies over the slide at half opacity, the table lists area and % per
+    class.
+    """
+    import tempfile
+
+    import napari
+
+    from napari_slidescope import write_region_slide
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "regions.svs"
+        truth = write_region_slide(path, shape=(2048, 2048), region_um=200.0, seed=3)
+        viewer = napari.Viewer(title="napari-slidescope")
+        viewer.window._qt_window.resize(1500, 950)
+        viewer.open(str(path), plugin="napari-slidescope")
+        _, dock = viewer.window.add_plugin_dock_widget("napari-slidescope", "Tissue regions")
+        dock.live.setChecked(False)
+        dock.add_examples(truth.example_lines(per_class=5))
+        dock.run_on_slide()
+        while dock.busy:
+            _settle(0.2)
+        viewer.reset_view()
+        viewer.scale_bar.visible = True
+        _settle(1.0)
+        path_png = OUT / "regions_dock.png"
+        # 256 colours: with 128 the small class swatches lose their hue
+        _save(viewer.screenshot(canvas_only=False, flash=False), path_png, width=1300, colors=256)
+        print(f"{path_png}: {dock.status.text()}")  # noqa: T201 - a script
+        viewer.close()
 
 
 if __name__ == "__main__":

@@ -292,8 +292,16 @@ def _shape_features(data: Any, meta: dict[str, Any], to_px: Any, cls: str) -> li
     for i in range(n):
         if roles[i] == "hole":
             holes.setdefault(pieces[i], []).append(to_px(data[i]))
+    kinds = list(meta.get("shape_type") or ["polygon"] * n)
     for i in range(n):
-        if roles[i] == "hole" or len(data[i]) < 3:
+        if roles[i] != "hole" and kinds[i] in ("path", "line") and len(data[i]) >= 2:
+            # an open stroke (a tissue-regions example): QuPath's line annotation
+            f = polygon_feature(np.zeros((3, 2)), name=str(classes[i] or cls))
+            xy = np.asarray(to_px(data[i]), float)[:, ::-1]
+            f["geometry"] = {"type": "LineString", "coordinates": xy.tolist()}
+            out.append(f)
+    for i in range(n):
+        if roles[i] == "hole" or len(data[i]) < 3 or kinds[i] in ("path", "line"):
             continue
         f = polygon_feature(
             to_px(data[i]), holes.get(pieces[i], []),

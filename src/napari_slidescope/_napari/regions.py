@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from napari_slidescope._napari.layers import aligned_transform
+from napari_slidescope._napari.layers import _units, aligned_transform
 from napari_slidescope._napari.shapes import from_layer_coords
 from napari_slidescope.pipeline.region_classifier import DEFAULT_STROKE_UM, Stroke
 from napari_slidescope.pipeline.region_map import RegionMap
@@ -98,4 +98,5 @@ def show_regions(viewer: Any, image: Any, regions: RegionMap, *, name: str | Non
         opacity=0.5,
         colormap=cmap,
         multiscale=len(levels) > 1,
+        **_units(image),
     )

@@ -1,0 +1,937 @@
+"""The "Tissue regions" dock: a pixel classifier trained from strokes, previewed live.
+
+QuPath's pixel-classifier workflow on a slide layer of this plugin: a list of classes (name
+and colour; an ``Ignore`` class is classified but left out of area percentages), one Shapes
+layer of examples whose ``class`` feature says which class each stroke or polygon teaches
+(so it round-trips as QuPath classified annotations, and a QuPath GeoJSON of them loads as
+examples), a working resolution in µm/px. "Live preview" retrains after the strokes change
+and classifies the region in view after the view moves (debounced, on a worker thread; the
+status says how long it took). "Run on slide" classifies the tissue of the whole slide on a
+worker thread, painting tiles into a class-map Labels layer as they come, with progress and
+cancel, then lists area and percentage per class (and per shape of a chosen annotations
+layer). The GUI-free work is :func:`~napari_slidescope.train_region_classifier` and
+:func:`~napari_slidescope.classify_regions`; this module only wires it to the viewer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qtpy.QtCore import QObject, Qt, QTimer, Signal
+from qtpy.QtGui import QColor, QIcon, QPixmap
+from qtpy.QtWidgets import (
+    QCheckBox,
+    QColorDialog,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from napari_slidescope._napari.jobs import SlideSource, slide_layers
+from napari_slidescope.errors import Cancelled
+
+__all__ = ["RegionsWidget"]
+
+#: The classes a new dock starts with (the synthetic regions' names, and Ignore).
+DEFAULT_CLASSES: dict[str, tuple[int, int, int]] = {
+    "Tumor": (200, 0, 0),
+    "Stroma": (60, 190, 110),
+    "Necrosis": (150, 100, 50),
+    "Fat": (240, 228, 66),
+    "Lymphocytes": (0, 114, 178),
+    "Ignore": (160, 160, 160),
+}
+_EXTRA = ((0, 160, 120), (255, 128, 0), (128, 0, 160), (0, 180, 220), (120, 120, 0))
+#: Quiet time (ms) after a stroke or a pan before the preview runs.
+DEBOUNCE_MS = 400
+#: Largest view (working pixels) the live preview classifies; a larger one is cropped to
+#: its centre so that an update stays under a second or so.
+PREVIEW_MAX_PX = 1024
+
+
+def _icon(rgb: tuple[int, int, int]) -> QIcon:
+    pix = QPixmap(14, 14)
+    pix.fill(QColor(*rgb))
+    return QIcon(pix)
+
+
+class _Bridge(QObject):
+    """Signals a worker thread emits; Qt delivers them on the GUI thread."""
+
+    started = Signal(object)  # the working grid (shape, downsample)
+    tile = Signal(object, object)  # (box in the map, labels)
+    progress = Signal(int, int)
+
+
+class RegionsWidget(QWidget):
+    """Classes, stroke examples, live preview and whole-slide run of a region classifier.
+
+    Parameters
+    ----------
+    napari_viewer : napari.Viewer
+        The viewer (injected by napari when docked from the Plugins menu).
+    """
+
+    def __init__(self, napari_viewer: Any) -> None:
+        super().__init__()
+        self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
+        self.classes: dict[str, tuple[int, int, int]] = {}
+        self.classifier: Any = None
+        self.regions: Any = None
+        self.preview_regions: Any = None
+        self.last_preview_s: float | None = None
+        self._trained_on: Any = None
+        self._signed: tuple | None = None
+        self._image: Any = None
+        self._shapes: Any = None
+        self._preview_worker: Any = None
+        self._preview_again = False
+        self._run_worker: Any = None
+        self._cancel: threading.Event | None = None
+        self._run_layer: Any = None
+        self._run_labels: np.ndarray | None = None
+        self._painted_at = 0.0
+        self._bridge = _Bridge()
+        self._opened = _OpenSlide()
+        self.destroyed.connect(self._opened.close)
+
+        self.layer_box = QComboBox()
+        self.class_list = QListWidget()
+        self.class_list.setMaximumHeight(120)
+        self.add_button = QPushButton("Add")
+        self.rename_button = QPushButton("Rename")
+        self.color_button = QPushButton("Colour")
+        self.remove_button = QPushButton("Remove")
+        self.mpp_box = QDoubleSpinBox()
+        self.mpp_box.setRange(0.25, 32.0)
+        self.mpp_box.setDecimals(2)
+        self.mpp_box.setSingleStep(0.5)
+        self.mpp_box.setSuffix(" µm/px")
+        from napari_slidescope.pipeline.region_classifier import DEFAULT_REGION_MPP
+
+        self.mpp_box.setValue(DEFAULT_REGION_MPP)
+        self.mpp_box.setToolTip(
+            "Working resolution: features and the class map are computed at this pixel size"
+        )
+        self.examples_button = QPushButton("Load examples…")
+        self.examples_button.setToolTip("Classified annotations of a QuPath GeoJSON as examples")
+        self.live = QCheckBox("Live preview (region in view)")
+        self.live.setChecked(True)
+        self.annotations_box = QComboBox()
+        self.annotations_box.setToolTip("Shapes whose area per class the table lists too")
+        self.tissue_only = QCheckBox("Tissue only (skip glass)")
+        self.tissue_only.setChecked(True)
+        self.tissue_only.setToolTip(
+            "On: tiles without tissue are skipped and glass stays unclassified. Off: every "
+            "pixel gets a class (when pale tissue such as fat at the edge is taken for glass)"
+        )
+        self.run_button = QPushButton("Run on slide")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setVisible(False)
+        self.status = QLabel("Draw a few strokes of each class on the slide")
+        self.status.setWordWrap(True)
+        self.table = QTableWidget(0, 3)
+        self.table.setHorizontalHeaderLabels(["Class", "Area (mm²)", "%"])
+        header = self.table.verticalHeader()
+        if header is not None:
+            header.setVisible(False)
+        self.table.setMinimumHeight(140)
+        self.save_button = QPushButton("Save classifier…")
+        self.load_button = QPushButton("Load classifier…")
+        self.export_button = QPushButton("Export regions GeoJSON…")
+
+        lay = QVBoxLayout(self)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Slide"))
+        row.addWidget(self.layer_box, 1)
+        lay.addLayout(row)
+        lay.addWidget(QLabel("Classes (the selected one is what new shapes teach)"))
+        lay.addWidget(self.class_list)
+        row = QHBoxLayout()
+        for b in (self.add_button, self.rename_button, self.color_button, self.remove_button):
+            row.addWidget(b)
+        lay.addLayout(row)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Resolution"))
+        row.addWidget(self.mpp_box, 1)
+        row.addWidget(self.examples_button)
+        lay.addLayout(row)
+        lay.addWidget(self.live)
+        lay.addWidget(self.tissue_only)
+        row = QHBoxLayout()
+        row.addWidget(self.run_button, 1)
+        row.addWidget(self.cancel_button)
+        lay.addLayout(row)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.status)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Areas in"))
+        row.addWidget(self.annotations_box, 1)
+        lay.addLayout(row)
+        lay.addWidget(self.table)
+        row = QHBoxLayout()
+        row.addWidget(self.save_button)
+        row.addWidget(self.load_button)
+        lay.addLayout(row)
+        lay.addWidget(self.export_button)
+        lay.addStretch(1)
+
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(DEBOUNCE_MS)
+        self._timer.timeout.connect(self.preview)
+
+        self.add_button.clicked.connect(self._on_add)
+        self.rename_button.clicked.connect(self._on_rename)
+        self.color_button.clicked.connect(self._on_color)
+        self.remove_button.clicked.connect(self._on_remove)
+        self.class_list.currentItemChanged.connect(lambda *_: self._on_class_choice())
+        self.examples_button.clicked.connect(self._on_load_examples)
+        self.run_button.clicked.connect(lambda: self._report(self.run_on_slide))
+        self.cancel_button.clicked.connect(self.cancel)
+        self.save_button.clicked.connect(self._on_save)
+        self.load_button.clicked.connect(self._on_load)
+        self.export_button.clicked.connect(self._on_export)
+        self.annotations_box.currentIndexChanged.connect(lambda *_: self._show_areas())
+        self.mpp_box.valueChanged.connect(lambda *_: self._examples_changed())
+        self.live.toggled.connect(lambda on: self._schedule() if on else None)
+        self.tissue_only.toggled.connect(lambda *_: self._schedule())
+        self.layer_box.currentIndexChanged.connect(self._on_layer_choice)
+        self._bridge.started.connect(self._on_run_started)
+        self._bridge.tile.connect(self._on_tile)
+        self._bridge.progress.connect(self._on_progress)
+        self._viewer.layers.events.inserted.connect(self._refresh_layers)
+        self._viewer.layers.events.removed.connect(self._refresh_layers)
+        from napari_slidescope._napari.viewport import camera_of
+
+        camera = camera_of(self._viewer)
+        camera.events.center.connect(self._on_view)
+        camera.events.zoom.connect(self._on_view)
+        for name, rgb in DEFAULT_CLASSES.items():
+            self.add_class(name, rgb)
+        self.class_list.setCurrentRow(0)
+        self._refresh_layers()
+
+    # -- layers ---------------------------------------------------------------------------
+    @property
+    def image(self) -> Any:
+        """The slide layer the classifier is trained on and applied to (None without one)."""
+        return self._image
+
+    @property
+    def shapes(self) -> Any:
+        """The Shapes layer of examples (its ``class`` feature names each shape's class)."""
+        return self._shapes
+
+    def _refresh_layers(self, _event: Any = None) -> None:
+        slides = slide_layers(self._viewer)
+        self.layer_box.blockSignals(True)
+        self.layer_box.clear()
+        for ly in slides:
+            self.layer_box.addItem(ly.name)
+        self.layer_box.blockSignals(False)
+        if self._image in slides:
+            self.layer_box.setCurrentIndex(slides.index(self._image))
+        elif slides:
+            self.layer_box.setCurrentIndex(0)
+            self._on_layer_choice()
+        else:
+            self._image = None
+        mine = {self._shapes, self._run_layer}
+        current = self.annotations_box.currentText()
+        names = [
+            ly.name
+            for ly in self._viewer.layers
+            if type(ly).__name__ == "Shapes" and ly not in mine
+        ]
+        self.annotations_box.blockSignals(True)
+        self.annotations_box.clear()
+        self.annotations_box.addItem("(whole slide)")
+        self.annotations_box.addItems(names)
+        if current in names:
+            self.annotations_box.setCurrentIndex(names.index(current) + 1)
+        self.annotations_box.blockSignals(False)
+
+    def _on_layer_choice(self, _index: int = 0) -> None:
+        slides = slide_layers(self._viewer)
+        i = self.layer_box.currentIndex()
+        image = slides[i] if 0 <= i < len(slides) else None
+        if image is self._image:
+            return
+        self._image = image
+        self.classifier = self._trained_on = self.regions = None
+        self._shapes = None
+        if image is not None:
+            self._examples_layer()
+
+    def _examples_layer(self) -> Any:
+        """Return the slide's Shapes layer of examples (made, or found by name, when missing)."""
+        image = self._image
+        if image is None:
+            raise ValueError("Tissue regions: open a slide first")
+        if self._shapes is not None and self._shapes in self._viewer.layers:
+            return self._shapes
+        from napari_slidescope._napari.shapes import aligned
+
+        name = f"{image.name} region examples"
+        if name in self._viewer.layers:
+            layer = self._viewer.layers[name]
+        else:
+            layer = self._viewer.add_shapes(
+                name=name,
+                ndim=2,
+                features={"class": np.array([], dtype=object)},
+                edge_width=self._edge_px(),
+                opacity=0.9,
+                **aligned(image),
+            )
+        self._shapes = layer
+        layer.events.data.connect(self._on_shapes_data)
+        self._on_class_choice()
+        self._viewer.layers.selection.active = layer
+        self._refresh_layers()
+        return layer
+
+    def _edge_px(self) -> float:
+        """Return the stroke width the classifier learns (µm) in the slide's level-0 pixels."""
+        from napari_slidescope.pipeline.region_classifier import DEFAULT_STROKE_UM
+
+        mpp0 = float(np.mean(np.asarray(self._image.scale, float)[-2:]))
+        return DEFAULT_STROKE_UM / mpp0 if mpp0 > 0 else 8.0
+
+    # -- classes ------------------------------------------------------------------------
+    def add_class(self, name: str, color: tuple[int, int, int] | None = None) -> None:
+        """Add a class (a colour of its own when none is given)."""
+        name = name.strip()
+        if not name or name in self.classes:
+            raise ValueError(f"class name {name!r}: empty or already used")
+        rgb = color if color is not None else _EXTRA[len(self.classes) % len(_EXTRA)]
+        self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
+        item = QListWidgetItem(_icon(self.classes[name]), name)
+        self.class_list.addItem(item)
+        self.class_list.setCurrentItem(item)
+
+    def rename_class(self, old: str, new: str) -> None:
+        """Rename a class; its example shapes follow."""
+        new = new.strip()
+        if old not in self.classes or not new or (new in self.classes and new != old):
+            raise ValueError(f"cannot rename {old!r} to {new!r}")
+        self.classes = {(new if k == old else k): v for k, v in self.classes.items()}
+        for item in self._items():
+            if item.text() == old:
+                item.setText(new)
+        layer = self._shapes
+        if layer is not None and len(layer.data):
+            feats = layer.features.copy()
+            feats["class"] = [new if c == old else c for c in feats["class"]]
+            layer.features = feats
+        self._on_class_choice()
+        self._examples_changed()
+
+    def set_color(self, name: str, rgb: tuple[int, int, int]) -> None:
+        """Change a class's colour."""
+        self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
+        for item in self._items():
+            if item.text() == name:
+                item.setIcon(_icon(self.classes[name]))
+        self._on_class_choice()
+        self._examples_changed()
+
+    def remove_class(self, name: str) -> None:
+        """Remove a class and its example shapes."""
+        self.classes.pop(name)
+        for k, item in enumerate(self._items()):
+            if item.text() == name:
+                self.class_list.takeItem(k)
+                break
+        layer = self._shapes
+        if layer is not None and len(layer.data):
+            drop = {i for i, c in enumerate(layer.features["class"]) if c == name}
+            if drop:
+                layer.selected_data = drop
+                layer.remove_selected()
+        self._examples_changed()
+
+    def select_class(self, name: str) -> None:
+        """Make `name` the class that newly drawn shapes teach."""
+        for k, item in enumerate(self._items()):
+            if item.text() == name:
+                self.class_list.setCurrentRow(k)
+
+    @property
+    def current_class(self) -> str | None:
+        """The selected class."""
+        item = self.class_list.currentItem()
+        return None if item is None else item.text()
+
+    def _items(self) -> list[QListWidgetItem]:
+        items = (self.class_list.item(k) for k in range(self.class_list.count()))
+        return [item for item in items if item is not None]
+
+    def _on_class_choice(self) -> None:
+        layer, name = self._shapes, self.current_class
+        if layer is None or name is None:
+            return
+        layer.feature_defaults = {"class": name}
+        rgb = np.array([*(v / 255 for v in self.classes[name]), 1.0])
+        layer.current_edge_color = rgb
+        layer.current_face_color = np.array([*rgb[:3], 0.25])
+
+    def _on_add(self) -> None:
+        name, ok = QInputDialog.getText(self, "Add class", "Name")
+        if ok and name.strip():
+            self._report(self.add_class, name)
+
+    def _on_rename(self) -> None:
+        old = self.current_class
+        if old is None:
+            return
+        new, ok = QInputDialog.getText(self, "Rename class", "Name", text=old)
+        if ok and new.strip():
+            self._report(self.rename_class, old, new)
+
+    def _on_color(self) -> None:
+        name = self.current_class
+        if name is None:
+            return
+        color = QColorDialog.getColor(QColor(*self.classes[name]), self, f"Colour of {name}")
+        if color.isValid():
+            self.set_color(name, (color.red(), color.green(), color.blue()))
+
+    def _on_remove(self) -> None:
+        if self.current_class is not None:
+            self.remove_class(self.current_class)
+
+    # -- examples -----------------------------------------------------------------------
+    def add_examples(self, examples: dict[str, list[Any]]) -> None:
+        """Add shapes to the examples layer: class -> polygons or strokes, level-0 (row, col).
+
+        A ``(2, 2)`` array or a :class:`~napari_slidescope.Stroke` becomes a path (a stroke),
+        an ``(N, 2)`` array with N >= 3 a polygon; classes not listed yet join the list.
+        """
+        from napari_slidescope._napari.shapes import to_layer_coords
+
+        layer = self._examples_layer()
+        for name in examples:
+            if name not in self.classes:
+                self.add_class(name)
+        data, kinds, classes = [], [], []
+        for name, items in examples.items():
+            for item in items:
+                verts = np.asarray(getattr(item, "vertices", item), float)
+                is_line = hasattr(item, "vertices") or len(verts) == 2
+                data.append(to_layer_coords(verts))
+                kinds.append("path" if is_line else "polygon")
+                classes.append(name)
+        if not data:
+            return
+        with layer.events.data.blocker():
+            layer.add(data, shape_type=kinds)
+            feats = layer.features.copy()
+            feats.loc[feats.index[-len(classes) :], "class"] = classes
+            layer.features = feats
+        self._on_shapes_data()
+
+    def load_examples(self, path: str | Path) -> int:
+        """Load the classified annotations of a QuPath GeoJSON as examples; return how many."""
+        from napari_slidescope.pipeline.region_classifier import _from_geojson
+
+        examples, colours = _from_geojson(Path(path))
+        for name, rgb in colours.items():
+            if name not in self.classes:
+                self.add_class(name, rgb)
+        self.add_examples(examples)
+        n = sum(len(v) for v in examples.values())
+        self.status.setText(f"Loaded {n} examples from {Path(path).name}")
+        return n
+
+    def examples(self) -> dict[str, list[Any]]:
+        """Return the examples drawn: class -> polygons and strokes (level-0), known classes."""
+        from napari_slidescope._napari.regions import examples_from_shapes
+
+        if self._shapes is None:
+            return {}
+        found = examples_from_shapes(self._shapes)
+        return {c: found[c] for c in self.classes if c in found}
+
+    def _on_shapes_data(self, event: Any = None) -> None:
+        layer = self._shapes
+        if layer is None:
+            return
+        if getattr(event, "action", None) in ("adding", "removing", "changing"):
+            return  # the "added" / "removed" / "changed" event follows
+        self._recolor()
+        self._examples_changed()
+
+    def _recolor(self) -> None:
+        layer = self._shapes
+        if layer is None or not len(layer.data):
+            return
+        grey = (128, 128, 128)
+        rgb = np.array([self.classes.get(str(c), grey) for c in layer.features["class"]]) / 255
+        layer.edge_color = np.column_stack([rgb, np.ones(len(rgb))])
+        layer.face_color = np.column_stack([rgb, np.full(len(rgb), 0.25)])
+        layer.edge_width = [self._edge_px()] * len(layer.data)
+
+    def _signature(self) -> tuple:
+        """Return what training depends on: examples, class colours, resolution."""
+        parts: list[Any] = [float(self.mpp_box.value()), tuple(self.classes.items())]
+        for c, items in self.examples().items():
+            for item in items:
+                verts = np.asarray(getattr(item, "vertices", item), float)
+                parts.append((c, type(item).__name__, verts.round(3).tobytes()))
+        return tuple(parts)
+
+    def _examples_changed(self) -> None:
+        sig = self._signature()
+        if sig == self._signed:
+            return  # a colour or width refresh: nothing the classifier learns changed
+        self._signed = sig
+        self._trained_on = None
+        counts = {c: len(v) for c, v in self.examples().items()}
+        shown = ", ".join(f"{c} {n}" for c, n in counts.items()) or "none"
+        self.status.setText(f"Examples: {shown}")
+        self._schedule()
+
+    # -- live preview -------------------------------------------------------------------
+    def _on_view(self, _event: Any = None) -> None:
+        if self.preview_regions is not None or self._trained_on is not None:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if self.live.isChecked() and len(self.examples()) >= 2:
+            self._timer.start()
+
+    def _visible_box(self) -> tuple[int, int, int, int]:
+        from napari_slidescope._napari.viewport import visible_region
+
+        y0, x0, y1, x1 = visible_region(self._viewer, self._image)
+        # at most PREVIEW_MAX_PX working pixels a side: the centre of a larger view
+        mpp0 = float(np.mean(np.asarray(self._image.scale, float)[-2:]))
+        side = PREVIEW_MAX_PX * self.mpp_box.value() / mpp0
+        cy, cx = (y0 + y1) / 2, (x0 + x1) / 2
+        if y1 - y0 > side:
+            y0, y1 = int(cy - side / 2), int(cy + side / 2)
+        if x1 - x0 > side:
+            x0, x1 = int(cx - side / 2), int(cx + side / 2)
+        return int(y0), int(x0), int(y1), int(x1)
+
+    def preview(self) -> Any:
+        """Retrain if the examples changed and classify the view, on a worker thread.
+
+        Returns the worker (None when nothing to do); a call while one runs queues one more.
+        """
+        if self._image is None or len(self.examples()) < 2:
+            return None
+        if self._preview_worker is not None:
+            self._preview_again = True
+            return None
+        try:
+            box = self._visible_box()
+        except ValueError as exc:
+            self.status.setText(str(exc))
+            return None
+        from napari.qt.threading import create_worker
+
+        source = SlideSource.from_layer(self._image)
+        clf = self.classifier if self._trained_on is not None else None
+        examples = self.examples()
+        options = self._train_options(examples)
+        worker = create_worker(
+            _preview_work,
+            source,
+            clf,
+            examples,
+            options,
+            box,
+            self._opened,
+            self.tissue_only.isChecked(),
+            _ignore_errors=True,
+        )
+        worker.returned.connect(self._on_preview)
+        worker.errored.connect(lambda exc: self.status.setText(f"Preview: {exc}"))
+        worker.finished.connect(self._preview_done)
+        self._preview_worker = worker
+        worker.start()
+        return worker
+
+    def _train_options(self, examples: dict[str, list[Any]]) -> dict[str, Any]:
+        used = [c for c in self.classes if c in examples]
+        return {
+            "mpp": float(self.mpp_box.value()),
+            "classes": used,
+            "colors": {c: self.classes[c] for c in used},
+        }
+
+    def _on_preview(self, out: tuple[Any, Any, float, float]) -> None:
+        from napari_slidescope._napari.regions import show_regions
+
+        clf, regions, t_train, t_pred = out
+        if self._trained_on is None:
+            self.classifier = clf
+            self._trained_on = True
+        self.preview_regions = regions
+        self.last_preview_s = t_train + t_pred
+        if self._image is not None:
+            show_regions(
+                self._viewer, self._image, regions, name=f"{self._image.name} regions preview"
+            )
+            if self._shapes is not None:  # strokes stay on top and selected for drawing
+                self._viewer.layers.selection.active = self._shapes
+        h, w = regions.labels.shape
+        trained = f"trained in {t_train:.2f} s, " if t_train else ""
+        self.status.setText(
+            f"Preview {h} x {w} px at {regions.mpp:.2f} µm/px: {trained}"
+            f"classified in {t_pred:.2f} s"
+        )
+
+    def _preview_done(self) -> None:
+        self._preview_worker = None
+        if self._preview_again:
+            self._preview_again = False
+            self.preview()
+
+    @property
+    def busy(self) -> bool:
+        """True while a preview or a whole-slide run is in flight."""
+        return self._preview_worker is not None or self._run_worker is not None
+
+    # -- whole slide --------------------------------------------------------------------
+    def run_on_slide(self) -> Any:
+        """Classify the slide's tissue on a worker thread, streaming tiles; return the worker."""
+        if self._image is None:
+            raise ValueError("Tissue regions: open a slide first")
+        if self._run_worker is not None:
+            raise ValueError("Tissue regions: a run is in progress")
+        examples = self.examples()
+        if self.classifier is None and len(examples) < 2:
+            raise ValueError("Tissue regions: draw examples of two classes or load a classifier")
+        from napari.qt.threading import create_worker
+
+        source = SlideSource.from_layer(self._image)
+        clf = self.classifier if (self._trained_on is not None or not examples) else None
+        self._cancel = threading.Event()
+        worker = create_worker(
+            _run_work,
+            source,
+            clf,
+            examples,
+            self._train_options(examples),
+            self._bridge,
+            self._cancel,
+            self.tissue_only.isChecked(),
+            _ignore_errors=True,  # errors and cancelling: said by _on_run_error
+        )
+        worker.returned.connect(self._on_run_done)
+        worker.errored.connect(self._on_run_error)
+        worker.finished.connect(self._run_finished)
+        self._run_worker = worker
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.progress.setVisible(True)
+        self.progress.setRange(0, 0)
+        self.status.setText("Training and finding the tissue…")
+        worker.start()
+        return worker
+
+    def cancel(self) -> None:
+        """Ask the whole-slide run to stop (it stops after the tiles in flight)."""
+        if self._cancel is not None:
+            self._cancel.set()
+            self.status.setText("Cancelling…")
+
+    def _on_run_started(self, grid: tuple[tuple[int, int], tuple[float, float], Any]) -> None:
+        from napari.utils.colormaps import DirectLabelColormap
+
+        from napari_slidescope._napari.layers import _units, aligned_transform
+
+        shape, downsample, clf = grid
+        self.classifier, self._trained_on = clf, True
+        image = self._image
+        self._run_labels = np.zeros(shape, np.uint8)
+        scale, translate = aligned_transform(image, (0.0, 0.0), downsample)
+        mapping: dict[Any, Any] = {None: np.zeros(4)}
+        for k, c in enumerate(clf.class_names, start=1):
+            mapping[k] = np.array([*(v / 255 for v in clf.colors[c]), 1.0])
+        name = f"{image.name} regions"
+        if name in self._viewer.layers:
+            self._viewer.layers.remove(name)
+        self._run_layer = self._viewer.add_labels(
+            self._run_labels,
+            name=name,
+            scale=scale,
+            translate=translate,
+            opacity=0.5,
+            colormap=DirectLabelColormap(color_dict=mapping),
+            **_units(image),
+        )
+        preview = f"{image.name} regions preview"
+        if preview in self._viewer.layers:
+            self._viewer.layers[preview].visible = False
+        self.status.setText(f"Classifying at {clf.trained_mpp:.2f} µm/px…")
+
+    def _on_tile(self, box: tuple[int, int, int, int], labels: np.ndarray) -> None:
+        if self._run_labels is None or self._run_layer is None:
+            return
+        y0, x0, y1, x1 = box
+        self._run_labels[y0:y1, x0:x1] = labels
+        now = time.perf_counter()
+        if now - self._painted_at > 0.25:  # repaint a few times a second, not per tile
+            self._painted_at = now
+            self._run_layer.refresh()
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+        self.status.setText(f"Classifying tiles: {done} of {total}")
+
+    def _on_run_done(self, out: tuple[Any, float]) -> None:
+        from napari_slidescope._napari.regions import show_regions
+
+        regions, seconds = out
+        self.regions = regions
+        if self._image is not None:
+            self._run_layer = show_regions(self._viewer, self._image, regions)
+            if self._shapes is not None:
+                self._viewer.layers.selection.active = self._shapes
+        self.status.setText(
+            f"Slide classified in {seconds:.1f} s ({regions.labels.shape[0]} x "
+            f"{regions.labels.shape[1]} px at {regions.mpp:.2f} µm/px)"
+        )
+        self._show_areas()
+
+    def _on_run_error(self, exc: BaseException) -> None:
+        if isinstance(exc, Cancelled):
+            self.status.setText("Cancelled: the tiles done so far stay shown")
+        else:
+            self.status.setText(f"Run on slide: {exc}")
+
+    def _run_finished(self) -> None:
+        self._run_worker = None
+        self._cancel = None
+        self.run_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self.progress.setVisible(False)
+
+    # -- areas --------------------------------------------------------------------------
+    def areas(self) -> list[tuple[str, str, float, float | None]]:
+        """Rows of the area table: (where, class, area mm², percent or None for ignored)."""
+        regions = self.regions
+        if regions is None:
+            return []
+        rows: list[tuple[str, str, float, float | None]] = []
+
+        def add(where: str, areas: dict[str, float]) -> None:
+            counted = sum(a for c, a in areas.items() if c not in regions.ignore)
+            for c, a in areas.items():
+                pct = None if c in regions.ignore else (100 * a / counted if counted else 0.0)
+                rows.append((where, c, a / 1e6, pct))
+
+        add("slide", regions.area_um2)
+        name = self.annotations_box.currentText()
+        if self.annotations_box.currentIndex() > 0 and name in self._viewer.layers:
+            from napari_slidescope._napari.shapes import layer_polygons
+
+            rings, holes, index = layer_polygons(self._viewer.layers[name])
+            for k, (ring, hole) in enumerate(zip(rings, holes, strict=True)):
+                add(f"{name} #{index[k] + 1}", regions.areas_in([ring], [hole]))
+        return rows
+
+    def _show_areas(self) -> None:
+        rows = self.areas()
+        several = len({r[0] for r in rows}) > 1
+        self.table.setRowCount(len(rows))
+        for i, (where, c, mm2, pct) in enumerate(rows):
+            label = f"{where}: {c}" if several else c
+            item = QTableWidgetItem(_icon(self.regions.colors.get(c, (128, 128, 128))), label)
+            self.table.setItem(i, 0, item)
+            self.table.setItem(i, 1, QTableWidgetItem(f"{mm2:.3f}"))
+            self.table.setItem(i, 2, QTableWidgetItem("—" if pct is None else f"{pct:.1f}"))
+            for j in (1, 2):
+                cell = self.table.item(i, j)
+                if cell is not None:
+                    cell.setTextAlignment(
+                        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+                    )
+        self.table.resizeColumnsToContents()
+
+    # -- files ---------------------------------------------------------------------------
+    def save_classifier(self, path: str | Path) -> Path:
+        """Save the trained classifier (plain arrays and JSON: opening it runs no code)."""
+        if self.classifier is None:
+            raise ValueError("Tissue regions: nothing to save; draw examples of two classes first")
+        out = self.classifier.save(path)
+        self.status.setText(f"Saved {out.name}")
+        return Path(out)
+
+    def load_classifier(self, path: str | Path) -> Any:
+        """Load a classifier file: its classes join the list and "Run on slide" applies it."""
+        from napari_slidescope.pipeline.region_classifier import load_region_classifier
+
+        clf = load_region_classifier(path)
+        for name in clf.class_names:
+            if name not in self.classes:
+                self.add_class(name, clf.colors[name])
+            else:
+                self.set_color(name, clf.colors[name])
+        self.classifier = clf
+        self._trained_on = True
+        self.mpp_box.blockSignals(True)
+        self.mpp_box.setValue(clf.mpp)
+        self.mpp_box.blockSignals(False)
+        self._signed = self._signature()  # the loaded classifier stands until examples change
+        self.status.setText(
+            f"Loaded {Path(path).name}: {', '.join(clf.class_names)} at {clf.mpp:.2f} µm/px"
+        )
+        return clf
+
+    def export_geojson(self, path: str | Path) -> Path:
+        """Write the whole-slide regions as classified QuPath annotations."""
+        if self.regions is None:
+            raise ValueError("Tissue regions: nothing to export; run on the slide first")
+        out = Path(self.regions.to_geojson(path))
+        self.status.setText(f"Exported {out.name}")
+        return out
+
+    def _on_save(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save classifier", "", "Classifier (*.npz)")
+        if path:
+            self._report(self.save_classifier, path)
+
+    def _on_load(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load classifier", "", "Classifier (*.npz)")
+        if path:
+            self._report(self.load_classifier, path)
+
+    def _on_load_examples(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Load examples", "", "QuPath GeoJSON (*.geojson *.json *.geojson.gz)"
+        )
+        if path:
+            self._report(self.load_examples, path)
+
+    def _on_export(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export regions", "", "QuPath GeoJSON (*.geojson)"
+        )
+        if path:
+            self._report(self.export_geojson, path)
+
+    def _report(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (ValueError, OSError, ImportError, KeyError) as exc:
+            self.status.setText(str(exc))
+            return None
+
+
+def _train(source: SlideSource, slide: Any, examples: Any, options: dict[str, Any]) -> Any:
+    from napari_slidescope.pipeline.region_classifier import train_region_classifier
+
+    return train_region_classifier(slide, examples, slide_mpp=source.mpp[0], **options)
+
+
+class _OpenSlide:
+    """The slide the previews read, kept open between them (its tile cache stays warm).
+
+    Only one preview runs at a time, so one open slide serves them in turn; a new source
+    closes the old one.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._slide: Any = None
+        self._lock = threading.Lock()
+
+    def get(self, source: SlideSource) -> Any:
+        with self._lock:
+            key = (source.name, source.path, id(source.array), source.shape0)
+            if self._slide is None or self._key != key:
+                self.close_locked()
+                self._slide, self._key = source.open(), key
+            return self._slide
+
+    def close_locked(self) -> None:
+        if self._slide is not None:
+            self._slide.close()
+        self._slide = self._key = None
+
+    def close(self) -> None:
+        with self._lock:
+            self.close_locked()
+
+
+def _preview_work(
+    source: SlideSource,
+    clf: Any,
+    examples: dict[str, list[Any]],
+    options: dict[str, Any],
+    box: tuple[int, int, int, int],
+    opened: _OpenSlide,
+    tissue_only: bool = True,
+) -> tuple[Any, Any, float, float]:
+    """Worker: train when `clf` is None, then classify `box` (its tissue, or every pixel)."""
+    from napari_slidescope.pipeline.region_map import classify_regions
+
+    slide = opened.get(source)
+    t0 = time.perf_counter()
+    trained = clf is None
+    if clf is None:
+        clf = _train(source, slide, examples, options)
+    t1 = time.perf_counter()
+    regions = classify_regions(
+        slide, clf, region=box, tissue=None if tissue_only else False, slide_mpp=source.mpp[0]
+    )
+    t2 = time.perf_counter()
+    return clf, regions, (t1 - t0) if trained else 0.0, t2 - t1
+
+
+def _run_work(
+    source: SlideSource,
+    clf: Any,
+    examples: dict[str, list[Any]],
+    options: dict[str, Any],
+    bridge: _Bridge,
+    cancel: threading.Event,
+    tissue_only: bool = True,
+) -> tuple[Any, float]:
+    """Worker: train when needed, then classify the slide's tissue, emitting each tile."""
+    from napari_slidescope.pipeline.region_grid import working_grid
+    from napari_slidescope.pipeline.region_map import classify_regions
+
+    t0 = time.perf_counter()
+    slide = source.open()
+    try:
+        if clf is None:
+            clf = _train(source, slide, examples, options)
+        grid = working_grid(slide, clf.mpp)
+        bridge.started.emit((grid.shape, grid.downsample, clf))
+        regions = classify_regions(
+            slide,
+            clf,
+            progress=lambda p: bridge.progress.emit(int(p.done), int(p.total)),
+            on_tile=lambda box, labels: bridge.tile.emit(box, labels.copy()),
+            cancel=cancel,
+            tissue=None if tissue_only else False,
+            slide_mpp=source.mpp[0],
+        )
+    finally:
+        slide.close()
+    return regions, time.perf_counter() - t0

@@ -1,0 +1,189 @@
+"""The "Tissue regions" dock: strokes, live preview, run on slide, cancel, files."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture(scope="module")
+def region_slide(tmp_path_factory):
+    """A synthetic H&E slide with known regions: 1 mm square at 0.5 µm/px."""
+    from napari_slidescope import write_region_slide
+
+    path = tmp_path_factory.mktemp("regions") / "regions.svs"
+    truth = write_region_slide(path, shape=(2048, 2048), region_um=200.0, seed=3)
+    return path, truth
+
+
+def _dock(dock_slide, path, qtbot):
+    viewer, [image], dock = dock_slide(path, "Tissue regions")
+    viewer.reset_view()
+    qtbot.wait(10)
+    return viewer, image, dock
+
+
+def _idle(dock, qtbot, timeout=120_000):
+    qtbot.waitUntil(lambda: not dock.busy and not dock._timer.isActive(), timeout=timeout)
+
+
+def test_strokes_live_preview_matches_truth(dock_slide, region_slide, qtbot):
+    path, truth = region_slide
+    viewer, image, dock = _dock(dock_slide, path, qtbot)
+    assert dock.image is image
+    assert list(dock.classes)[-1] == "Ignore"
+    layer = dock.shapes
+    assert layer.name == f"{image.name} region examples"
+    assert np.allclose(layer.scale, image.scale)
+    # strokes drawn programmatically, as a user's paths with the class selected
+    dock.add_examples(truth.example_lines(per_class=5))
+    assert len(layer.data) == 25
+    assert set(layer.shape_type) == {"path"}
+    # a shape drawn while a class is selected gets that class
+    dock.select_class("Fat")
+    assert layer.feature_defaults["class"][0] == "Fat"
+    _idle(dock, qtbot)
+    regions = dock.preview_regions
+    assert regions is not None
+    assert dock.classifier is not None
+    assert "classified in" in dock.status.text()
+    preview = viewer.layers[f"{image.name} regions preview"]
+    assert preview.data.shape == regions.labels.shape if not preview.multiscale else True
+    want = truth.grid(regions.downsample[0], regions.labels.shape, regions.origin)
+    on = (regions.labels > 0) & (want > 0)
+    assert on.mean() > 0.5
+    assert (regions.labels[want == 0] == 0).mean() > 0.8  # "Tissue only": glass left out
+    # class k of the map is classifier class k; the truth numbers REGION_CLASSES the same way
+    from napari_slidescope.sample_regions import REGION_CLASSES
+
+    names = np.array(["", *regions.classes])
+    assert (names[regions.labels[on]] == np.array(["", *REGION_CLASSES])[want[on]]).mean() > 0.8
+    # renaming a class renames its shapes
+    dock.rename_class("Fat", "Adipose")
+    assert "Adipose" in set(layer.features["class"])
+    assert "Fat" not in set(layer.features["class"])
+    _idle(dock, qtbot)
+
+
+def test_run_on_slide_areas_save_load_export(dock_slide, region_slide, qtbot, tmp_path):
+    path, truth = region_slide
+    viewer, image, dock = _dock(dock_slide, path, qtbot)
+    dock.live.setChecked(False)
+    dock.add_examples(truth.example_lines(per_class=5))
+    tiles = []
+    dock._bridge.tile.connect(lambda box, labels: tiles.append(box))
+    worker = dock.run_on_slide()
+    assert worker is not None
+    assert not dock.run_button.isEnabled()
+    _idle(dock, qtbot)
+    assert tiles, "no tile streamed into the layer"
+    regions = dock.regions
+    assert regions is not None
+    layer = viewer.layers[f"{image.name} regions"]
+    assert np.allclose(np.asarray(layer.scale) / np.asarray(regions.downsample), image.scale)
+    rows = dock.areas()
+    assert {r[1] for r in rows} == set(regions.classes)
+    pct = [r[3] for r in rows if r[3] is not None]
+    assert sum(pct) == pytest.approx(100.0)
+    assert dock.table.rowCount() == len(rows)
+    assert "classified in" in dock.status.text()
+    # per annotation: a square shape layer over the top-left quarter
+    viewer.add_shapes(
+        [np.array([[0, 0], [0, 1024], [1024, 1024], [1024, 0]], float)],
+        shape_type="polygon",
+        name="annotations",
+        scale=image.scale,
+        translate=image.translate,
+    )
+    dock.annotations_box.setCurrentText("annotations")
+    rows = dock.areas()
+    inside = sum(r[2] for r in rows if r[0] == "annotations #1")
+    assert 0 < inside < sum(r[2] for r in rows if r[0] == "slide")
+    # without the tissue gate the glass gets a class too
+    gated = int((regions.labels > 0).sum())
+    dock.tissue_only.setChecked(False)
+    dock.run_on_slide()
+    _idle(dock, qtbot)
+    assert int((dock.regions.labels > 0).sum()) > gated
+    # save / load round trip
+    saved = dock.save_classifier(tmp_path / "regions.npz")
+    from napari_slidescope import load_region_classifier
+
+    assert load_region_classifier(saved).sha256 == dock.classifier.sha256
+    dock.remove_class("Tumor")
+    dock.classifier = None
+    clf = dock.load_classifier(saved)
+    assert "Tumor" in dock.classes
+    assert dock.classifier is clf
+    # export
+    out = dock.export_geojson(tmp_path / "regions.geojson")
+    doc = json.loads(out.read_text())
+    names = {f["properties"]["classification"]["name"] for f in doc["features"]}
+    assert names <= set(regions.classes) and names
+
+
+def test_cancel_and_bad_files(dock_slide, region_slide, qtbot, tmp_path):
+    path, truth = region_slide
+    viewer, image, dock = _dock(dock_slide, path, qtbot)
+    dock.live.setChecked(False)
+    dock.add_examples(truth.example_lines(per_class=5))
+    # a run cancelled at its first tile stops with a message, the GUI usable again
+    dock._bridge.started.connect(lambda *_: dock.cancel())
+    dock.run_on_slide()
+    _idle(dock, qtbot)
+    assert dock.regions is None
+    assert "Cancel" in dock.status.text()
+    assert dock.run_button.isEnabled()
+    # a file that is not a classifier: a message, no exception
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    assert dock._report(dock.load_classifier, bad) is None
+    assert "bad.npz" in dock.status.text()
+    # examples from a QuPath GeoJSON of classified annotations
+    gj = tmp_path / "examples.geojson"
+    feats = [
+        {
+            "type": "Feature",
+            "geometry": {"type": "LineString", "coordinates": [[100, 100], [180, 100]]},
+            "properties": {"classification": {"name": "Tumor", "color": [200, 0, 0]}},
+        },
+        {
+            "type": "Feature",
+            "geometry": {
+                "type": "Polygon",
+                "coordinates": [[[300, 300], [400, 300], [400, 400], [300, 400], [300, 300]]],
+            },
+            "properties": {"classification": {"name": "Vessel", "color": [0, 200, 200]}},
+        },
+    ]
+    gj.write_text(json.dumps({"type": "FeatureCollection", "features": feats}))
+    before = len(dock.shapes.data)
+    assert dock.load_examples(gj) == 2
+    assert len(dock.shapes.data) == before + 2
+    assert "Vessel" in dock.classes
+    assert list(dock.shapes.shape_type[-2:]) == ["path", "polygon"]
+    # the examples layer saved by napari's QuPath writer loads back: strokes stay strokes
+    from napari_slidescope._napari.qupath import write_geojson_layers
+
+    saved = tmp_path / "saved.geojson"
+    write_geojson_layers(str(saved), [dock.shapes.as_layer_data_tuple()])
+    back = json.loads(saved.read_text())["features"]
+    assert len(back) == len(dock.shapes.data)
+    kinds = {f["geometry"]["type"] for f in back}
+    assert kinds == {"LineString", "Polygon"}
+    assert {f["properties"]["classification"]["name"] for f in back} >= {"Tumor", "Vessel"}
+    n = len(dock.shapes.data)
+    assert dock.load_examples(saved) == n
+    assert len(dock.shapes.data) == 2 * n
+    kinds = list(dock.shapes.shape_type)
+    shapes = zip(dock.shapes.data, kinds, strict=True)
+    paths = [np.round(d, 3).tobytes() for d, k in shapes if k == "path"]
+    assert sorted(paths[: len(paths) // 2]) == sorted(paths[len(paths) // 2 :])  # same pixels
+    # a GeoJSON without classified annotations: a message
+    empty = tmp_path / "empty.geojson"
+    empty.write_text(json.dumps({"type": "FeatureCollection", "features": []}))
+    assert dock._report(dock.load_examples, empty) is None
+    assert "no classified annotations" in dock.status.text()

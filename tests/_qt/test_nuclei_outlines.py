@@ -27,12 +27,12 @@ def test_nuclei_are_outlined_and_painted_tiles_match_a_full_redraw(
 ):
     from tests.fakes import ThresholdSegmenter
 
-    from napari_slidescope._qt.session import controller_for
+    from napari_slidescope._qt.session import session_for
 
     viewer = make_napari_viewer(show=True)
     [image] = viewer.open(str(small_slide), plugin="napari-slidescope")
     viewer.reset_view()
-    ctl = controller_for(viewer)
+    ctl = session_for(viewer)
     ctl.run(image, "nuclei", scope=scope, nuclei_options={**SEG, "segmenter": ThresholdSegmenter()})
     qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     qtbot.wait(50)

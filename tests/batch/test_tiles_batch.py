@@ -78,7 +78,9 @@ def test_tiles_embeddings_resume_and_errors(cohort, client):
     status = {r["slide"]: r["status"] for r in rows}
     assert status == {"a.svs": "done", "b.svs": "done", "broken.svs": "failed"}
     assert "broken.svs" in next(r["error"] for r in rows if r["slide"] == "broken.svs")
-    assert sum(k.startswith("slidescope-tile-table-") for k in keys) == 3
+    # one tiles task per good slide; the broken slide's depends on its failed slide task,
+    # which dask may or may not have started before the failure reached it
+    assert sum(k.startswith("slidescope-tile-table-") for k in keys) in (2, 3)
     first = {}
     for name in ("a.svs", "b.svs"):
         m = _manifest(out, name)

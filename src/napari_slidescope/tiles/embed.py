@@ -261,6 +261,8 @@ def embed_tiles(
         raise ImportError(
             'embed_tiles returns an AnnData: pip install "napari-slidescope[scverse]"'
         ) from e
+    import pandas as pd  # anndata's own dependency
+
     if batch_size < 1 or prefetch_batches < 1:
         raise ValueError("batch_size and prefetch_batches must be at least 1")
     runner = load_model(model, device=device)
@@ -335,7 +337,12 @@ def embed_tiles(
     X = np.concatenate(parts) if parts else np.zeros((0, dim), np.float32)
 
     obs = tiles.to_pandas()
-    obs.index = obs["id"].astype(str).to_numpy()
+    # pandas 3 infers Arrow-backed strings, which anndata < 0.12.7 (the last one that
+    # accepts pandas 3) cannot write: the index and the text columns as plain objects
+    obs.index = pd.Index(obs["id"].astype(str).to_numpy(dtype=object), dtype=object)
+    for c in obs.columns:
+        if obs[c].dtype != object and pd.api.types.is_string_dtype(obs[c].dtype):
+            obs[c] = obs[c].to_numpy(dtype=object)
     params = {
         "model": runner.name,
         "model_kind": runner.kind,
@@ -369,7 +376,7 @@ def embed_tiles(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # anndata: index of int-like strings
         adata = anndata.AnnData(X=X, obs=obs)
-    adata.var_names = [f"feature_{j}" for j in range(dim)]
+    adata.var_names = pd.Index([f"feature_{j}" for j in range(dim)], dtype=object)
     adata.obsm["spatial"] = tiles.centres_um()
     adata.uns["slidescope_tiles"] = uns
     return adata

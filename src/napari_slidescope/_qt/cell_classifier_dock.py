@@ -18,28 +18,25 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from qtpy.QtCore import Qt
-from qtpy.QtGui import QColor, QIcon, QPixmap
 from qtpy.QtWidgets import (
     QCheckBox,
-    QColorDialog,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
     QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
 from napari_slidescope._napari.layers import canvas_of
+from napari_slidescope._qt.class_list import ClassList
 from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = ["CellClassifierWidget"]
@@ -50,17 +47,11 @@ _UNCLASSIFIED = (0.6, 0.6, 0.6, 0.35)
 PREVIEW_MAX = 50_000
 
 
-def _colour(name: str, taken: dict[str, tuple[int, int, int]]) -> tuple[int, int, int]:
+def _colour(name: str, taken: Mapping[str, tuple[int, int, int]]) -> tuple[int, int, int]:
     """Return the registry's colour of a new class `name` beside the classes `taken`."""
     from napari_slidescope.analysis.class_colors import class_colors
 
-    return class_colors([*taken, name], given=taken)[name]
-
-
-def _icon(rgb: tuple[int, int, int]) -> QIcon:
-    pix = QPixmap(14, 14)
-    pix.fill(QColor(*rgb))
-    return QIcon(pix)
+    return class_colors([*taken, name], given=dict(taken))[name]
 
 
 class _Predicted:
@@ -94,7 +85,6 @@ class CellClassifierWidget(QWidget):
     def __init__(self, napari_viewer: Any) -> None:
         super().__init__()
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
-        self.classes: dict[str, tuple[int, int, int]] = {}
         self.examples: dict[int, str] = {}
         self.classifier: Any = None
         self.last_counts: dict[str, int] = {}
@@ -104,12 +94,8 @@ class CellClassifierWidget(QWidget):
         self._worker: Any = None
 
         self.layer_box = QComboBox()
-        self.class_list = QListWidget()
-        self.class_list.setMaximumHeight(90)
-        self.add_button = QPushButton("Add")
-        self.rename_button = QPushButton("Rename")
-        self.color_button = QPushButton("Colour")
-        self.remove_button = QPushButton("Remove")
+        #: The classes' names and colours (the list, its buttons and dialogs).
+        self.class_editor = ClassList("Classes", _colour, height=90)
         self.mark_button = QPushButton("Mark examples")
         self.mark_button.setCheckable(True)
         self.mark_button.setToolTip(
@@ -133,12 +119,7 @@ class CellClassifierWidget(QWidget):
         row.addWidget(QLabel("Nuclei layer"))
         row.addWidget(self.layer_box, 1)
         lay.addLayout(row)
-        lay.addWidget(QLabel("Classes"))
-        lay.addWidget(self.class_list)
-        row = QHBoxLayout()
-        for b in (self.add_button, self.rename_button, self.color_button, self.remove_button):
-            row.addWidget(b)
-        lay.addLayout(row)
+        lay.addWidget(self.class_editor)
         lay.addWidget(self.mark_button)
         lay.addWidget(self.live)
         lay.addWidget(self.status)
@@ -149,10 +130,8 @@ class CellClassifierWidget(QWidget):
         lay.addLayout(row)
         lay.addStretch(1)
 
-        self.add_button.clicked.connect(self._on_add)
-        self.rename_button.clicked.connect(self._on_rename)
-        self.color_button.clicked.connect(self._on_color)
-        self.remove_button.clicked.connect(self._on_remove)
+        self.class_editor.changed.connect(self._on_class_change)
+        self.class_editor.failed.connect(self.status.setText)
         self.classify_button.clicked.connect(self._on_classify_all)
         self.shape_button.clicked.connect(self._on_shape)
         self.save_button.clicked.connect(self._on_save)
@@ -221,13 +200,8 @@ class CellClassifierWidget(QWidget):
         if wanted == self.classes:
             self._defaults = dict(wanted)
             return
-        self.classes = {}
-        self.class_list.clear()
-        for name, rgb in wanted.items():
-            self.add_class(name, rgb)
+        self.class_editor.set_classes(wanted)
         self._defaults = dict(self.classes)
-        if self.class_list.count():
-            self.class_list.setCurrentRow(0)
 
     @property
     def layer(self) -> Any:
@@ -241,88 +215,43 @@ class CellClassifierWidget(QWidget):
         return canvas.table()
 
     # -- classes ------------------------------------------------------------------------
+    @property
+    def classes(self) -> dict[str, tuple[int, int, int]]:
+        """The classes in their order: name -> (r, g, b), 0-255 (a copy)."""
+        return self.class_editor.classes()
+
     def add_class(self, name: str, color: tuple[int, int, int] | None = None) -> None:
-        """Add a class (a colour from the palette when none is given)."""
-        name = name.strip()
-        if not name or name in self.classes:
-            raise ValueError(f"class name {name!r}: empty or already used")
-        rgb = color if color is not None else _colour(name, self.classes)
-        self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
-        item = QListWidgetItem(_icon(self.classes[name]), name)
-        self.class_list.addItem(item)
-        self.class_list.setCurrentItem(item)
-        self._changed()
+        """Add a class (the registry's colour for its name when none is given)."""
+        self.class_editor.add_class(name, color)
 
     def rename_class(self, old: str, new: str) -> None:
         """Rename a class; its examples follow."""
-        new = new.strip()
-        if old not in self.classes or not new or (new in self.classes and new != old):
-            raise ValueError(f"cannot rename {old!r} to {new!r}")
-        self.classes = {(new if k == old else k): v for k, v in self.classes.items()}
-        self.examples = {i: (new if c == old else c) for i, c in self.examples.items()}
-        for item in self._items():
-            if item.text() == old:
-                item.setText(new)
-        self._changed()
+        self.class_editor.rename_class(old, new)
 
     def set_color(self, name: str, rgb: tuple[int, int, int]) -> None:
         """Change a class's colour."""
-        self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
-        for item in self._items():
-            if item.text() == name:
-                item.setIcon(_icon(self.classes[name]))
-        self._changed()
+        self.class_editor.set_color(name, rgb)
 
     def remove_class(self, name: str) -> None:
         """Remove a class and its examples."""
-        self.classes.pop(name)
-        self.examples = {i: c for i, c in self.examples.items() if c != name}
-        for k, item in enumerate(self._items()):
-            if item.text() == name:
-                self.class_list.takeItem(k)
-                break
-        self._changed()
+        self.class_editor.remove_class(name)
 
     def select_class(self, name: str) -> None:
         """Make `name` the class that clicks mark."""
-        for k, item in enumerate(self._items()):
-            if item.text() == name:
-                self.class_list.setCurrentRow(k)
-
-    def _items(self) -> list[QListWidgetItem]:
-        items = (self.class_list.item(k) for k in range(self.class_list.count()))
-        return [item for item in items if item is not None]
+        self.class_editor.select_class(name)
 
     @property
     def current_class(self) -> str | None:
         """The selected class."""
-        item = self.class_list.currentItem()
-        return None if item is None else item.text()
+        return self.class_editor.current_class
 
-    def _on_add(self) -> None:
-        name, ok = QInputDialog.getText(self, "Add class", "Name")
-        if ok and name.strip():
-            self.add_class(name)
-
-    def _on_rename(self) -> None:
-        old = self.current_class
-        if old is None:
-            return
-        new, ok = QInputDialog.getText(self, "Rename class", "Name", text=old)
-        if ok and new.strip():
-            self.rename_class(old, new)
-
-    def _on_color(self) -> None:
-        name = self.current_class
-        if name is None:
-            return
-        color = QColorDialog.getColor(QColor(*self.classes[name]), self, f"Colour of {name}")
-        if color.isValid():
-            self.set_color(name, (color.red(), color.green(), color.blue()))
-
-    def _on_remove(self) -> None:
-        if self.current_class is not None:
-            self.remove_class(self.current_class)
+    def _on_class_change(self, kind: str, old: str | None, new: str | None) -> None:
+        """Make the examples follow a renamed or removed class, then retrain and redraw."""
+        if kind == "renamed" and new is not None:
+            self.examples = {i: (new if c == old else c) for i, c in self.examples.items()}
+        elif kind == "removed":
+            self.examples = {i: c for i, c in self.examples.items() if c != old}
+        self._changed()
 
     # -- examples -----------------------------------------------------------------------
     def mark(self, nucleus_id: int, name: str | None = None) -> None:
@@ -367,9 +296,8 @@ class CellClassifierWidget(QWidget):
             [np.asarray(table["centroid_row"])[rows], np.asarray(table["centroid_col"])[rows]]
         ).reshape(-1, 2)
         world = np.asarray(layer.translate, float)[-2:] + s * (level0 - o - d / 2 + 0.5)
-        colors = np.array([[*(v / 255 for v in self.classes[c]), 1.0] for _, c in marked]).reshape(
-            -1, 4
-        )
+        classes = self.classes
+        colors = np.array([[*(v / 255 for v in classes[c]), 1.0] for _, c in marked]).reshape(-1, 4)
         size = float(6 * s.mean())
         name = f"{layer.name} examples"
         if self._points is None or self._points not in self._viewer.layers:
@@ -413,7 +341,8 @@ class CellClassifierWidget(QWidget):
         from napari_slidescope.pipeline.cell_forest import train_classifier
 
         table = self._table()
-        used = [c for c in self.classes if c in set(self.examples.values())]
+        classes = self.classes
+        used = [c for c in classes if c in set(self.examples.values())]
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             # the status line already counts the examples and says when they are too few
@@ -422,7 +351,7 @@ class CellClassifierWidget(QWidget):
                 table,
                 self.examples,
                 classes=used,
-                colors={c: self.classes[c] for c in used},
+                colors={c: classes[c] for c in used},
             )
         dt = time.perf_counter() - t0
         self.status.setText(f"{self.status.text()} · trained in {dt:.2f} s")

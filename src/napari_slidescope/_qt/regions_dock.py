@@ -17,23 +17,19 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from qtpy.QtCore import QObject, Qt, QTimer, Signal
-from qtpy.QtGui import QColor, QIcon, QPixmap
 from qtpy.QtWidgets import (
     QCheckBox,
-    QColorDialog,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
     QProgressBar,
     QPushButton,
     QTableWidget,
@@ -43,6 +39,7 @@ from qtpy.QtWidgets import (
 )
 
 from napari_slidescope._napari.jobs import SlideSource, slide_layers
+from napari_slidescope._qt.class_list import ClassList, class_icon
 from napari_slidescope.errors import Cancelled
 
 __all__ = ["RegionsWidget"]
@@ -64,10 +61,9 @@ DEBOUNCE_MS = 400
 PREVIEW_MAX_PX = 1024
 
 
-def _icon(rgb: tuple[int, int, int]) -> QIcon:
-    pix = QPixmap(14, 14)
-    pix.fill(QColor(*rgb))
-    return QIcon(pix)
+def _next_colour(_name: str, taken: Mapping[str, tuple[int, int, int]]) -> tuple[int, int, int]:
+    """Return the colour of a class added without one: the next of a few distinct ones."""
+    return _EXTRA[len(taken) % len(_EXTRA)]
 
 
 class _Bridge(QObject):
@@ -90,7 +86,6 @@ class RegionsWidget(QWidget):
     def __init__(self, napari_viewer: Any) -> None:
         super().__init__()
         self._viewer = getattr(napari_viewer, "__wrapped__", napari_viewer)
-        self.classes: dict[str, tuple[int, int, int]] = {}
         self.classifier: Any = None
         self.regions: Any = None
         self.preview_regions: Any = None
@@ -111,12 +106,10 @@ class RegionsWidget(QWidget):
         self.destroyed.connect(self._opened.close)
 
         self.layer_box = QComboBox()
-        self.class_list = QListWidget()
-        self.class_list.setMaximumHeight(120)
-        self.add_button = QPushButton("Add")
-        self.rename_button = QPushButton("Rename")
-        self.color_button = QPushButton("Colour")
-        self.remove_button = QPushButton("Remove")
+        #: The classes' names and colours (the list, its buttons and dialogs).
+        self.class_editor = ClassList(
+            "Classes (the selected one is what new shapes teach)", _next_colour, height=120
+        )
         self.mpp_box = QDoubleSpinBox()
         self.mpp_box.setRange(0.25, 32.0)
         self.mpp_box.setDecimals(2)
@@ -162,12 +155,7 @@ class RegionsWidget(QWidget):
         row.addWidget(QLabel("Slide"))
         row.addWidget(self.layer_box, 1)
         lay.addLayout(row)
-        lay.addWidget(QLabel("Classes (the selected one is what new shapes teach)"))
-        lay.addWidget(self.class_list)
-        row = QHBoxLayout()
-        for b in (self.add_button, self.rename_button, self.color_button, self.remove_button):
-            row.addWidget(b)
-        lay.addLayout(row)
+        lay.addWidget(self.class_editor)
         row = QHBoxLayout()
         row.addWidget(QLabel("Resolution"))
         row.addWidget(self.mpp_box, 1)
@@ -198,11 +186,9 @@ class RegionsWidget(QWidget):
         self._timer.setInterval(DEBOUNCE_MS)
         self._timer.timeout.connect(self.preview)
 
-        self.add_button.clicked.connect(self._on_add)
-        self.rename_button.clicked.connect(self._on_rename)
-        self.color_button.clicked.connect(self._on_color)
-        self.remove_button.clicked.connect(self._on_remove)
-        self.class_list.currentItemChanged.connect(lambda *_: self._on_class_choice())
+        self.class_editor.changed.connect(self._on_class_change)
+        self.class_editor.selected.connect(lambda *_: self._on_class_choice())
+        self.class_editor.failed.connect(self.status.setText)
         self.examples_button.clicked.connect(self._on_load_examples)
         self.run_button.clicked.connect(lambda: self._report(self.run_on_slide))
         self.cancel_button.clicked.connect(self.cancel)
@@ -224,9 +210,7 @@ class RegionsWidget(QWidget):
         camera = camera_of(self._viewer)
         camera.events.center.connect(self._on_view)
         camera.events.zoom.connect(self._on_view)
-        for name, rgb in DEFAULT_CLASSES.items():
-            self.add_class(name, rgb)
-        self.class_list.setCurrentRow(0)
+        self.class_editor.set_classes(DEFAULT_CLASSES)
         self._refresh_layers()
 
     # -- layers ---------------------------------------------------------------------------
@@ -317,107 +301,62 @@ class RegionsWidget(QWidget):
         return DEFAULT_STROKE_UM / mpp0 if mpp0 > 0 else 8.0
 
     # -- classes ------------------------------------------------------------------------
+    @property
+    def classes(self) -> dict[str, tuple[int, int, int]]:
+        """The classes in their order: name -> (r, g, b), 0-255 (a copy)."""
+        return self.class_editor.classes()
+
     def add_class(self, name: str, color: tuple[int, int, int] | None = None) -> None:
         """Add a class (a colour of its own when none is given)."""
-        name = name.strip()
-        if not name or name in self.classes:
-            raise ValueError(f"class name {name!r}: empty or already used")
-        rgb = color if color is not None else _EXTRA[len(self.classes) % len(_EXTRA)]
-        self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
-        item = QListWidgetItem(_icon(self.classes[name]), name)
-        self.class_list.addItem(item)
-        self.class_list.setCurrentItem(item)
+        self.class_editor.add_class(name, color)
 
     def rename_class(self, old: str, new: str) -> None:
         """Rename a class; its example shapes follow."""
-        new = new.strip()
-        if old not in self.classes or not new or (new in self.classes and new != old):
-            raise ValueError(f"cannot rename {old!r} to {new!r}")
-        self.classes = {(new if k == old else k): v for k, v in self.classes.items()}
-        for item in self._items():
-            if item.text() == old:
-                item.setText(new)
-        layer = self._shapes
-        if layer is not None and len(layer.data):
-            feats = layer.features.copy()
-            feats["class"] = [new if c == old else c for c in feats["class"]]
-            layer.features = feats
-        self._on_class_choice()
-        self._examples_changed()
+        self.class_editor.rename_class(old, new)
 
     def set_color(self, name: str, rgb: tuple[int, int, int]) -> None:
         """Change a class's colour."""
-        self.classes[name] = (int(rgb[0]), int(rgb[1]), int(rgb[2]))
-        for item in self._items():
-            if item.text() == name:
-                item.setIcon(_icon(self.classes[name]))
-        self._on_class_choice()
-        self._examples_changed()
+        self.class_editor.set_color(name, rgb)
 
     def remove_class(self, name: str) -> None:
         """Remove a class and its example shapes."""
-        self.classes.pop(name)
-        for k, item in enumerate(self._items()):
-            if item.text() == name:
-                self.class_list.takeItem(k)
-                break
-        layer = self._shapes
-        if layer is not None and len(layer.data):
-            drop = {i for i, c in enumerate(layer.features["class"]) if c == name}
-            if drop:
-                layer.selected_data = drop
-                layer.remove_selected()
-        self._examples_changed()
+        self.class_editor.remove_class(name)
 
     def select_class(self, name: str) -> None:
         """Make `name` the class that newly drawn shapes teach."""
-        for k, item in enumerate(self._items()):
-            if item.text() == name:
-                self.class_list.setCurrentRow(k)
+        self.class_editor.select_class(name)
 
     @property
     def current_class(self) -> str | None:
         """The selected class."""
-        item = self.class_list.currentItem()
-        return None if item is None else item.text()
+        return self.class_editor.current_class
 
-    def _items(self) -> list[QListWidgetItem]:
-        items = (self.class_list.item(k) for k in range(self.class_list.count()))
-        return [item for item in items if item is not None]
+    def _on_class_change(self, kind: str, old: str | None, new: str | None) -> None:
+        """Make the example shapes follow a renamed or removed class; retrain if needed."""
+        if kind == "added":
+            return  # a class without examples: nothing the classifier learns changed
+        layer = self._shapes
+        if kind == "renamed" and layer is not None and len(layer.data):
+            feats = layer.features.copy()
+            feats["class"] = [new if c == old else c for c in feats["class"]]
+            layer.features = feats
+        if kind == "removed" and layer is not None and len(layer.data):
+            drop = {i for i, c in enumerate(layer.features["class"]) if c == old}
+            if drop:
+                layer.selected_data = drop
+                layer.remove_selected()
+        if kind != "removed":
+            self._on_class_choice()
+        self._examples_changed()
 
     def _on_class_choice(self) -> None:
         layer, name = self._shapes, self.current_class
         if layer is None or name is None:
             return
         layer.feature_defaults = {"class": name}
-        rgb = np.array([*(v / 255 for v in self.classes[name]), 1.0])
+        rgb = np.array([*(v / 255 for v in self.class_editor.color(name)), 1.0])
         layer.current_edge_color = rgb
         layer.current_face_color = np.array([*rgb[:3], 0.25])
-
-    def _on_add(self) -> None:
-        name, ok = QInputDialog.getText(self, "Add class", "Name")
-        if ok and name.strip():
-            self._report(self.add_class, name)
-
-    def _on_rename(self) -> None:
-        old = self.current_class
-        if old is None:
-            return
-        new, ok = QInputDialog.getText(self, "Rename class", "Name", text=old)
-        if ok and new.strip():
-            self._report(self.rename_class, old, new)
-
-    def _on_color(self) -> None:
-        name = self.current_class
-        if name is None:
-            return
-        color = QColorDialog.getColor(QColor(*self.classes[name]), self, f"Colour of {name}")
-        if color.isValid():
-            self.set_color(name, (color.red(), color.green(), color.blue()))
-
-    def _on_remove(self) -> None:
-        if self.current_class is not None:
-            self.remove_class(self.current_class)
 
     # -- examples -----------------------------------------------------------------------
     def add_examples(self, examples: dict[str, list[Any]]) -> None:
@@ -484,8 +423,8 @@ class RegionsWidget(QWidget):
         layer = self._shapes
         if layer is None or not len(layer.data):
             return
-        grey = (128, 128, 128)
-        rgb = np.array([self.classes.get(str(c), grey) for c in layer.features["class"]]) / 255
+        grey, classes = (128, 128, 128), self.classes
+        rgb = np.array([classes.get(str(c), grey) for c in layer.features["class"]]) / 255
         layer.edge_color = np.column_stack([rgb, np.ones(len(rgb))])
         layer.face_color = np.column_stack([rgb, np.full(len(rgb), 0.25)])
         layer.edge_width = [self._edge_px()] * len(layer.data)
@@ -760,7 +699,7 @@ class RegionsWidget(QWidget):
         self.table.setRowCount(len(rows))
         for i, (where, c, mm2, pct) in enumerate(rows):
             label = f"{where}: {c}" if several else c
-            item = QTableWidgetItem(_icon(self.regions.colors.get(c, (128, 128, 128))), label)
+            item = QTableWidgetItem(class_icon(self.regions.colors.get(c, (128, 128, 128))), label)
             self.table.setItem(i, 0, item)
             self.table.setItem(i, 1, QTableWidgetItem(f"{mm2:.3f}"))
             self.table.setItem(i, 2, QTableWidgetItem("—" if pct is None else f"{pct:.1f}"))

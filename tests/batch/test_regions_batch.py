@@ -15,43 +15,20 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from tests.batch_setup import cli
+from tests.region_examples import strokes as _strokes
 
 pytest.importorskip("sklearn")
 
 from napari_slidescope import (
-    Stroke,
     analyze_slides,
     load_region_classifier,
     train_region_classifier,
 )
 from napari_slidescope.batch.params import BatchParams
 from napari_slidescope.options import RegionsOptions
-from napari_slidescope.sample_regions import REGION_CLASSES, write_region_slide
+from napari_slidescope.sample_regions import write_region_slide
 
 TILE_UM = 256.0
-TRUTH_PX = 16  # level-0 px per truth pixel (8 µm at 0.5 µm/px)
-
-
-def _strokes(truth, per_class: int, seed: int) -> dict[str, list[Stroke]]:
-    """Short horizontal strokes (40 µm) centred on truth pixels of each class."""
-    from scipy import ndimage
-
-    rng = np.random.default_rng(seed)
-    out = {}
-    for k, name in enumerate(REGION_CLASSES, start=1):
-        inner = ndimage.binary_erosion(truth.labels == k, iterations=4)
-        ys, xs = np.nonzero(inner if inner.any() else truth.labels == k)
-        pick = rng.choice(len(ys), per_class, replace=len(ys) < per_class)
-        out[name] = [
-            Stroke(
-                np.array(
-                    [[(ys[i] + 0.5) * TRUTH_PX, (xs[i] + 0.5) * TRUTH_PX + d] for d in (-40, 0, 40)]
-                ),
-                10.0,
-            )
-            for i in pick
-        ]
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import zipfile
 
 import numpy as np
 import pytest
+from tests.region_examples import strokes as _strokes
 
 from napari_slidescope import (
     ClassifierFileError,
     RegionMap,
-    Stroke,
     assign_regions,
     classify_regions,
     load_region_classifier,
@@ -27,37 +27,12 @@ from napari_slidescope.slide import ArraySlide
 
 pytest.importorskip("sklearn")
 
-#: Level-0 pixels of one truth pixel (8 µm at 0.5 µm/px).
-TRUTH_PX = 16
-
 
 @pytest.fixture(scope="module")
 def region_slide(tmp_path_factory):
     path = tmp_path_factory.mktemp("regions") / "regions.svs"
     truth = write_region_slide(path, shape=(2048, 2048), mpp=0.5, region_um=200.0, seed=3)
     return path, truth
-
-
-def _strokes(truth, per_class: int, seed: int = 1) -> dict[str, list[Stroke]]:
-    """Short horizontal strokes (40 µm) centred on truth pixels of each class."""
-    from scipy import ndimage
-
-    rng = np.random.default_rng(seed)
-    out = {}
-    for k, name in enumerate(REGION_CLASSES, start=1):
-        inner = ndimage.binary_erosion(truth.labels == k, iterations=4)
-        ys, xs = np.nonzero(inner if inner.any() else truth.labels == k)
-        pick = rng.choice(len(ys), per_class, replace=len(ys) < per_class)
-        out[name] = [
-            Stroke(
-                np.array(
-                    [[(ys[i] + 0.5) * TRUTH_PX, (xs[i] + 0.5) * TRUTH_PX + d] for d in (-40, 0, 40)]
-                ),
-                10.0,
-            )
-            for i in pick
-        ]
-    return out
 
 
 @pytest.fixture(scope="module")

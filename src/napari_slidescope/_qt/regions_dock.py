@@ -39,7 +39,7 @@ from qtpy.QtWidgets import (
 )
 
 from napari_slidescope._napari.jobs import SlideSource, slide_layers
-from napari_slidescope._qt.class_list import ClassList, class_icon
+from napari_slidescope._qt.class_list import ClassList, ClassListOwner, class_icon
 from napari_slidescope.errors import Cancelled
 
 __all__ = ["RegionsWidget"]
@@ -74,7 +74,7 @@ class _Bridge(QObject):
     progress = Signal(int, int)
 
 
-class RegionsWidget(QWidget):
+class RegionsWidget(ClassListOwner, QWidget):
     """Classes, stroke examples, live preview and whole-slide run of a region classifier.
 
     Parameters
@@ -301,36 +301,6 @@ class RegionsWidget(QWidget):
         return DEFAULT_STROKE_UM / mpp0 if mpp0 > 0 else 8.0
 
     # -- classes ------------------------------------------------------------------------
-    @property
-    def classes(self) -> dict[str, tuple[int, int, int]]:
-        """The classes in their order: name -> (r, g, b), 0-255 (a copy)."""
-        return self.class_editor.classes()
-
-    def add_class(self, name: str, color: tuple[int, int, int] | None = None) -> None:
-        """Add a class (a colour of its own when none is given)."""
-        self.class_editor.add_class(name, color)
-
-    def rename_class(self, old: str, new: str) -> None:
-        """Rename a class; its example shapes follow."""
-        self.class_editor.rename_class(old, new)
-
-    def set_color(self, name: str, rgb: tuple[int, int, int]) -> None:
-        """Change a class's colour."""
-        self.class_editor.set_color(name, rgb)
-
-    def remove_class(self, name: str) -> None:
-        """Remove a class and its example shapes."""
-        self.class_editor.remove_class(name)
-
-    def select_class(self, name: str) -> None:
-        """Make `name` the class that newly drawn shapes teach."""
-        self.class_editor.select_class(name)
-
-    @property
-    def current_class(self) -> str | None:
-        """The selected class."""
-        return self.class_editor.current_class
-
     def _on_class_change(self, kind: str, old: str | None, new: str | None) -> None:
         """Make the example shapes follow a renamed or removed class; retrain if needed."""
         if kind == "added":
@@ -725,11 +695,7 @@ class RegionsWidget(QWidget):
         from napari_slidescope.pipeline.region_classifier import load_region_classifier
 
         clf = load_region_classifier(path)
-        for name in clf.class_names:
-            if name not in self.classes:
-                self.add_class(name, clf.colors[name])
-            else:
-                self.set_color(name, clf.colors[name])
+        self.class_editor.take_colors({c: clf.colors[c] for c in clf.class_names})
         self.classifier = clf
         self._trained_on = True
         self.mpp_box.blockSignals(True)

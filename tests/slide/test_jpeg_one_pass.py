@@ -48,19 +48,27 @@ def test_one_pass_pixels_equal_tifffiles(tmp_path, writer, colorspace):
     np.testing.assert_array_equal(ours, expected)
 
 
-def test_one_pass_refuses_garbage_entropy_data(tmp_path):
-    path = _ycbcr_svs(tmp_path / "s.tif", np.random.default_rng(1))
+def _scramble_entropy(path, rng):
+    """Scramble the entropy-coded bytes of level 0's second tile, keeping its markers.
+
+    The segment's SOI .. SOS header stays, the bytes after it become random with no 0xFF
+    (no stray markers): garbage that libjpeg alone would decode without complaint.
+    """
     with tifffile.TiffFile(path) as tif:
         page = tif.pages[0]
         offset, count = page.dataoffsets[1], page.databytecounts[1]
     data = bytearray(path.read_bytes())
-    # keep the segment's markers (SOI .. SOS header), scramble the entropy-coded bytes
     sos = data.index(b"\xff\xda", offset)
     start = sos + 2 + int.from_bytes(data[sos + 2 : sos + 4], "big")
-    junk = np.random.default_rng(2).integers(0, 255, offset + count - 2 - start, dtype=np.uint8)
-    junk[junk == 0xFF] = 0x7F  # no stray markers: garbage that libjpeg alone would decode
+    junk = rng.integers(0, 255, offset + count - 2 - start, dtype=np.uint8)
+    junk[junk == 0xFF] = 0x7F
     data[start : offset + count - 2] = junk.tobytes()
     path.write_bytes(bytes(data))
+
+
+def test_one_pass_refuses_garbage_entropy_data(tmp_path):
+    path = _ycbcr_svs(tmp_path / "s.tif", np.random.default_rng(1))
+    _scramble_entropy(path, np.random.default_rng(2))
     with open_slide(path) as slide:
         assert slide._readers[0]._source._strict_colorspace == "RGB"
         with pytest.raises(SlideError, match="level 0"):
@@ -176,16 +184,7 @@ def test_rgb_coded_tile_with_its_own_marker_takes_the_general_path(tmp_path):
 
 def test_rgb_coded_one_pass_refuses_garbage_entropy_data(tmp_path):
     path = _aperio_svs(tmp_path / "aperio.svs", np.random.default_rng(5))
-    with tifffile.TiffFile(path) as tif:
-        page = tif.pages[0]
-        offset, count = page.dataoffsets[1], page.databytecounts[1]
-    data = bytearray(path.read_bytes())
-    sos = data.index(b"\xff\xda", offset)
-    start = sos + 2 + int.from_bytes(data[sos + 2 : sos + 4], "big")
-    junk = np.random.default_rng(6).integers(0, 255, offset + count - 2 - start, dtype=np.uint8)
-    junk[junk == 0xFF] = 0x7F
-    data[start : offset + count - 2] = junk.tobytes()
-    path.write_bytes(bytes(data))
+    _scramble_entropy(path, np.random.default_rng(6))
     with open_slide(path) as slide:
         assert slide._readers[0]._source._rgb_coded
         with pytest.raises(SlideError, match="level 0"):

@@ -50,29 +50,24 @@ def test_batch_classes_equal_in_process_and_a_changed_rules_file_is_redone(
     assert {o.color for o in objects if o.class_name == "3+"} == {want.classes["3+"]}
     digest = json.loads((out / hdab_slide.name / "manifest.json").read_text())["parameters_sha256"]
 
+    def resume():
+        """Run again with --resume; return the slide's manifest."""
+        analyze_slides(
+            hdab_slide,
+            out,
+            client=client,
+            segmenter="builtin",
+            tile_size_um=TILE_UM,
+            classify=rules,
+            resume=True,
+        )
+        return json.loads((out / hdab_slide.name / "manifest.json").read_text())
+
     # the same rules again: kept; other thresholds: redone, classes move
-    rows = analyze_slides(
-        hdab_slide,
-        out,
-        client=client,
-        segmenter="builtin",
-        tile_size_um=TILE_UM,
-        classify=rules,
-        resume=True,
-    )
-    manifest = json.loads((out / hdab_slide.name / "manifest.json").read_text())
+    manifest = resume()
     assert manifest["parameters_sha256"] == digest
     PhenotypeRules.of(dab=(0.1, 0.2, 0.3)).save(rules)
-    rows = analyze_slides(
-        hdab_slide,
-        out,
-        client=client,
-        segmenter="builtin",
-        tile_size_um=TILE_UM,
-        classify=rules,
-        resume=True,
-    )
-    manifest = json.loads((out / hdab_slide.name / "manifest.json").read_text())
+    manifest = resume()
     assert manifest["parameters_sha256"] != digest
     assert manifest["parameters"]["classify"]["rules"]["dab"]["thresholds"] == [0.1, 0.2, 0.3]
     moved = pq.read_table(out / hdab_slide.name / "nuclei.parquet").to_pandas()

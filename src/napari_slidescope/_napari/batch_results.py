@@ -25,6 +25,7 @@ from napari_slidescope._napari.layers import image_read_chunk
 from napari_slidescope._napari.qupath import read_geojson_layers, shown_slide_layer
 from napari_slidescope._napari.shapes import aligned
 from napari_slidescope._napari.viewport import image_shape0
+from napari_slidescope.pipeline.task_table import task
 
 if TYPE_CHECKING:
     from npe2.types import FullLayerData
@@ -80,12 +81,12 @@ def read_batch_folder(path: str | list[str]) -> list[FullLayerData]:
     if (folder / "tissue.geojson").is_file():
         tissue = read_geojson_layers(str(folder / "tissue.geojson"), align=align, shape0=shape0)
         for data, kwargs, kind in tissue:
-            out.append((data, {**kwargs, "name": f"{name} tissue"}, kind))
+            out.append((data, {**kwargs, "name": task("tissue").layer_name(name)}, kind))
     from napari_slidescope.batch.label_image import label_image_path
 
     if (folder / "nuclei.parquet").is_file():
         nuclei = nuclei_layer(
-            folder / "nuclei.parquet", f"{name} nuclei", align, shape0,
+            folder / "nuclei.parquet", task("nuclei").layer_name(name), align, shape0,
             image=image, labels=label_image_path(folder),
         )  # fmt: skip
         if nuclei is not None:

@@ -23,6 +23,7 @@ from napari_slidescope._io import is_writable_folder
 from napari_slidescope._napari.canvases import PyramidCanvas, ResultCanvas
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.shapes import tissue_export
+from napari_slidescope.pipeline.task_table import TASK_TABLE, export_kind
 
 __all__ = [
     "ExportKind",
@@ -31,48 +32,46 @@ __all__ = [
     "export_folder",
     "export_result",
     "export_source",
+    "export_words",
     "write_export",
 ]
 
+#: The kinds of export (the task table's exports; a type checker's list of them).
 ExportKind = Literal["tissue", "nuclei", "csv", "geoparquet"]
-#: File-name ending of each kind of export, after the slide's name.
-SUFFIXES: dict[str, str] = {
-    "tissue": "_tissue.geojson",
-    "nuclei": "_nuclei.geojson",
-    "csv": "_nuclei.csv",
-    "geoparquet": "_nuclei.parquet",
-}
-#: Each kind in words, for messages.
-WORDS: dict[str, str] = {
-    "tissue": "tissue GeoJSON",
-    "nuclei": "nuclei GeoJSON",
-    "csv": "nuclei CSV",
-    "geoparquet": "nuclei GeoParquet",
-}
+#: File-name ending of each kind of export, after the slide's name (the task table's).
+SUFFIXES: dict[str, str] = {e.kind: e.suffix for t in TASK_TABLE for e in t.exports}
+#: Each kind in words, for messages (the task table's).
+WORDS: dict[str, str] = {e.kind: e.words for t in TASK_TABLE for e in t.exports}
 
 
 def default_export_path(image: Any, kind: ExportKind, folder: str | os.PathLike[str]) -> Path:
     """Return ``FOLDER/<slide stem><suffix>``, the file an export of `kind` goes to."""
-    return Path(folder) / f"{Path(image.name).stem}{SUFFIXES[kind]}"
+    return Path(folder) / f"{Path(image.name).stem}{export_kind(kind)[1].suffix}"
+
+
+def export_words(kind: str) -> str:
+    """Return the export `kind` in words, for messages (``"nuclei CSV"``; the task table's)."""
+    return export_kind(kind)[1].words
 
 
 def export_source(viewer: Any, image: Any, kind: ExportKind) -> Any:
     """Return what an export of `kind` of `image` writes (main thread), or None.
 
-    Tissue: the ``"<slide> tissue"`` layer's shapes (or result). Nuclei: a snapshot of
-    the ``"<slide> nuclei"`` layer's canvas (its lists of tables and outlines copied, so
-    a run that goes on adds nothing to the export), whose result :func:`write_export`
-    makes on the worker thread; None when there is neither.
+    The layer is the one the task table names for the task that exports `kind`
+    (``"<slide> tissue"``, ``"<slide> nuclei"``). A layer of nuclei: a snapshot of its
+    canvas (its lists of tables and outlines copied, so a run that goes on adds nothing
+    to the export), whose result :func:`write_export` makes on the worker thread; any
+    other layer (tissue): its shapes as the user left them (or its result). None when
+    there is no such layer.
     """
-    if kind == "tissue":
-        name = f"{image.name} tissue"
-        layer = viewer.layers[name] if name in viewer.layers else None
-        return tissue_export(layer) if layer is not None else None
-    name = f"{image.name} nuclei"
+    spec, _ = export_kind(kind)
+    name = spec.layer_name(image.name)
     layer = viewer.layers[name] if name in viewer.layers else None
-    canvas = canvas_of(layer) if layer is not None else None
-    if canvas is None:
+    if layer is None:
         return None
+    canvas = canvas_of(layer)
+    if canvas is None:
+        return None if type(layer).__name__ == "Labels" else tissue_export(layer)
     return dataclasses.replace(
         canvas,
         regions=list(canvas.regions),
@@ -104,14 +103,12 @@ def write_export(
         # the runs' own nuclei; a canvas with nuclei that came without outlines is traced
         kept = source.kept_result()
         source = kept if kept is not None else source.to_result()
-    if kind == "tissue":
-        source.to_geojson(target)
-    elif kind == "csv":
-        source.to_csv(target, progress=progress)
-    elif kind == "geoparquet":
-        source.to_geoparquet(target, progress=progress)
+    _, export = export_kind(kind)
+    write = getattr(source, export.method)
+    if export.progress:
+        write(target, progress=progress)
     else:
-        source.to_geojson(target, progress=progress)
+        write(target)
     return target
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,8 +19,11 @@ from napari_slidescope._napari.viewport import image_shape0
 from napari_slidescope._types import Box
 from napari_slidescope.errors import SlidescopeWarning
 from napari_slidescope.options import NucleiOptions, TissueOptions, canonical_json
+from napari_slidescope.pipeline.task_table import task as task_spec
+from napari_slidescope.pipeline.task_table import with_needs
 
 Scope = Literal["visible", "slide", "shape"]
+#: The tasks a job runs (those of the task table the viewer's jobs know: :data:`JOB_STEPS`).
 Task = Literal["tissue", "nuclei"]
 
 
@@ -120,7 +123,7 @@ def slide_with_results(viewer: Any, kind: str = "nuclei") -> Any:
         owners = [s for s in slides if str(active.name).startswith(f"{s.name} ")]
         if owners:
             return max(owners, key=lambda s: len(str(s.name)))  # the most specific name
-    having = [s for s in slides if f"{s.name} {kind}" in viewer.layers]
+    having = [s for s in slides if task_spec(kind).layer_name(s.name) in viewer.layers]
     if len(having) > 1:
         warnings.warn(
             f"{len(having)} slides have {kind}: using {having[-1].name!r} (select its layer "
@@ -312,6 +315,9 @@ def nuclei_identity(source: SlideSource, run: NucleiRun | NucleiOptions) -> dict
 def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None]:
     """Open the slide and analyse it, yielding results as they finish (worker thread).
 
+    The job's task runs after the tasks it needs (the task table's ``needs``), each by its
+    step in :data:`JOB_STEPS`; a needed task runs on the whole slide (tissue for nuclei),
+    unless the job carries its result already (``spec.tissue``).
     Yields :class:`Stage` as the run moves on, :class:`TissueDone`, one :class:`TileDone`
     per finished tile and, on error, one :class:`Failed` (exceptions never escape, so the
     worker always finishes cleanly).
@@ -319,62 +325,18 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
     detection, segmenter preparation and the tiled runner all check it); what was
     yielded so far stays with the caller.
     """
-    from napari_slidescope.pipeline import nuclei as nuclei_mod
-    from napari_slidescope.pipeline import tissue as tissue_mod
     from napari_slidescope.pipeline.cancel import Cancelled
 
-    slide, steps = None, None
+    slide, state = None, _JobState()
     try:
         slide = spec.source.open()
         calibrated = spec.source.info.get("mpp") is not None
-        mpp, tissue = (spec.source.mpp if calibrated else None), spec.tissue
-        if spec.task == "tissue" or tissue is None:
-            region = spec.region if spec.task == "tissue" else None
-            yield Stage("tissue")
-            tissue = tissue_mod.detect_tissue(
-                slide, region=region, mpp=mpp, options=spec.tissue_options, cancel=cancel
-            )
-            yield TissueDone(tissue, region is None)
-        if spec.task != "nuclei" or cancel.is_set():
-            return
-        run = spec.nuclei
-        opts = run.options
-        target = opts.target_mpp
-        if mpp is None and target:  # uncalibrated: its pixels are at the working resolution
-            mpp = (target, target)
-        # a segmenter object given to the run goes beside the options; a name is in them
-        given = {} if run.segmenter is None else {"segmenter": run.segmenter}
-        steps = nuclei_mod.iter_segment_nuclei(
-            slide,
-            region=spec.region,
-            mpp=mpp,
-            options=opts,
-            tissue=tissue if spec.region is None else "auto",
-            # leave a core to the GUI thread: fewer threads competing with it for the GIL
-            workers=run.workers or max(1, (os.cpu_count() or 2) - 1),
-            cancel=cancel,
-            read_threads=1,
-            **given,
-        )
-        origin, downsample, shape = spec.grid  # type: ignore[misc]
-        yield Stage("preparing")  # set-up runs on the first next(): tissue, stains, model
-        segmenting = False
-        for step in steps:
-            if not segmenting:
-                segmenting = True
-                yield Stage("segmenting")
-            patch = tile_patch(
-                step,
-                origin=origin,
-                downsample=downsample,
-                shape=shape,
-                covered=spec.covered,
-                id_offset=spec.id_offset,
-                pyramid=spec.pyramid,
-                cell_pyramid=spec.cell_pyramid,
-            )
-            core0 = step.plan.working_to_level0(step.result.tile.core)
-            yield TileDone(step.done, step.total, core0, patch)
+        state.mpp = spec.source.mpp if calibrated else None
+        state.results["tissue"] = spec.tissue
+        for name in with_needs([spec.task]):
+            if name != spec.task and state.results.get(name) is not None:
+                continue  # a needed task's result the job carries
+            yield from JOB_STEPS[name](spec, slide, state, cancel, name == spec.task)
             if cancel.is_set():
                 return
     except Cancelled:
@@ -382,7 +344,88 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
     except Exception as exc:  # noqa: BLE001 - reported to the user as a notification
         yield Failed(exc)
     finally:
-        if steps is not None:
-            steps.close()  # stops and joins the tile threads here, on the worker thread
+        if state.steps is not None:
+            state.steps.close()  # stops and joins the tile threads here, on the worker thread
         if slide is not None:
             slide.close()
+
+
+@dataclass
+class _JobState:
+    """What a job's steps hand on: the pixel size, results by task, open tile steps."""
+
+    mpp: tuple[float, float] | None = None
+    results: dict[str, Any] = field(default_factory=dict)
+    steps: Any = None
+
+
+def _tissue_step(
+    spec: JobSpec, slide: Any, state: _JobState, cancel: threading.Event, asked: bool
+) -> Generator[Any, None, None]:
+    """Find the tissue: in the job's region when asked for, else of the whole slide."""
+    from napari_slidescope.pipeline import tissue as tissue_mod
+
+    region = spec.region if asked else None
+    yield Stage("tissue")
+    tissue = tissue_mod.detect_tissue(
+        slide, region=region, mpp=state.mpp, options=spec.tissue_options, cancel=cancel
+    )
+    state.results["tissue"] = tissue
+    yield TissueDone(tissue, region is None)
+
+
+def _nuclei_step(
+    spec: JobSpec, slide: Any, state: _JobState, cancel: threading.Event, asked: bool
+) -> Generator[Any, None, None]:
+    """Segment the nuclei of the job's region tile by tile, yielding each tile's patch."""
+    from napari_slidescope.pipeline import nuclei as nuclei_mod
+
+    run = spec.nuclei
+    opts = run.options
+    target, mpp = opts.target_mpp, state.mpp
+    if mpp is None and target:  # uncalibrated: its pixels are at the working resolution
+        mpp = (target, target)
+    # a segmenter object given to the run goes beside the options; a name is in them
+    given = {} if run.segmenter is None else {"segmenter": run.segmenter}
+    steps = state.steps = nuclei_mod.iter_segment_nuclei(
+        slide,
+        region=spec.region,
+        mpp=mpp,
+        options=opts,
+        tissue=state.results.get("tissue") if spec.region is None else "auto",
+        # leave a core to the GUI thread: fewer threads competing with it for the GIL
+        workers=run.workers or max(1, (os.cpu_count() or 2) - 1),
+        cancel=cancel,
+        read_threads=1,
+        **given,
+    )
+    origin, downsample, shape = spec.grid  # type: ignore[misc]
+    yield Stage("preparing")  # set-up runs on the first next(): tissue, stains, model
+    segmenting = False
+    for step in steps:
+        if not segmenting:
+            segmenting = True
+            yield Stage("segmenting")
+        patch = tile_patch(
+            step,
+            origin=origin,
+            downsample=downsample,
+            shape=shape,
+            covered=spec.covered,
+            id_offset=spec.id_offset,
+            pyramid=spec.pyramid,
+            cell_pyramid=spec.cell_pyramid,
+        )
+        core0 = step.plan.working_to_level0(step.result.tile.core)
+        yield TileDone(step.done, step.total, core0, patch)
+        if cancel.is_set():
+            return
+
+
+#: What a job does for each task it runs or needs, by task name (the task table's names):
+#: ``step(spec, slide, state, cancel, asked)`` yields the job's messages; `asked` is True
+#: for the job's own task, False for one it needs.
+JOB_STEPS: dict[str, Callable[..., Generator[Any, None, None]]] = {
+    "tissue": _tissue_step,
+    "nuclei": _nuclei_step,
+}

@@ -37,6 +37,7 @@ from napari_slidescope._napari.shapes import show_tissue as _show_tissue
 from napari_slidescope._napari.viewport import image_shape0
 from napari_slidescope._types import Box
 from napari_slidescope.analysis.resample import resample_nearest
+from napari_slidescope.pipeline.task_table import task
 
 __all__ = [
     "MAX_CANVAS_PIXELS",
@@ -145,7 +146,7 @@ def prepare_nuclei_layer(
     layer, canvas, covered, id_offset
         What :func:`tile_patch` needs: the regions analysed before and the ids used.
     """
-    name = f"{image.name} nuclei"
+    name = task("nuclei").layer_name(image.name)
     mpp = (float(image.scale[-2]), float(image.scale[-1]))
     layer = viewer.layers[name] if name in viewer.layers else None
     old = canvas_of(layer) if layer is not None and mode == "add" else None
@@ -310,7 +311,7 @@ def prepare_cells_layer(viewer: Any, image: Any, canvas: ResultCanvas | PyramidC
             data, name=name, scale=scale, translate=translate, opacity=0.8,
             multiscale=multiscale, **_units(image),
         )  # fmt: skip
-        nuclei = f"{image.name} nuclei"
+        nuclei = task("nuclei").layer_name(image.name)
         if nuclei in viewer.layers:  # just above the nuclei
             at = viewer.layers.index(nuclei) + 1
             viewer.layers.move(viewer.layers.index(layer), at)

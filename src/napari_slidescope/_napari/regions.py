@@ -17,6 +17,7 @@ from napari_slidescope._napari.layers import _units, aligned_transform
 from napari_slidescope._napari.shapes import from_layer_coords
 from napari_slidescope.pipeline.region_classifier import DEFAULT_STROKE_UM, Stroke
 from napari_slidescope.pipeline.region_map import RegionMap
+from napari_slidescope.pipeline.task_table import task
 
 __all__ = ["examples_from_shapes", "show_regions"]
 
@@ -75,7 +76,7 @@ def show_regions(viewer: Any, image: Any, regions: RegionMap, *, name: str | Non
     """
     from napari.utils.colormaps import DirectLabelColormap
 
-    name = name or f"{image.name} regions"
+    name = name or task("regions").layer_name(image.name)
     scale, translate = aligned_transform(image, regions.origin, regions.downsample)
     mapping: dict[Any, Any] = {None: np.zeros(4)}
     mapping.update({k: np.asarray(v, float) for k, v in regions.colormap().items()})

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope.analysis.geojson import write_geojson
+from napari_slidescope.pipeline.task_table import task
 
 __all__ = [
     "ShapesExport",
@@ -114,7 +115,7 @@ def show_tissue(viewer: Any, image: Any, result: Any, *, smooth: int = 2) -> Any
     feature and shown as text in mm². An older ``"<image> tissue"`` layer is replaced.
     Deleting or editing shapes changes what :func:`tissue_export` writes.
     """
-    name = f"{image.name} tissue"
+    name = task("tissue").layer_name(image.name)
     rings, roles, pieces = [], [], []
     for k, (ext, holes) in enumerate(zip(result.polygons, result.holes, strict=True)):
         for ring, role in [(ext, "tissue"), *((h, "hole") for h in holes)]:

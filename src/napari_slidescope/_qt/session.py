@@ -25,6 +25,7 @@ from psygnal import Signal
 from napari_slidescope._io import one_line
 from napari_slidescope._napari import layers as _layers
 from napari_slidescope._napari.jobs import (
+    JOB_STEPS,
     Failed,
     JobSpec,
     NucleiRun,
@@ -169,8 +170,8 @@ def _core_area(run: Any, core: Box) -> Any:
 
 def _check_task(task: str, scope: str) -> None:
     """Refuse a task or scope the session does not know (before anything starts)."""
-    if task not in ("tissue", "nuclei"):
-        raise ValueError(f"task: expected 'tissue' or 'nuclei', got {task!r}")
+    if task not in JOB_STEPS:  # the tasks a job runs (the task table's, with a job step)
+        raise ValueError(f"task: expected {' or '.join(map(repr, JOB_STEPS))}, got {task!r}")
     if scope not in ("visible", "slide", "shape"):
         raise ValueError(f"scope: expected 'visible', 'slide' or 'shape', got {scope!r}")
 

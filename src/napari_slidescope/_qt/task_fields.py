@@ -4,8 +4,9 @@ The core table (:mod:`napari_slidescope.pipeline.task_table`) says what a task i
 options class, API function, batch outputs. This one says what only a screen needs of it:
 the words of its choice in the dock's "Task" buttons, which of its option fields are shown
 at once (the others under "Advanced options"), how its spin boxes step and stop
-(:class:`Hint`), and the name of the layer its result goes to. The dock builds its task
-buttons and option fields from this table, so a task the dock can run is added here once.
+(:class:`Hint`); the name of the layer its result goes to is the core table's. The dock
+builds its task buttons and option fields from this table, so a task the dock can run is
+added here once (and its job step in ``_napari/jobs.py``'s ``JOB_STEPS``).
 
 Examples
 --------
@@ -63,8 +64,11 @@ class DockTask:
         return task(self.name)
 
     def layer_name(self, image: str) -> str:
-        """Return the name of the layer the task's result of slide layer `image` goes to."""
-        return f"{image} {self.name}"
+        """Return the name of the layer the task's result of slide layer `image` goes to.
+
+        The core table's (:meth:`~napari_slidescope.pipeline.task_table.TaskSpec.layer_name`).
+        """
+        return self.spec.layer_name(image)
 
 
 #: The tasks the dock runs, in the order of its "Task" buttons.

@@ -40,12 +40,12 @@ from magicgui.widgets import (
 from qtpy.QtWidgets import QBoxLayout, QComboBox, QFrame, QScrollArea, QSizePolicy
 
 from napari_slidescope._napari.export import (
-    WORDS,
     ExportKind,
     default_export_folder,
     default_export_path,
     export_folder,
     export_source,
+    export_words,
     write_export,
 )
 from napari_slidescope._napari.viewport import camera_of
@@ -780,7 +780,7 @@ class SlideAnalysisWidget(Container):
             button.enabled = False
         self.export_progress.visible = True
         self.export_status.visible = True
-        self.export_status.value = f"Writing {WORDS[kind]} to {target}…"
+        self.export_status.value = f"Writing {export_words(kind)} to {target}…"
         self._show_export_progress(job)
         job.timer.start()
         job.worker.start()
@@ -795,11 +795,11 @@ class SlideAnalysisWidget(Container):
         bar = self.export_progress
         if total:
             bar.max, bar.value = total, done
-            bar.native.setFormat(f"{WORDS[job.kind]}: {done:,} / {total:,}")
+            bar.native.setFormat(f"{export_words(job.kind)}: {done:,} / {total:,}")
         else:
             bar.native.setRange(0, 1)
             bar.native.setValue(0)
-            bar.native.setFormat(f"{WORDS[job.kind]}…")
+            bar.native.setFormat(f"{export_words(job.kind)}…")
 
     def _on_export_done(self, job: _Export, written: Any) -> None:
         from napari.utils.notifications import show_info

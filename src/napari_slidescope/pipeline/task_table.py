@@ -6,8 +6,10 @@ parameters and their digests, the ``slidescope batch`` flags, what ``--resume`` 
 and clears, the batch steps, the dock's fields and layers. Each of those now reads
 :data:`TASK_TABLE` instead: a task's name, its options class, its API function and
 result type, what it contributes to the parameter digests, its batch outputs and steps,
-the tasks it needs and its command-line flags. The GUI side (dock fields, layers) keeps
-its own table in ``napari_slidescope._qt.task_fields``, which reads this one.
+the tasks it needs, its command-line flags, the viewer layer its result goes to and the
+files the viewer exports it as. The dock's screen-only details (button words, which
+fields show at once, spin-box steps) are ``napari_slidescope._qt.task_fields``, which
+reads this table; the napari side (``_napari``: jobs, layers, exports) reads it directly.
 
 This module is GUI-free and light: the API functions and result types are imported when
 asked for (:meth:`TaskSpec.function`, :meth:`TaskSpec.result_type`), not when the table
@@ -22,6 +24,10 @@ Examples
 ('tissue', 'nuclei')
 >>> task("nuclei").options.__name__
 'NucleiOptions'
+>>> task("tissue").layer_name("slide.svs")
+'slide.svs tissue'
+>>> [e.kind for e in task("nuclei").exports]
+['nuclei', 'csv', 'geoparquet']
 """
 
 from __future__ import annotations
@@ -32,7 +38,15 @@ from typing import Any
 
 from napari_slidescope.options import NucleiOptions, RegionsOptions, TilesOptions, TissueOptions
 
-__all__ = ["TASK_NAMES", "TASK_TABLE", "TaskSpec", "task", "with_needs"]
+__all__ = [
+    "TASK_NAMES",
+    "TASK_TABLE",
+    "ExportSpec",
+    "TaskSpec",
+    "export_kind",
+    "task",
+    "with_needs",
+]
 
 
 def _detect_tissue() -> Callable[..., Any]:
@@ -84,6 +98,32 @@ def _tile_table() -> type:
 
 
 @dataclass(frozen=True)
+class ExportSpec:
+    """One file a task's result exports to from the viewer (the dock's export buttons).
+
+    Attributes
+    ----------
+    kind : str
+        The export's name (unique over the table: ``"tissue"``, ``"csv"``...).
+    suffix : str
+        Its file name's ending after the slide's stem (``"_nuclei.csv"``).
+    words : str
+        The export in words, for messages (``"nuclei CSV"``).
+    method : str
+        The result's writer method (``"to_geojson"``, ``"to_csv"``...), called with the
+        target path.
+    progress : bool
+        Whether that writer takes ``progress=`` (rows or features written so far).
+    """
+
+    kind: str
+    suffix: str
+    words: str
+    method: str = "to_geojson"
+    progress: bool = True
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """One analysis task: everything the API, the batch, the CLI and the dock need of it.
 
@@ -128,6 +168,11 @@ class TaskSpec:
         Returns the API function (imported when asked for).
     result_loader : callable
         Returns the API function's result type.
+    layer : str or None
+        What follows the slide layer's name in the name of the viewer layer its result
+        goes to (``"<slide> nuclei"``); None for a task shown under names of its own.
+    exports : tuple of ExportSpec
+        The files the viewer exports its result as.
     """
 
     name: str
@@ -144,6 +189,20 @@ class TaskSpec:
     folders: tuple[str, ...] = ()
     flag_names: Mapping[str, str] = field(default_factory=dict)
     cli_flag: str | None = None
+    layer: str | None = None
+    exports: tuple[ExportSpec, ...] = ()
+
+    def layer_name(self, image: str) -> str:
+        """Return the name of the viewer layer its result of slide layer `image` goes to.
+
+        Raises
+        ------
+        ValueError
+            If the task's result has no layer named after the slide.
+        """
+        if self.layer is None:
+            raise ValueError(f"task {self.name!r}: its result has no layer named after the slide")
+        return f"{image} {self.layer}"
 
     def function(self) -> Callable[..., Any]:
         """Return the task's API function (``detect_tissue``, ``segment_nuclei``...)."""
@@ -178,6 +237,8 @@ TASK_TABLE: tuple[TaskSpec, ...] = (
         recorded_always=True,
         batch_steps=("slide",),
         files=("tissue.geojson",),
+        layer="tissue",
+        exports=(ExportSpec("tissue", "_tissue.geojson", "tissue GeoJSON", progress=False),),
         flag_names={
             "target_mpp": "--tissue-mpp",
             "mode": "--tissue-mode",
@@ -197,6 +258,12 @@ TASK_TABLE: tuple[TaskSpec, ...] = (
         files=("nuclei.parquet", "nuclei.geojson.gz"),
         folders=("labels.zarr",),
         flag_names={"target_mpp": "--nuclei-mpp"},
+        layer="nuclei",
+        exports=(
+            ExportSpec("nuclei", "_nuclei.geojson", "nuclei GeoJSON"),
+            ExportSpec("csv", "_nuclei.csv", "nuclei CSV", "to_csv"),
+            ExportSpec("geoparquet", "_nuclei.parquet", "nuclei GeoParquet", "to_geoparquet"),
+        ),
     ),
     TaskSpec(
         "regions",
@@ -211,6 +278,7 @@ TASK_TABLE: tuple[TaskSpec, ...] = (
         files=("regions.geojson", "regions.csv"),
         folders=("regions.zarr",),
         cli_flag="--regions",
+        layer="regions",
     ),
     TaskSpec(
         "tiles",
@@ -249,6 +317,22 @@ def task(name: str) -> TaskSpec:
         return _BY_NAME[name]
     except KeyError:
         raise ValueError(f"task: expected one of {list(TASK_NAMES)}, got {name!r}") from None
+
+
+def export_kind(kind: str) -> tuple[TaskSpec, ExportSpec]:
+    """Return the task whose result exports as `kind`, and that export.
+
+    Raises
+    ------
+    ValueError
+        If no task exports as `kind` (naming the kinds there are).
+    """
+    for t in TASK_TABLE:
+        for e in t.exports:
+            if e.kind == kind:
+                return t, e
+    kinds = [e.kind for t in TASK_TABLE for e in t.exports]
+    raise ValueError(f"export: expected one of {kinds}, got {kind!r}")
 
 
 def with_needs(names: Iterable[str]) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from napari_slidescope._napari.class_layers import (
     legend_text,
     show_classes,
 )
+from napari_slidescope.pipeline.task_table import task
 
 __all__ = ["add_cells", "class_colormap", "classify", "events", "legend_text", "show_classes"]
 
@@ -106,7 +107,7 @@ def classify(viewer: Any, layer: Any = None, **kwargs: Any) -> Any:
 
     if layer is None:
         image = jobs.slide_with_results(viewer, "nuclei")
-        name = f"{image.name} nuclei"
+        name = task("nuclei").layer_name(image.name)
         if name not in viewer.layers:
             raise ValueError(f"{image.name}: no nuclei layer to classify; segment nuclei first")
         layer = viewer.layers[name]
@@ -134,7 +135,7 @@ def _slide_of(viewer: Any, nuclei: Any) -> Any:
     from napari_slidescope._napari import jobs
 
     for image in jobs.slide_layers(viewer):
-        if f"{image.name} nuclei" == nuclei.name:
+        if task("nuclei").layer_name(image.name) == nuclei.name:
             return image
     raise LookupError(f"{nuclei.name}: no slide layer of that name")
 

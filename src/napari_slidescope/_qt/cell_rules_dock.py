@@ -27,6 +27,7 @@ from qtpy.QtWidgets import (
 )
 
 from napari_slidescope.pipeline.cell_classes import PhenotypeRules, load_rules
+from napari_slidescope.pipeline.task_table import task
 
 __all__ = ["ClassifyWidget"]
 
@@ -105,7 +106,7 @@ class ClassifyWidget(QWidget):
                 image = jobs.slide_with_results(self.viewer, "nuclei")
         except ValueError:
             return None
-        name = f"{image.name} nuclei"
+        name = task("nuclei").layer_name(image.name)
         return self.viewer.layers[name] if name in self.viewer.layers else None
 
     def follow_slide(self, _event: Any = None) -> None:

@@ -41,6 +41,7 @@ from qtpy.QtWidgets import (
 from napari_slidescope._napari.jobs import SlideSource, slide_layers
 from napari_slidescope._qt.class_list import ClassList, ClassListOwner, class_icon
 from napari_slidescope.errors import Cancelled
+from napari_slidescope.pipeline.task_table import task
 
 __all__ = ["RegionsWidget"]
 
@@ -579,7 +580,7 @@ class RegionsWidget(ClassListOwner, QWidget):
         mapping: dict[Any, Any] = {None: np.zeros(4)}
         for k, c in enumerate(clf.class_names, start=1):
             mapping[k] = np.array([*(v / 255 for v in clf.colors[c]), 1.0])
-        name = f"{image.name} regions"
+        name = task("regions").layer_name(image.name)
         if name in self._viewer.layers:
             self._viewer.layers.remove(name)
         self._run_layer = self._viewer.add_labels(

@@ -36,6 +36,7 @@ from qtpy.QtWidgets import (
 from napari_slidescope._napari import jobs
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._qt import session
+from napari_slidescope.pipeline.task_table import task
 
 __all__ = ["NucleiTableModel", "NucleiTableWidget", "column_title"]
 
@@ -302,7 +303,7 @@ class NucleiTableWidget(QWidget):
         """Reload the nuclei (and tissue) of the chosen slide."""
         image = self._slide()
         self._image = image
-        name = f"{image.name} nuclei" if image is not None else None
+        name = task("nuclei").layer_name(image.name) if image is not None else None
         layer = self._viewer.layers[name] if name and name in self._viewer.layers else None
         canvas = canvas_of(layer) if layer is not None else None
         self._layer = layer if canvas is not None else None
@@ -337,7 +338,8 @@ class NucleiTableWidget(QWidget):
             self.heading.setText(shown + (f" · {summary}" if summary is not None else ""))
 
     def _update_tissue(self) -> None:
-        name = f"{self._image.name} tissue" if self._image is not None else None
+        image = self._image
+        name = task("tissue").layer_name(image.name) if image is not None else None
         layer = self._viewer.layers[name] if name and name in self._viewer.layers else None
         result = layer.metadata.get("slidescope_tissue") if layer is not None else None
         if result is None:

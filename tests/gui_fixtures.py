@@ -36,3 +36,19 @@ def dock_slide(make_napari_viewer, qtbot):
         return viewer, layers, docked
 
     return dock
+
+
+def find_tissue_in_dock(viewer, layer, qtbot, timeout_ms=60_000):
+    """Dock "Slide analysis", find the tissue of the whole slide `layer`, wait; the widget.
+
+    Checks that the dock took `layer` as its slide and that the run ended "Done".
+    """
+    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
+    qtbot.wait(10)
+    assert widget.image.value is layer
+    widget.task.value = "tissue"
+    widget.scope.value = "slide"
+    assert widget.run() is not None
+    qtbot.waitUntil(lambda: not widget.session.busy, timeout=timeout_ms)
+    assert widget.status.value.startswith("Done"), widget.status.value
+    return widget

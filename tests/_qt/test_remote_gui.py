@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.gui_fixtures import find_tissue_in_dock
 
 pytestmark = pytest.mark.gui
 
@@ -34,13 +35,6 @@ def test_viewer_opens_a_url_and_the_widget_analyses_it(make_napari_viewer, serve
 
     with open_slide(local) as slide:
         assert np.array_equal(np.asarray(layer.data[1]), np.asarray(slide.levels[1]))
-    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
-    qtbot.wait(10)
-    assert widget.image.value is layer
-    widget.task.value = "tissue"
-    widget.scope.value = "slide"
-    assert widget.run() is not None
-    qtbot.waitUntil(lambda: not widget.session.busy, timeout=60_000)
-    assert widget.status.value.startswith("Done"), widget.status.value
+    find_tissue_in_dock(viewer, layer, qtbot)
     assert any(ly.name.startswith("web.svs") and ly is not layer for ly in viewer.layers)
     assert all("s3cr3t" not in ly.name for ly in viewer.layers)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.gui_fixtures import find_tissue_in_dock
 
 pytestmark = pytest.mark.gui
 
@@ -24,12 +25,5 @@ def test_viewer_opens_a_dicomweb_series_and_the_widget_analyses_it(
         assert tuple(layer.scale) == pytest.approx(local.mpp)
         got = np.asarray(layer.data[0][:300, :400]) if layer.multiscale else layer.data[:300, :400]
         assert np.array_equal(np.asarray(got), np.asarray(local.levels[0][:300, :400]))
-    _, widget = viewer.window.add_plugin_dock_widget("napari-slidescope", "Slide analysis")
-    qtbot.wait(10)
-    assert widget.image.value is layer
-    widget.task.value = "tissue"
-    widget.scope.value = "slide"
-    assert widget.run() is not None
-    qtbot.waitUntil(lambda: not widget.session.busy, timeout=120_000)
-    assert widget.status.value.startswith("Done"), widget.status.value
+    find_tissue_in_dock(viewer, layer, qtbot, timeout_ms=120_000)
     assert any(ly is not layer for ly in viewer.layers)

@@ -119,9 +119,6 @@ class ClassList(QWidget):
     def __contains__(self, name: object) -> bool:
         return name in self._classes
 
-    def __len__(self) -> int:
-        return len(self._classes)
-
     def add_class(self, name: str, color: RGB | None = None) -> str:
         """Add a class and select it; return its name (stripped).
 

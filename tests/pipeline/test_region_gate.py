@@ -111,3 +111,22 @@ def test_batch_digest_records_the_gate(tmp_path):
     a = RegionsOptions.of_file(f)
     assert a.envelope_um == TISSUE_ENVELOPE_UM
     assert a.digest() != a.replace(envelope_um=0.0).digest()
+
+
+def test_batch_regions_task_gates_as_the_api(edge_fat, tmp_path):
+    """``slidescope batch --regions`` classifies the fat at the edge too (the same gate)."""
+    from napari_slidescope.batch.params import BatchParams, stamp_slide
+    from napari_slidescope.batch.tasks import regions_task
+    from napari_slidescope.options import RegionsOptions
+    from napari_slidescope.sample_data import _pyramid, _write_svs
+
+    rgb, truth = edge_fat
+    path = tmp_path / "edge_fat.svs"
+    _write_svs(path, _pyramid(rgb, 256), mpp=MPP, quality=90, name="edge fat")
+    clf = _classifier(rgb).save(tmp_path / "clf.npz")
+    params = BatchParams(tasks=("regions",), regions_options=RegionsOptions.of_file(clf))
+    out = regions_task(str(path), stamp_slide(path).key, params)
+    rm = out.regions
+    want = _truth_on(rm, truth)
+    assert (rm.labels[want == FAT] > 0).mean() > 0.9
+    assert rm.parameters["tissue_gate"]["envelope_um"] == TISSUE_ENVELOPE_UM

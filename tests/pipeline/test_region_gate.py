@@ -130,3 +130,21 @@ def test_batch_regions_task_gates_as_the_api(edge_fat, tmp_path):
     want = _truth_on(rm, truth)
     assert (rm.labels[want == FAT] > 0).mean() > 0.9
     assert rm.parameters["tissue_gate"]["envelope_um"] == TISSUE_ENVELOPE_UM
+
+
+def test_a_view_of_fat_alone_is_gated_with_the_tissue_around_it(edge_fat, monkeypatch):
+    """A region (a viewport) showing only the edge fat: its gate sees the stroma beyond it."""
+    from napari_slidescope.pipeline import region_map
+
+    rgb, truth = edge_fat
+    clf = _classifier(rgb)
+    px = int(TRUTH_MPP / MPP)
+    box = (24 * px, 64 * px, 104 * px, SIDE)  # fat (and glass right of it), no stroma
+    rm = classify_regions(rgb, clf, region=box, slide_mpp=MPP)
+    want = _truth_on(rm, truth)
+    assert (want == STROMA).sum() == 0 and (want == FAT).sum() > 1000
+    assert (rm.labels[want == FAT] > 0).mean() > 0.9
+    assert rm.parameters["tissue_gate"]["box"][1] < box[1]  # the gate looked beyond it
+    monkeypatch.setattr(region_map, "GATE_MARGIN_UM", 0.0)
+    alone = classify_regions(rgb, clf, region=box, slide_mpp=MPP)
+    assert (alone.labels[want == FAT] > 0).mean() < 0.5

@@ -33,6 +33,7 @@ from napari_slidescope.pipeline.regions import as_slide, check_region
 
 __all__ = [
     "DEFAULT_TILE_PX",
+    "GATE_MARGIN_UM",
     "TISSUE_ENVELOPE_UM",
     "TISSUE_MAX_HOLE_UM2",
     "RegionMap",
@@ -52,6 +53,10 @@ TISSUE_MAX_HOLE_UM2 = 250_000.0
 #: without the envelope, 99 % with it on the synthetic slide, 96 % of real fat textures;
 #: under 1 % of the glass taken in).
 TISSUE_ENVELOPE_UM = RegionsOptions().envelope_um
+#: Margin around a region the gate is detected in, µm: fat in view at a section's edge
+#: joins the tissue through its membranes, and the tissue it joins may lie out of view (a
+#: viewport preview); 1 mm costs 125 gate pixels a side at 8 µm/px.
+GATE_MARGIN_UM = 1000.0
 #: Worker threads (reads, features and prediction).
 _WORKERS = min(2, os.cpu_count() or 1)
 
@@ -286,7 +291,7 @@ def regions_tissue(
 
 
 def _gate_record(tissue: Any) -> dict[str, Any] | str | bool:
-    """Record what gated a run: False, ``"given"`` or the gate's hole and envelope sizes."""
+    """Record what gated a run: False, ``"given"`` or the gate's sizes and level-0 box."""
     if tissue is False:
         return False
     params = getattr(tissue, "parameters", None)
@@ -295,7 +300,21 @@ def _gate_record(tissue: Any) -> dict[str, Any] | str | bool:
     return {
         "max_hole_um2": params["options"]["max_hole_um2"],
         "envelope_um": params.get("envelope_um", 0.0),
+        "box": [int(v) for v in tissue.region],
     }
+
+
+def _grown(box: Box, grid: WorkingGrid, shape0: tuple[int, int]) -> Box:
+    """`box` grown by :data:`GATE_MARGIN_UM` on every side, clipped to the slide."""
+    my = GATE_MARGIN_UM * grid.downsample[0] / grid.mpp  # level-0 px
+    mx = GATE_MARGIN_UM * grid.downsample[1] / grid.mpp
+    y0, x0, y1, x1 = box
+    return (
+        max(0, int(y0 - my)),
+        max(0, int(x0 - mx)),
+        min(int(shape0[0]), int(y1 + my)),
+        min(int(shape0[1]), int(x1 + mx)),
+    )
 
 
 def classify_regions(
@@ -322,9 +341,10 @@ def classify_regions(
     region : (int, int, int, int), optional
         Level-0 box ``(y0, x0, y1, x1)``; default the whole slide.
     tissue : TissueResult, False or None
-        The tissue mask gating the work: None detects it within `region` with
-        :func:`regions_tissue` (holes up to :data:`TISSUE_MAX_HOLE_UM2` filled and fat
-        open to the glass kept: both are tissue to classify); False classifies every
+        The tissue mask gating the work: None detects it with :func:`regions_tissue`
+        (holes up to :data:`TISSUE_MAX_HOLE_UM2` filled and fat open to the glass kept:
+        both are tissue to classify) within `region` grown by :data:`GATE_MARGIN_UM`
+        (the tissue that fat in view joins may be out of view); False classifies every
         pixel (a viewport preview of a known-tissue area). ``parameters["tissue_gate"]``
         records which.
     tile_px : int
@@ -393,7 +413,7 @@ def _classify(
         raise ValueError(f"region {region!r} is smaller than one working pixel")
     gated = tissue is not False
     if tissue is None:
-        tissue = regions_tissue(src, region=box0, cancel=cancel)
+        tissue = regions_tissue(src, region=_grown(box0, grid, src.shape0), cancel=cancel)
     if abs(grid.mpp / clf.trained_mpp - 1) > 0.1:
         import warnings
 

@@ -18,18 +18,21 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from napari_slidescope._types import Box
 from napari_slidescope.analysis import geometry
-from napari_slidescope.options import RegionsOptions
+from napari_slidescope.options import RegionsOptions, TissueOptions
 from napari_slidescope.pipeline.cancel import check_cancel
 from napari_slidescope.pipeline.progress import progress_caller
 from napari_slidescope.pipeline.region_classifier import RegionClassifier
 from napari_slidescope.pipeline.region_grid import WorkingGrid, read_working, working_grid
 from napari_slidescope.pipeline.regions import as_slide, check_region
+
+if TYPE_CHECKING:
+    from napari_slidescope.pipeline.tissue import TissueResult
 
 __all__ = [
     "DEFAULT_TILE_PX",
@@ -236,18 +239,19 @@ def regions_tissue(
     *,
     region: Sequence[int] | None = None,
     envelope_um: float = TISSUE_ENVELOPE_UM,
-    options: Any = None,
+    options: TissueOptions | None = None,
     cancel: threading.Event | None = None,
     slide_mpp: float | None = None,
-) -> Any:
+) -> TissueResult:
     """Find the tissue that gates region classification (what :func:`classify_regions` skips).
 
     :func:`~napari_slidescope.pipeline.tissue.detect_tissue` with `options` (default
     ``TissueOptions()``) but holes up to :data:`TISSUE_MAX_HOLE_UM2` filled (fat and
     lumens inside tissue are regions to classify) and the pale membranous tissue touching
-    it added with an envelope of `envelope_um` (fat open to the glass at the edge of a section; see
-    :func:`~napari_slidescope.analysis.tissue.pale_tissue_envelope`). Glass away from the
-    tissue stays out. The batch's ``--regions`` and the Tissue regions dock gate with it.
+    it added with an envelope of `envelope_um` (fat open to the glass at the edge of a
+    section; see :func:`~napari_slidescope.analysis.tissue.pale_tissue_envelope`). Glass
+    away from the tissue stays out. The batch's ``--regions`` and the Tissue regions dock
+    gate with it.
 
     Parameters
     ----------
@@ -271,7 +275,6 @@ def regions_tissue(
         Its ``parameters`` record the gate (``max_hole_um2`` in the options,
         ``envelope_um``).
     """
-    from napari_slidescope.options import TissueOptions
     from napari_slidescope.pipeline.tissue import detect_tissue
 
     opts = options if options is not None else TissueOptions()

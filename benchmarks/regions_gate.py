@@ -284,6 +284,24 @@ def whole_slide(path: Path, runs: int) -> None:
     print(
         f"ratio now / before: {statistics.median(times[64.0]) / statistics.median(times[0.0]):.2f}"
     )
+    glass_taken(path, truth)
+
+
+def glass_taken(path: Path, truth) -> None:
+    """Where the glass inside the gate lies: its distance to truth tissue."""
+    from scipy import ndimage
+
+    with open_slide(path) as s:
+        t = regions_tissue(s, envelope_um=64.0)
+    want = _on_mask(t, truth.classes_at)
+    far = ndimage.distance_transform_edt(want == GLASS) * t.mpp
+    taken = t.mask & (want == GLASS)
+    if taken.any():
+        p50, p90, top = np.percentile(far[taken], [50, 90, 100])
+        print(
+            f"glass in the gate now: {int(taken.sum())} of {int((want == GLASS).sum())} gate px; "
+            f"distance to truth tissue median {p50:.0f} µm, p90 {p90:.0f} µm, max {top:.0f} µm"
+        )
 
 
 def main() -> None:

@@ -62,6 +62,7 @@ _LAZY = {
     "Stroke": "napari_slidescope.pipeline.region_classifier",
     "classify_regions": "napari_slidescope.pipeline.region_map",
     "RegionMap": "napari_slidescope.pipeline.region_map",
+    "regions_tissue": "napari_slidescope.pipeline.region_map",
     "assign_regions": "napari_slidescope.pipeline.region_cells",
     "region_summary": "napari_slidescope.pipeline.region_cells",
     "write_region_slide": "napari_slidescope.sample_regions",
@@ -100,7 +101,7 @@ if TYPE_CHECKING:  # pragma: no cover
         load_region_classifier,
         train_region_classifier,
     )
-    from napari_slidescope.pipeline.region_map import RegionMap, classify_regions
+    from napari_slidescope.pipeline.region_map import RegionMap, classify_regions, regions_tissue
     from napari_slidescope.pipeline.tissue import TissueResult, detect_tissue
     from napari_slidescope.sample_cells import write_ki67_sample, write_multiplex_sample
     from napari_slidescope.sample_data import write_sample_slide

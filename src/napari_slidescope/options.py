@@ -522,12 +522,18 @@ class RegionsOptions(_Options):
         Path of the region classifier's file ("" before one is chosen).
     classifier_sha256 : str
         SHA-256 of the file's bytes (:meth:`of_file` fills it in).
+    envelope_um : float
+        Radius (µm) of the pale-tissue envelope of the tissue gate
+        (:func:`~napari_slidescope.pipeline.region_map.regions_tissue`): fat open to the
+        glass at a section's edge is classified, not skipped as glass; 0 gates by the
+        tissue mask alone. Recorded, so a run gated otherwise never shares a digest.
     """
 
     _what: ClassVar[str] = "regions options"
 
     classifier: str = ""
     classifier_sha256: str = ""
+    envelope_um: float = 64.0
 
     @classmethod
     def of_file(cls, path: str | os.PathLike[str]) -> RegionsOptions:

@@ -130,9 +130,13 @@ class RegionsWidget(ClassListOwner, QWidget):
         self.annotations_box.setToolTip("Shapes whose area per class the table lists too")
         self.tissue_only = QCheckBox("Tissue only (skip glass)")
         self.tissue_only.setChecked(True)
+        from napari_slidescope.pipeline.region_map import TISSUE_ENVELOPE_UM, TISSUE_MAX_HOLE_UM2
+
         self.tissue_only.setToolTip(
-            "On: tiles without tissue are skipped and glass stays unclassified. Off: every "
-            "pixel gets a class (when pale tissue such as fat at the edge is taken for glass)"
+            "On: glass stays unclassified and tiles without tissue are skipped; the tissue "
+            "includes pale fat open to the glass at the section's edge (its membranes closed "
+            f"over about an adipocyte's radius, {TISSUE_ENVELOPE_UM:g} µm) and holes up to "
+            f"{TISSUE_MAX_HOLE_UM2 / 1e6:g} mm². Off: every pixel gets a class, glass too"
         )
         self.run_button = QPushButton("Run on slide")
         self.cancel_button = QPushButton("Cancel")

@@ -20,6 +20,14 @@ Two modes:
 
 Both modes then close and open with a disk of the smoothing radius, drop pieces
 smaller than ``min_tissue_um2`` and fill holes smaller than ``max_hole_um2``.
+
+Pale tissue open to the glass (fat: thin membranes around empty vacuoles at the edge of a
+section) falls below the brightfield threshold and is no hole to fill: at 8 µm/px a 2 µm
+membrane lifts its pixel's feature to about 0.05, under the threshold's low end. With
+``envelope_um`` (off by default, so masks stay as they were) :func:`pale_tissue_envelope`
+adds it: pixels darker than their surroundings by a thin line's contrast (membranes; a
+black top-hat, which flat glass and the steps between scan tiles do not pass) are closed
+by a disk about an adipocyte's radius, and the pieces that touch the tissue join it.
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ __all__ = [
     "DEFAULT_MAX_HOLE_UM2",
     "DEFAULT_MIN_TISSUE_UM2",
     "DEFAULT_SMOOTH_UM",
+    "ENVELOPE_CONTRAST",
+    "ENVELOPE_LINE_UM",
     "Mode",
     "artifact_mask",
     "block_mean",
@@ -49,6 +59,7 @@ __all__ = [
     "fill_small_holes",
     "fluorescence_feature",
     "infer_mode",
+    "pale_tissue_envelope",
     "remove_small_pieces",
     "tissue_mask",
 ]
@@ -64,6 +75,14 @@ DEFAULT_SMOOTH_UM: dict[str, float] = {"brightfield": 8.0, "fluorescence": 20.0}
 DEFAULT_MIN_TISSUE_UM2 = 2_500.0
 #: Holes smaller than this (µm², gaps of a few cells) are filled; lumens and tears stay.
 DEFAULT_MAX_HOLE_UM2 = 1_000.0
+
+#: A membrane is at least this much darker (brightness 0..1) than the brightest pixel
+#: within :data:`ENVELOPE_LINE_UM` of it (glass, flat, scores under 0.01 at 8 µm/px; fat
+#: membranes 0.03-0.2; measured in benchmarks/regions_gate.py).
+ENVELOPE_CONTRAST = 0.03
+#: Width of the black top-hat's square, µm: lines thinner than it (membranes, 1-10 µm)
+#: pass, steps between flat areas (scan-tile seams on the glass, tissue borders) do not.
+ENVELOPE_LINE_UM = 40.0
 
 _MODES = ("brightfield", "fluorescence")
 _DARK_MEAN = 0.2  # an RGB image darker than this on average is fluorescence
@@ -477,6 +496,91 @@ def fill_small_holes(mask: np.ndarray, max_area: float) -> np.ndarray:
     return filled
 
 
+def pale_tissue_envelope(
+    rgb: np.ndarray,
+    mask: np.ndarray,
+    *,
+    mpp: float,
+    radius_um: float,
+    contrast: float = ENVELOPE_CONTRAST,
+    line_um: float = ENVELOPE_LINE_UM,
+    exclude: np.ndarray | None = None,
+) -> np.ndarray:
+    """Grow a tissue mask into the pale, membranous tissue that touches it (fat).
+
+    Fat at the edge of a section is thin membranes around empty vacuoles, open to the
+    glass: too pale for the tissue threshold and no hole to fill. Its membranes are thin
+    lines darker than their surroundings, which glass is not, even where its brightness
+    steps between scan tiles. They are found by a black top-hat (grey closing of the
+    brightness with a square of `line_um`, minus the brightness) above `contrast`; with
+    the mask, closed by a disk of `radius_um` (the vacuoles, up to twice that across, are
+    filled; the envelope is eroded back to the outermost membranes); the pieces of that
+    closing that overlap `mask` are added to it.
+
+    Parameters
+    ----------
+    rgb : (M, N, 3) ndarray
+        The brightfield image the mask was found on (uint8, or float in 0..1).
+    mask : (M, N) ndarray of bool
+        The tissue mask.
+    mpp : float
+        µm per pixel of both.
+    radius_um : float
+        Radius of the closing, µm: about an adipocyte's radius (30-75 µm).
+    contrast : float
+        Top-hat threshold, brightness units (0..1).
+    line_um : float
+        Side of the top-hat's square, µm.
+    exclude : (M, N) ndarray of bool, optional
+        Pixels never added (pen ink, debris: :func:`artifact_mask`).
+
+    Returns
+    -------
+    (M, N) ndarray of bool
+        `mask` with the envelope added (a superset of `mask`).
+
+    Examples
+    --------
+    >>> rgb = np.full((64, 96, 3), 240, np.uint8)
+    >>> rgb[:, :32] = (200, 110, 160)          # tissue
+    >>> rgb[::8, 32:64] = rgb[:, 32:64:8] = (215, 170, 200)  # membranes of fat
+    >>> mask = np.zeros((64, 96), bool); mask[:, :32] = True
+    >>> out = pale_tissue_envelope(rgb, mask, mpp=8.0, radius_um=48)
+    >>> bool(out[30, 50]), bool(out[30, 90])
+    (True, False)
+    """
+    rgb = _check_rgb(rgb)
+    mask = np.asarray(mask, bool)
+    if mask.shape != rgb.shape[:2]:
+        raise ValueError(f"mask: expected shape {rgb.shape[:2]}, got {mask.shape}")
+    if radius_um < 0 or line_um < 0:
+        raise ValueError(f"radius_um, line_um: expected sizes >= 0 µm, got {radius_um}, {line_um}")
+    radius = int(round(_px(radius_um, mpp)))
+    if radius < 1 or not mask.any():
+        return mask.copy()
+    r, g, b = _rgb_planes(rgb)
+    gray = _gray(r, g, b)
+    del r, g, b
+    side = max(3, int(round(_px(line_um, mpp))) | 1)
+    lines = ndi.grey_closing(gray, size=(side, side), mode="nearest") - gray > contrast
+    del gray
+    lines |= mask
+    if exclude is not None:
+        lines &= ~exclude
+    # closing: outside the image is neither tissue nor glass (as tissue_mask's)
+    closed = _erode(_dilate(lines, radius), radius)
+    del lines
+    if exclude is not None:
+        closed &= ~exclude
+    pieces, n = ndi.label(closed)
+    keep = np.zeros(n + 1, bool)
+    keep[pieces[mask]] = True
+    keep[0] = False
+    out = gather(keep, pieces)
+    out |= mask
+    return out
+
+
 def tissue_mask(
     image: np.ndarray,
     *,
@@ -488,6 +592,7 @@ def tissue_mask(
     max_hole_um2: float = DEFAULT_MAX_HOLE_UM2,
     outer_only: bool = False,
     reject_artifacts: bool = True,
+    envelope_um: float = 0.0,
 ) -> tuple[np.ndarray, float]:
     """Detect tissue in a low-resolution image.
 
@@ -514,6 +619,10 @@ def tissue_mask(
         Fill every hole (keep outer contours only).
     reject_artifacts : bool
         Brightfield only: remove pen ink and near-black debris (:func:`artifact_mask`).
+    envelope_um : float
+        Brightfield only: radius (µm) of :func:`pale_tissue_envelope`, which adds the
+        pale membranous tissue (fat) touching the mask before holes are filled; 0 (the
+        default) leaves it out.
 
     Returns
     -------
@@ -544,6 +653,8 @@ def tissue_mask(
     for name, v in (("min_tissue_um2", min_tissue_um2), ("max_hole_um2", max_hole_um2)):
         if v < 0:
             raise ValueError(f"{name}: expected a size >= 0 µm², got {v!r}")
+    if not envelope_um >= 0:
+        raise ValueError(f"envelope_um: expected a radius >= 0 µm, got {envelope_um!r}")
     if smooth_um is None:
         smooth_um = DEFAULT_SMOOTH_UM[mode]
     if smooth_um < 0:
@@ -583,6 +694,10 @@ def tissue_mask(
     px_area = mpp * mpp
     if min_tissue_um2 > 0:
         mask = remove_small_pieces(mask, min_tissue_um2 / px_area)
+    if envelope_um > 0 and mode == "brightfield":
+        mask = pale_tissue_envelope(
+            image, mask, mpp=mpp, radius_um=envelope_um, exclude=bad if bad.any() else None
+        )
     if outer_only:
         mask = ndi.binary_fill_holes(mask)
     elif max_hole_um2 > 0:

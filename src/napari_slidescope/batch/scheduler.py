@@ -8,11 +8,11 @@ one task per tile (or a few) with tissue segments it
 (:func:`~napari_slidescope.batch.tasks.nuclei_task`), or, with ``gpu``, a model task on
 a GPU worker and a post-processing task on a CPU worker, re-homed when the CPU workers
 it may run on are gone. With ``--regions`` one more task per slide classifies its tissue
-into regions (:func:`~napari_slidescope.batch.tasks.regions_task`, gated by the slide
-task's tissue); a slide whose nuclei ``resume`` keeps gets that task alone. With
-``--tiles`` one more task per slide cuts it into tissue tiles and embeds them
-(:func:`~napari_slidescope.batch.tasks.tiles_task`, gated by the same tissue); a slide
-whose other outputs ``resume`` keeps gets that task alone.
+into regions (:func:`~napari_slidescope.batch.tasks.regions_task`, gated by the regions'
+own tissue, which keeps fat at a section's edge); a slide whose nuclei ``resume`` keeps gets
+that task alone. With ``--tiles`` one more task per slide cuts it into tissue tiles and
+embeds them (:func:`~napari_slidescope.batch.tasks.tiles_task`, gated by the slide task's
+tissue); a slide whose other outputs ``resume`` keeps gets that task alone.
 """
 
 from __future__ import annotations

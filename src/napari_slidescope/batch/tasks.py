@@ -453,12 +453,18 @@ def regions_task(
 ) -> RegionsOut:
     """Classify a slide's tissue into regions (the task table's ``"regions"`` step).
 
-    Gated by the slide task's tissue (`info`'s grid); without `info` (a slide whose nuclei
-    are kept and only its regions redone) the tissue is found here with the same options.
+    Gated by the regions' own tissue
+    (:func:`~napari_slidescope.pipeline.region_map.regions_tissue`, with the batch's tissue
+    options and the regions options' ``envelope_um``), as the API and the dock gate: the
+    slide task's mask (`info`, unused here) leaves out the fat open to the glass at a
+    section's edge and the large holes that are fat or lumens, which are regions to
+    classify. (Tissue detection reads the slide at 8 µm/px: a second one costs little
+    beside the classification at 2 µm/px; measured in benchmarks/RESULTS.md.)
     The classifier file must still be the one the parameters hashed: a file changed since
     the batch started fails the slide rather than giving regions of another classifier.
     """
     from napari_slidescope.options import RegionsOptions
+    from napari_slidescope.pipeline.region_map import regions_tissue
     from napari_slidescope.pipeline.task_table import task
 
     t0 = time.perf_counter()
@@ -472,14 +478,9 @@ def regions_task(
             "(its SHA-256 differs); run it again"
         )
     slide = _open(path, stamp, params.storage_options)
-    grid = None if info is None else info.grid
-    if grid is None:
-        from napari_slidescope.pipeline.tissue import detect_tissue
-
-        tissue = detect_tissue(slide, region=(0, 0, *slide.shape0), options=params.tissue_options)
-        grid = TissueGrid(tissue.mask, tissue.downsample, tissue.origin)
+    tissue = regions_tissue(slide, envelope_um=options.envelope_um, options=params.tissue_options)
     classify_regions = task("regions").function()
-    regions = classify_regions(slide, options.classifier, tissue=grid, workers=1)
+    regions = classify_regions(slide, options.classifier, tissue=tissue, workers=1)
     return RegionsOut(regions, time.perf_counter() - t0)
 
 

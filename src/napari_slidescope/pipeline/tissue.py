@@ -288,6 +288,7 @@ def detect_tissue(
     mpp: float | tuple[float, float] | None = None,
     options: TissueOptions | None = None,
     cancel: threading.Event | None = None,
+    envelope_um: float = 0.0,
     **changes: Any,
 ) -> TissueResult:
     """Find the tissue on a whole slide or a region of it.
@@ -314,6 +315,13 @@ def detect_tissue(
     cancel : threading.Event, optional
         Checked between the strips read and between analysis steps; once set, the run
         raises :class:`~napari_slidescope.pipeline.cancel.Cancelled`.
+    envelope_um : float
+        Brightfield: add the pale membranous tissue (fat) that touches the tissue and is
+        open to the glass, closed by a disk of this radius in µm
+        (:func:`~napari_slidescope.analysis.tissue.pale_tissue_envelope`); 0, the default,
+        leaves the mask as tissue detection alone finds it. The tissue-region classifier
+        gates with it (:func:`~napari_slidescope.pipeline.region_map.regions_tissue`).
+        Recorded as ``parameters["envelope_um"]`` when not 0.
 
     Returns
     -------
@@ -323,8 +331,9 @@ def detect_tissue(
     ------
     ValueError
         If the region is empty, outside the slide, or smaller than one working
-        pixel; if an option is out of its range (``target_mpp`` not positive, ``mode``
-        unknown...: the message of :class:`~napari_slidescope.options.TissueOptions`).
+        pixel; if ``envelope_um`` is negative; if an option is out of its range
+        (``target_mpp`` not positive, ``mode`` unknown...: the message of
+        :class:`~napari_slidescope.options.TissueOptions`).
     TypeError
         If a keyword is neither an argument nor a ``TissueOptions`` field.
 
@@ -341,9 +350,11 @@ def detect_tissue(
     ...     tissue.to_geojson("slide_tissue.geojson")
     """
     opts = TissueOptions.merged(options, changes, where="detect_tissue")
+    if not (isinstance(envelope_um, int | float) and envelope_um >= 0):
+        raise ValueError(f"envelope_um: expected a radius >= 0 µm, got {envelope_um!r}")
     slide, owned = as_slide(source, mpp=mpp)
     try:
-        return _detect(slide, region=region, options=opts, cancel=cancel)
+        return _detect(slide, region=region, options=opts, cancel=cancel, envelope_um=envelope_um)
     finally:
         if owned:
             slide.close()
@@ -355,6 +366,7 @@ def _detect(
     region: Any,
     options: TissueOptions,
     cancel: threading.Event | None = None,
+    envelope_um: float = 0.0,
 ) -> TissueResult:
     target_mpp, mode = options.target_mpp, options.mode
     name = str(getattr(slide, "path", "slide"))
@@ -415,6 +427,7 @@ def _detect(
         max_hole_um2=options.max_hole_um2,
         outer_only=options.outer_only,
         reject_artifacts=options.reject_artifacts,
+        envelope_um=float(envelope_um),
     )
     del image  # the polygons need the mask only
     check_cancel(cancel, "tissue detection")
@@ -444,5 +457,6 @@ def _detect(
         level=level,
         mode=use,
         threshold=thr,
-        parameters={"options": options.as_dict()},
+        parameters={"options": options.as_dict()}
+        | ({"envelope_um": float(envelope_um)} if envelope_um > 0 else {}),
     )

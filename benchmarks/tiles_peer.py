@@ -6,8 +6,13 @@ Usage::
         [--mpp 0.5 1.0] [--tiles 160] [--runs 5] [--threads 2] [--embed-tiles 128]
 
 ``PY`` (or ``$SLIDESCOPE_PEER_PYTHON``): the Python of a separate venv holding ``lazyslide``,
-``wsidata`` and a CPU ``torch`` (never this project's environment). The peer runs there, in
-one long-lived process (``_tiles_peer_worker.py``), driven command by command, so that its
+``wsidata`` and a CPU ``torch`` (never this project's environment), e.g.::
+
+    python3.11 -m venv peer && peer/bin/pip install torch-*+cpu-*.whl   # a CPU wheel
+    echo "torch==<that version>+cpu" > c.txt   # else pip swaps in PyPI's CUDA torch
+    PIP_CONSTRAINT=c.txt peer/bin/pip install lazyslide wsidata onnxruntime
+
+The peer runs there, in one long-lived process (``_tiles_peer_worker.py``), driven command by command, so that its
 runs interleave with ours in the same minutes; its imports and slide opening are not timed,
 as ours are not.
 

@@ -12,9 +12,9 @@ Usage::
     echo "torch==<that version>+cpu" > c.txt   # else pip swaps in PyPI's CUDA torch
     PIP_CONSTRAINT=c.txt peer/bin/pip install lazyslide wsidata onnxruntime
 
-The peer runs there, in one long-lived process (``_tiles_peer_worker.py``), driven command by command, so that its
-runs interleave with ours in the same minutes; its imports and slide opening are not timed,
-as ours are not.
+The peer runs there, in one long-lived process (``_tiles_peer_worker.py``), driven command
+by command, so that its runs interleave with ours in the same minutes; its imports and slide
+opening are not timed, as ours are not.
 
 For each slide and each µm/px, ``tile_slide`` cuts 224 px tissue tiles (min tissue 0.5);
 the peer gets the same tiles: their level-0 corners as a wsidata tile table (what

@@ -38,8 +38,8 @@ ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
 SKIP = re.compile(r"<!--\s*skip-example:\s*(.*?)\s*-->")
 SETUP = re.compile(r"<!--\s*example-setup:\s*(.*?)\s*-->")
-#: an optional package the example needs: it runs where that package is installed (the
-#: Python 3.11 suite has CPU torch) and skips, naming it, where not
+#: the optional packages an example needs (comma-separated): it runs where they are installed
+#: (the Python 3.11 suite has CPU torch and ONNX Runtime) and skips, naming one, where not
 REQUIRES = re.compile(r"<!--\s*example-requires:\s*(.*?)\s*-->")
 #: code run before and after an example, per ``example-setup`` name
 SETUPS = {
@@ -154,8 +154,9 @@ def test_expected_output_reads_print_comments():
 def test_example_runs_as_written(example: Example, tmp_path: Path):
     if example.skip is not None:
         pytest.skip(f"{example.name}: {example.skip}")
-    if example.requires is not None and importlib.util.find_spec(example.requires) is None:
-        pytest.skip(f"{example.name}: needs {example.requires}, not installed here")
+    for name in (example.requires or "").replace(",", " ").split():  # "torch, onnxruntime"
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{example.name}: needs {name}, not installed here")
     before, after = SETUPS.get(example.setup or "", ("", ""))
     display = os.environ.get("DISPLAY") or os.environ.get("QT_QPA_PLATFORM") == "offscreen"
     if before and sys.platform.startswith("linux") and not display:

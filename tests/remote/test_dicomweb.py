@@ -195,3 +195,20 @@ def test_a_server_that_lists_no_transfer_syntax(dicomweb, dicom_slides):
         with open_slide(dicom_slides["test3-DAPI-2-387.ndpi"]) as local:
             assert remote.level_shapes == local.level_shapes
             assert np.array_equal(np.asarray(remote.levels[-1]), np.asarray(local.levels[-1]))
+
+
+def test_tiles_our_cache_dropped_are_read_again(dicomweb, dicom_slides):
+    # wsidicom keeps the frames' bytes in its own cache: when it holds every frame of a
+    # burst it asks its client for none, which must not become a request for ".../frames/"
+    # (answered 404: the read failed once the decoded-tile cache had dropped the tiles)
+    from napari_slidescope.slide.cache import tile_cache
+
+    with open_slide(_url(dicomweb, "CMU-1-Small-Region.svs")) as slide:
+        first = slide.read_region((0, 0, 600, 600))
+        tile_cache().clear()
+        dicomweb.log.clear()
+        again = slide.read_region((0, 0, 600, 600))
+        assert not [p for p, _ in dicomweb.log if p.rstrip("/").endswith("frames")]
+    assert np.array_equal(first, again)
+    with open_slide(dicom_slides["CMU-1-Small-Region.svs"]) as local:
+        assert np.array_equal(again, local.read_region((0, 0, 600, 600)))

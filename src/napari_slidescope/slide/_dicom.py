@@ -115,7 +115,7 @@ def _open_web(source: Source, wsidicom: Any, *, timeout: float | None) -> Backen
     try:
         web = _dicomweb.client(source, url, timeout=seconds, retries=default_retries())
         series = _dicomweb.series_of(web, url, name)
-        client = wsidicom.WsiDicomWebClient(web)
+        client = _web_client(wsidicom, web)
         wsi = wsidicom.WsiDicom.open_web(client, url.study, [series])
     except (AttributeError, StopIteration, wsidicom.errors.WsiDicomNotFoundError) as exc:
         # wsidicom's web source finds no level instance (an empty QIDO answer)
@@ -138,6 +138,33 @@ def _open_web(source: Source, wsidicom: Any, *, timeout: float | None) -> Backen
     except Exception as exc:
         close()
         raise failed(exc, "cannot be read as DICOM WSI over DICOMweb") from exc
+
+
+def _web_client(wsidicom: Any, web: Any) -> Any:
+    """Return wsidicom's DICOMweb client over `web`, asking for no frames without a request.
+
+    wsidicom's encoded-frame cache asks its client for the frames it does not hold. When it
+    holds every frame of a burst (tiles the shared decoded-tile cache dropped, their bytes
+    still in wsidicom's cache: any slide read longer than that cache holds) the list is
+    empty, and the request ``.../frames/`` is answered 404: the read failed. An empty list
+    gets an empty answer here instead.
+    """
+
+    class _Client(wsidicom.WsiDicomWebClient):  # type: ignore[misc]  # wsidicom is Any here
+        def get_frames(
+            self,
+            study_uid: Any,
+            series_uid: Any,
+            instance_uid: Any,
+            frame_indices: Any,
+            transfer_syntax: Any,
+        ) -> Any:
+            frames = list(frame_indices)
+            if not frames:
+                return iter(())
+            return super().get_frames(study_uid, series_uid, instance_uid, frames, transfer_syntax)
+
+    return _Client(web)
 
 
 def _dcm_objects(source: Source) -> tuple[Any, list[str]]:

@@ -90,6 +90,22 @@ def test_s3_tiles_equal_the_local_file(s3, served, name, tile_um, mpp):
         _dataset_reads_like_local(prefix + name, tiles, local, storage_options=options)
 
 
+def test_s3_dataset_with_credentials_from_the_environment(s3, served, monkeypatch):
+    """Keys in the environment, not in storage_options: the pickle holds no secret (tiles.md)."""
+    options, prefix, secret = s3
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    public = {k: v for k, v in options.items() if k not in ("key", "secret")}
+    name = "sample.svs"
+    with open_slide(served / name) as local:
+        tiles = tile_slide(local, tile_um=64.0, mpp=0.8)
+        ds = TileDataset((prefix + name, tiles), storage_options=public)
+        assert secret.encode() not in pickle.dumps(ds)
+        _dataset_reads_like_local(prefix + name, tiles, local, storage_options=public)
+    with_key = TileDataset((prefix + name, tiles), storage_options=options)
+    assert secret.encode() in pickle.dumps(with_key)  # what the guide warns of
+
+
 @pytest.mark.parametrize(
     ("name", "kwargs"),
     [

@@ -127,3 +127,15 @@ def test_tissue_mask_defaults_are_the_tissue_options_defaults() -> None:
     for name, default, _info in option_fields(TissueOptions):
         if name in shared:
             assert params[name].default == default, name
+
+
+def test_regions_envelope_is_checked_and_one_digest_per_radius() -> None:
+    """An int radius digests as its float (one computation, one hash); bad radii fail at once."""
+    from napari_slidescope.options import RegionsOptions
+
+    assert RegionsOptions(envelope_um=64).digest() == RegionsOptions().digest()
+    assert type(RegionsOptions(envelope_um=64).envelope_um) is float
+    assert RegionsOptions(envelope_um=0).digest() != RegionsOptions().digest()
+    for bad in (-1.0, float("nan"), True, "64"):
+        with pytest.raises(ValueError, match=r"^envelope_um: expected a number >= 0 of µm"):
+            RegionsOptions(envelope_um=bad)

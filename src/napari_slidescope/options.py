@@ -507,6 +507,9 @@ class NucleiOptions(_Options):
         object.__setattr__(self, "segmenter_options", FrozenMapping(opts))
 
 
+_ENVELOPE = OptionInfo("radius of the tissue gate's pale-tissue envelope", "float", "µm", low=0)
+
+
 @dataclass(frozen=True)
 class RegionsOptions(_Options):
     """Options of whole-slide tissue-region classification (the ``regions`` task).
@@ -534,6 +537,13 @@ class RegionsOptions(_Options):
     classifier: str = ""
     classifier_sha256: str = ""
     envelope_um: float = 64.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # checked and made a float here (not a documented option: the ``--regions`` flag
+        # and the dock take the classifier only), so 64 and 64.0 share one digest and a
+        # negative or NaN radius fails when the options are made, not in a batch worker
+        object.__setattr__(self, "envelope_um", _ENVELOPE.check("envelope_um", self.envelope_um))
 
     @classmethod
     def of_file(cls, path: str | os.PathLike[str]) -> RegionsOptions:

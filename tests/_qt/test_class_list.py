@@ -115,3 +115,19 @@ def test_a_loaded_classifier_s_colours_join_the_list(qtbot):
     editor.take_colors({"B": (9, 9, 9), "C": (3, 3, 3)})
     assert editor.classes() == {"A": (1, 1, 1), "B": (9, 9, 9), "C": (3, 3, 3)}
     assert seen == [("recoloured", "B", "B"), ("added", None, "C")]
+
+
+def test_replacing_the_classes_announces_the_old_ones_removed(qtbot):
+    editor, seen = _editor(qtbot)
+    editor.set_classes({"A": (1, 1, 1), "B": (2, 2, 2)})
+    seen.clear()
+    editor.set_classes({"B": (3, 3, 3), "C": (4, 4, 4)})
+    assert seen == [
+        ("removed", "A", None),
+        ("removed", "B", None),
+        ("added", None, "B"),
+        ("added", None, "C"),
+    ]
+    assert editor.classes() == {"B": (3, 3, 3), "C": (4, 4, 4)}
+    assert editor.current_class == "B"
+    assert [editor.list.item(k).text() for k in range(editor.list.count())] == ["B", "C"]

@@ -191,10 +191,12 @@ class ClassList(QWidget):
     def set_classes(self, classes: Mapping[str, RGB]) -> None:
         """Replace every class by `classes` (in order) and select the first.
 
-        Each class is announced as ``"added"``, as if added one by one.
+        Each class replaced is announced as ``"removed"`` and each new one as ``"added"``,
+        as if removed and added one by one (a dock's slot drops what went with the old
+        classes, as for the Remove button).
         """
-        self._classes = {}
-        self.list.clear()
+        for name in list(self._classes):
+            self.remove_class(name)
         for name, rgb in classes.items():
             self.add_class(name, rgb)
         if self.list.count():

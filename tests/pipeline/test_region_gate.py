@@ -99,8 +99,24 @@ def test_envelope_skips_glass_steps_and_is_off_by_default():
     plain, _ = tissue_mask(fat, mpp=8.0, min_tissue_um2=0)
     assert with_fat[45, 60] and not plain[45, 60]
     assert not with_fat[:20].any() and not with_fat[80:].any()
-    with pytest.raises(ValueError, match="envelope_um"):
-        tissue_mask(fat, mpp=8.0, envelope_um=-1)
+    for bad in (-1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="envelope_um"):
+            tissue_mask(fat, mpp=8.0, envelope_um=bad)
+
+
+def test_detect_tissue_takes_numpy_radii_and_refuses_bad_ones_before_reading():
+    from napari_slidescope import detect_tissue
+
+    rgb = np.full((96, 96, 3), 235, np.uint8)
+    rgb[30:66, 10:40] = (190, 100, 150)
+    a = detect_tissue(rgb, mpp=8.0, envelope_um=np.float32(64), target_mpp=8.0)
+    b = detect_tissue(rgb, mpp=8.0, envelope_um=64, target_mpp=8.0)
+    assert a.parameters == b.parameters
+    assert type(a.parameters["envelope_um"]) is float
+    assert (a.mask == b.mask).all()
+    for bad in (True, "64", -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=r"^envelope_um: expected a radius >= 0 µm"):
+            detect_tissue(rgb, mpp=8.0, envelope_um=bad)
 
 
 def test_batch_digest_records_the_gate(tmp_path):

@@ -653,7 +653,7 @@ def tissue_mask(
     for name, v in (("min_tissue_um2", min_tissue_um2), ("max_hole_um2", max_hole_um2)):
         if v < 0:
             raise ValueError(f"{name}: expected a size >= 0 µm², got {v!r}")
-    if not envelope_um >= 0:
+    if not 0 <= envelope_um < np.inf:
         raise ValueError(f"envelope_um: expected a radius >= 0 µm, got {envelope_um!r}")
     if smooth_um is None:
         smooth_um = DEFAULT_SMOOTH_UM[mode]

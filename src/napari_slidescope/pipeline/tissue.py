@@ -19,6 +19,7 @@ GeoJSON export for QuPath. The same mask gates later tile work
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import threading
 import warnings
@@ -350,8 +351,13 @@ def detect_tissue(
     ...     tissue.to_geojson("slide_tissue.geojson")
     """
     opts = TissueOptions.merged(options, changes, where="detect_tissue")
-    if not (isinstance(envelope_um, int | float) and envelope_um >= 0):
+    if (
+        isinstance(envelope_um, bool)
+        or not isinstance(envelope_um, numbers.Real)  # numpy numbers are Real
+        or not (math.isfinite(envelope_um) and envelope_um >= 0)
+    ):
         raise ValueError(f"envelope_um: expected a radius >= 0 µm, got {envelope_um!r}")
+    envelope_um = float(envelope_um)
     slide, owned = as_slide(source, mpp=mpp)
     try:
         return _detect(slide, region=region, options=opts, cancel=cancel, envelope_um=envelope_um)

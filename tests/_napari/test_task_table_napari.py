@@ -5,6 +5,7 @@ names, the exports and the job runner without any other edit of the napari side.
 """
 
 import threading
+import typing
 
 import numpy as np
 import pytest
@@ -52,10 +53,12 @@ def test_every_task_the_viewer_runs_has_a_step_a_layer_and_exports():
         assert dock.layer_name("s.svs") == spec.layer_name("s.svs") == f"s.svs {spec.layer}"
         assert spec.exports, dock.name
         for e in spec.exports:
-            assert export.SUFFIXES[e.kind] == e.suffix
+            path = export.default_export_path(type("I", (), {"name": "s.svs"}), e.kind, "out")
+            assert path.name == f"s{e.suffix}"
             assert export.export_words(e.kind) == e.words
     kinds = [e.kind for t in TASK_TABLE for e in t.exports]
     assert len(kinds) == len(set(kinds))  # an export kind names one task's export
+    assert set(typing.get_args(export.ExportKind)) == set(kinds)  # the type checker's list
     # the names the viewer has always used (tests of the layers pin them too)
     assert task("tissue").layer_name("a.svs") == "a.svs tissue"
     assert task("nuclei").layer_name("a.svs") == "a.svs nuclei"

@@ -23,7 +23,7 @@ from napari_slidescope._io import is_writable_folder
 from napari_slidescope._napari.canvases import PyramidCanvas, ResultCanvas
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._napari.shapes import tissue_export
-from napari_slidescope.pipeline.task_table import TASK_TABLE, export_kind
+from napari_slidescope.pipeline.task_table import export_kind
 
 __all__ = [
     "ExportKind",
@@ -36,12 +36,9 @@ __all__ = [
     "write_export",
 ]
 
-#: The kinds of export (the task table's exports; a type checker's list of them).
+#: The kinds of export (the task table's exports, whose suffixes and words
+#: :func:`default_export_path` and :func:`export_words` read; a type checker's list of them).
 ExportKind = Literal["tissue", "nuclei", "csv", "geoparquet"]
-#: File-name ending of each kind of export, after the slide's name (the task table's).
-SUFFIXES: dict[str, str] = {e.kind: e.suffix for t in TASK_TABLE for e in t.exports}
-#: Each kind in words, for messages (the task table's).
-WORDS: dict[str, str] = {e.kind: e.words for t in TASK_TABLE for e in t.exports}
 
 
 def default_export_path(image: Any, kind: ExportKind, folder: str | os.PathLike[str]) -> Path:

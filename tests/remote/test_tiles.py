@@ -2,7 +2,8 @@
 
 ``tile_slide`` on the remote slide must cut the same table as on the local file (same ids,
 boxes, levels, tissue fractions), ``iter_tiles`` must deliver the same pixels, and a
-``TileDataset`` over the URL must pickle the URL and the boxes only, its DataLoader workers
+``TileDataset`` over the URL must pickle the URL, the boxes and the storage options only
+(no pixels, no open slide; a secret key only when given in them), its DataLoader workers
 opening the remote slide themselves.
 """
 

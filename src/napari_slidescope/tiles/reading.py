@@ -226,7 +226,10 @@ class TileDataset:
         ``"uint8_hwc"``: the tile as a uint8 ``(H, W, C)`` tensor; ``"float_chw"``: float32
         ``(C, H, W)`` in 0..1 (after `transform`, when it returns an ndarray).
     storage_options : dict, optional
-        Passed to :func:`~napari_slidescope.slide.open_slide` for URLs.
+        Passed to :func:`~napari_slidescope.slide.open_slide` for URLs. They are pickled
+        with the dataset (each worker opens the slides with them): keep secret keys out
+        and in the environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, which
+        s3fs reads in each worker).
 
     Notes
     -----

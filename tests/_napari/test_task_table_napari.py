@@ -110,3 +110,20 @@ def test_a_tissue_job_runs_only_tissue():
     out = list(jobs.run_job(job, threading.Event()))
     assert [type(m).__name__ for m in out] == ["Stage", "TissueDone"]
     assert not out[1].whole  # found in the job's region
+
+
+def test_only_a_tissue_layer_exports_without_a_result_canvas():
+    """A Shapes layer named like the nuclei layer is no nuclei result (nothing to export)."""
+    from napari.layers import Shapes
+
+    square = np.array([[0, 0], [0, 10], [10, 10], [10, 0]], float)
+
+    class _Viewer:
+        layers = {"s.svs nuclei": Shapes([square]), "s.svs tissue": Shapes([square])}
+
+    class _Image:
+        name = "s.svs"
+
+    for kind in ("nuclei", "csv", "geoparquet"):
+        assert export.export_source(_Viewer(), _Image(), kind) is None, kind
+    assert export.export_source(_Viewer(), _Image(), "tissue") is not None

@@ -68,7 +68,10 @@ def export_source(viewer: Any, image: Any, kind: ExportKind) -> Any:
         return None
     canvas = canvas_of(layer)
     if canvas is None:
-        return None if type(layer).__name__ == "Labels" else tissue_export(layer)
+        # no result canvas behind it: tissue shapes export as the user left them; another
+        # layer of that name (nuclei shapes of the user's, a replaced label image) has no
+        # result to export (its writer would be the wrong one)
+        return tissue_export(layer) if spec.name == "tissue" else None
     return dataclasses.replace(
         canvas,
         regions=list(canvas.regions),

@@ -124,8 +124,11 @@ class FeatureSpec:
         """Margin a box needs for exact features (:func:`halo_px`)."""
         return halo_px(self.scales_um, self.mpp)
 
-    def compute(self, rgb: np.ndarray, *, crop: int = 0) -> np.ndarray:
-        """Features ``(M - 2 crop, N - 2 crop, F)`` of a working-resolution RGB image."""
+    def compute(self, rgb: np.ndarray, *, crop: int = 0, planar: bool = False) -> np.ndarray:
+        """Features ``(M - 2 crop, N - 2 crop, F)`` of a working-resolution RGB image.
+
+        ``(F, M - 2 crop, N - 2 crop)`` when `planar` (:func:`region_features`).
+        """
         return region_features(
             rgb,
             mpp=self.mpp,
@@ -134,6 +137,7 @@ class FeatureSpec:
             stains=self.stains,
             kinds=self.kinds,
             crop=crop,
+            planar=planar,
         )
 
 
@@ -258,7 +262,7 @@ class RegionClassifier:
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """Class probabilities ``(K, n_classes)`` of a feature matrix in :attr:`features` order."""
-        x = np.ascontiguousarray(x, np.float32)
+        x = np.asarray(x, np.float32)  # any layout: the trees read strided rows
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise ValueError(f"features: expected (K, {len(self.features)}), got {x.shape}")
         if not len(x):

@@ -206,11 +206,11 @@ class RegionPreview:
         h, w = grid.shape
         box = (rows[0] * t, cols[0] * t, min(rows[-1] * t + t, h), min(cols[-1] * t + t, w))
         halo = spec.halo
-        feats = spec.compute(read_working(self._src, grid, box, halo), crop=halo)
+        feats = spec.compute(read_working(self._src, grid, box, halo), crop=halo, planar=True)
         for ty in rows:
             for tx in cols:
                 by0, bx0, by1, bx1 = self._tile_box((ty, tx), grid)
-                part = feats[by0 - box[0] : by1 - box[0], bx0 - box[1] : bx1 - box[1]]
+                part = feats[:, by0 - box[0] : by1 - box[0], bx0 - box[1] : bx1 - box[1]]
                 tile_feats = np.ascontiguousarray(part)
                 self._features[(ty, tx)] = held[(ty, tx)] = tile_feats
                 self.computed_tiles += 1
@@ -224,7 +224,7 @@ class RegionPreview:
             self._labels.pop(next(iter(self._labels)))
 
     def features(self, grid: WorkingGrid, box: Box, spec: FeatureSpec) -> np.ndarray:
-        """Features ``(y1 - y0, x1 - x0, F)`` of a working-pixel box, from the cache.
+        """Features ``(y1 - y0, x1 - x0, F)`` of a working-pixel box, from the cache (a view).
 
         Only the tiles the box touches are computed; what a training example reads.
         """
@@ -232,15 +232,15 @@ class RegionPreview:
             y0, x0, y1, x1 = box
             held = self._ensure(grid, self._tiles_of(box), spec, None)
             self._trim()
-            nf = next(iter(held.values())).shape[2]
-            out = np.empty((y1 - y0, x1 - x0, nf), np.float32)
+            nf = next(iter(held.values())).shape[0]
+            out = np.empty((nf, y1 - y0, x1 - x0), np.float32)
             for tile, feats in held.items():
                 ty0, tx0, ty1, tx1 = self._tile_box(tile, grid)
                 a0, b0, a1, b1 = max(y0, ty0), max(x0, tx0), min(y1, ty1), min(x1, tx1)
-                out[a0 - y0 : a1 - y0, b0 - x0 : b1 - x0] = feats[
-                    a0 - ty0 : a1 - ty0, b0 - tx0 : b1 - tx0
+                out[:, a0 - y0 : a1 - y0, b0 - x0 : b1 - x0] = feats[
+                    :, a0 - ty0 : a1 - ty0, b0 - tx0 : b1 - tx0
                 ]
-            return out
+            return np.moveaxis(out, 0, -1)
 
     # -- training -------------------------------------------------------------------------
     def train(self, examples: Any, **options: Any) -> RegionClassifier:
@@ -433,16 +433,18 @@ class RegionPreview:
         held: Mapping[tuple[int, int], np.ndarray],
     ) -> tuple[np.ndarray, int]:
         """Return the tile's classes, the view's pixels not known yet predicted; and how many."""
-        feats = held[tile]
+        feats = held[tile]  # planes (F, rows, cols)
         lab = self._labels.get(tile)
-        lab = np.zeros(feats.shape[:2], np.uint8) if lab is None else lab.copy()
+        lab = np.zeros(feats.shape[1:], np.uint8) if lab is None else lab.copy()
         (a, b, c, d), _ = self._clip(tile, grid, wbox)
         need = np.zeros(lab.shape, bool)
         need[a:c, b:d] = True if want is None else self._part(tile, grid, wbox, want)
         need &= lab == 0
         n = int(need.sum())
         if n:
-            lab[need] = np.argmax(clf.predict_proba(feats[need]), axis=1) + 1
+            rows = feats.reshape(len(feats), -1).T  # pixels x features, F-ordered: no copy
+            x = rows if n == need.size else rows[need.ravel()]
+            lab[need] = np.argmax(clf.predict_proba(x), axis=1) + 1
         return lab, n
 
     def _paste(

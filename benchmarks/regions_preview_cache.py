@@ -69,6 +69,10 @@ def _strokes_in(truth, box, per_class: int, seed: int, length_um: float = 40.0):
     return out
 
 
+def _now() -> float:
+    return time.perf_counter()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("slide")
@@ -76,10 +80,9 @@ def main() -> None:
     parser.add_argument("--view-px", type=int, default=1024, help="view side, working px")
     parser.add_argument("--mpp", type=float, default=2.0, help="working µm/px")
     args = parser.parse_args()
-    from regions_data import load_truth
-
     from napari_slidescope import classify_regions, open_slide, train_region_classifier
     from napari_slidescope.pipeline.region_preview import RegionPreview
+    from regions_data import load_truth
 
     truth = load_truth(args.slide)
     slide = open_slide(args.slide)
@@ -122,10 +125,8 @@ def main() -> None:
                     classify_regions(slide, old_clf, region=box)
                 else:
                     ticks: list[float] = []
-                    preview.classify(
-                        new_clf, box, on_tile=lambda *_: ticks.append(time.perf_counter())
-                    )
-                    first.setdefault(op, []).append((ticks[0] if ticks else time.perf_counter()) - t0)
+                    preview.classify(new_clf, box, on_tile=lambda *_, t=ticks: t.append(_now()))
+                    first.setdefault(op, []).append((ticks[0] if ticks else _now()) - t0)
                 note(op, way, time.perf_counter() - t0)
         # one stroke more, of the class the seed picks, inside the view
         box = views["zoom out"]
@@ -142,7 +143,7 @@ def main() -> None:
                 ticks = []
                 new_clf = preview.train(examples, **opts)
                 regions = preview.classify(
-                    new_clf, box, on_tile=lambda *_: ticks.append(time.perf_counter())
+                    new_clf, box, on_tile=lambda *_, t=ticks: t.append(_now())
                 )
                 first.setdefault("stroke", []).append(ticks[0] - t0)
             note("stroke", way, time.perf_counter() - t0)

@@ -199,8 +199,10 @@ def test_rectangles_cover_the_tiles_once():
     rects = _rectangles(tiles)
     covered = [(y, x) for rows, cols in rects for y in rows for x in cols]
     assert sorted(covered) == sorted(tiles)
-    assert all(len(rows) <= 4 for rows, _ in rects)
-    assert len(rects) <= 5
+    assert all(len(rows) * len(cols) <= 36 for rows, cols in rects)
+    assert len(rects) <= 4
+    strip = _rectangles([(y, x) for y in range(9) for x in (7, 8)])  # after a pan: one piece
+    assert strip == [(range(9), range(7, 9))]
 
 
 def test_cached_features_equal_an_untiled_computation(preview, trained):

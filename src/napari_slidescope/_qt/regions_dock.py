@@ -93,6 +93,7 @@ class RegionsWidget(QWidget):
     # the live preview's state (set by preview() and its slots)
     _preview_cancel: threading.Event | None = None
     _preview_layer: Any = None
+    _preview_shown: Any = None
     _preview_wired = False
 
     def __init__(self, napari_viewer: Any) -> None:
@@ -607,13 +608,14 @@ class RegionsWidget(QWidget):
         self._preview_layer = show_regions(
             self._viewer, self._image, regions, name=f"{self._image.name} regions preview"
         )
+        self._preview_shown = regions
         if self._shapes is not None:  # strokes stay on top and selected for drawing
             self._viewer.layers.selection.active = self._shapes
         self._painted_at = time.perf_counter()
 
     def _on_preview_tile(self) -> None:
         now = time.perf_counter()
-        if self._preview_layer is not None and now - self._painted_at > 0.1:
+        if self._preview_layer is not None and now - self._painted_at > 0.25:
             self._painted_at = now  # repaint a few times a second, not per tile
             self._preview_layer.refresh()
 
@@ -636,7 +638,10 @@ class RegionsWidget(QWidget):
         clf, regions, t_train, t_pred = out
         self.preview_regions = regions
         self.last_preview_s = t_train + t_pred
-        if self._image is not None:
+        layer = self._preview_layer
+        if regions is self._preview_shown and layer is not None and layer in self._viewer.layers:
+            layer.refresh()  # shown when its first tiles came: only the last ones to draw
+        elif self._image is not None:
             self._preview_layer = show_regions(
                 self._viewer, self._image, regions, name=f"{self._image.name} regions preview"
             )

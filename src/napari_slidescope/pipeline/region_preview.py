@@ -58,8 +58,9 @@ PREVIEW_TILE_PX = 128
 DEFAULT_CACHE_BYTES = 768 * 2**20
 #: Most tiles whose classes are kept (16 KiB each at 128 px).
 _MAX_LABEL_TILES = 8192
-#: Most tile rows computed together (one read and one halo for the rectangle).
-_BAND_TILES = 4
+#: Most tiles computed together (one read and one halo for the rectangle): about a third
+#: of a full screen, so that the first third shows while the rest is computed.
+_RECT_TILES = 36
 
 
 class RegionPreview:
@@ -293,8 +294,9 @@ class RegionPreview:
             Checked between tiles; once set, raises
             :class:`~napari_slidescope.errors.Cancelled` (what was computed stays cached).
         on_start : callable, optional
-            ``on_start(regions)`` before the tiles, with the map they fill in place (a
-            viewer shows it and repaints as tiles come).
+            ``on_start(regions)`` once the cached tiles are in, before those that need
+            work, with the map they fill in place (a viewer shows it then repaints as
+            tiles come; a view all in the cache is complete by then).
 
         Returns
         -------
@@ -340,8 +342,6 @@ class RegionPreview:
             parameters=params,
         )
 
-        if on_start is not None:
-            on_start(regions)
         cy, cx = (wy0 + wy1) / 2, (wx0 + wx1) / 2
         t = self.tile_px
 
@@ -363,6 +363,8 @@ class RegionPreview:
             for tile in tiles:
                 if tile not in set(todo):
                     self._paste(tile, grid, wbox, want, labels, on_tile)
+            if on_start is not None:
+                on_start(regions)
             rank = {tl: k for k, tl in enumerate(tiles)}
             cached = [tl for tl in todo if tl in self._features]
             rects = _rectangles([tl for tl in todo if tl not in self._features])
@@ -466,7 +468,7 @@ class RegionPreview:
 
 
 def _rectangles(tiles: Sequence[tuple[int, int]]) -> list[tuple[range, range]]:
-    """Cover a set of tiles by few rectangles (row runs merged down, a few rows at most)."""
+    """Cover a set of tiles by few rectangles (row runs merged down, a few tiles at most)."""
     runs: dict[int, list[range]] = {}
     for ty in sorted({tl[0] for tl in tiles}):
         xs = sorted(tl[1] for tl in tiles if tl[0] == ty)
@@ -486,7 +488,7 @@ def _rectangles(tiles: Sequence[tuple[int, int]]) -> list[tuple[range, range]]:
             key = (cols.start, cols.stop)
             seen.add(key)
             first, last = open_.get(key, (ty, ty - 1))
-            if last == ty - 1 and ty - first < _BAND_TILES:
+            if last == ty - 1 and (ty - first + 1) * len(cols) <= _RECT_TILES:
                 open_[key] = (first, ty)
             else:
                 if key in open_:

@@ -615,8 +615,8 @@ class RegionsWidget(QWidget):
 
     def _on_preview_tile(self) -> None:
         now = time.perf_counter()
-        if self._preview_layer is not None and now - self._painted_at > 0.25:
-            self._painted_at = now  # repaint a few times a second, not per tile
+        if self._preview_layer is not None and now - self._painted_at > 0.5:
+            self._painted_at = now  # repaint twice a second, not per tile (software GL)
             self._preview_layer.refresh()
 
     def _on_preview_error(self, exc: BaseException) -> None:

@@ -73,6 +73,8 @@ def test_cached_preview_equals_classify_regions_bit_for_bit(region_slide, traine
             assert got.origin == want.origin and got.downsample == want.downsample
             assert got.region == want.region and got.classes == want.classes
             assert got.parameters["classifier_sha256"] == trained.sha256
+            same = {k: v for k, v in want.parameters.items() if k != "tile_px"}
+            assert {k: got.parameters[k] for k in same} == same  # the same gate, recorded
         assert len(np.unique(got.labels)) > 2  # several classes, not a blank map
 
 

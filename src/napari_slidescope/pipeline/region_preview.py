@@ -311,11 +311,7 @@ class RegionPreview:
             raise ValueError(f"region {region!r} is smaller than one working pixel")
         gated = tissue is not False
         if tissue is None:
-            from napari_slidescope.pipeline.tissue import detect_tissue
-
-            tissue = detect_tissue(
-                src, region=box0, cancel=cancel, max_hole_um2=TISSUE_MAX_HOLE_UM2
-            )
+            tissue = _gate(src, box0, grid, cancel)
         wbox = (wy0, wx0, wy1, wx1)
         want = _tissue_mask(tissue, grid, wbox) if gated else None
         labels = np.zeros((wy1 - wy0, wx1 - wx0), np.uint8)
@@ -327,6 +323,7 @@ class RegionPreview:
             "classifier": dict(classifier.parameters),
             "tile_px": self.tile_px,
             "tissue_gated": gated,
+            **_gate_record(tissue),
             "level": grid.level,
             "factor": grid.factor,
         }
@@ -465,6 +462,32 @@ class RegionPreview:
         labels[p:r, q:s] = part
         if on_tile is not None:
             on_tile((p, q, r, s), labels[p:r, q:s].copy())
+
+
+def _gate(src: Any, box0: Box, grid: WorkingGrid, cancel: threading.Event | None) -> Any:
+    """Return the tissue mask :func:`classify_regions` gates `box0` with (the same call).
+
+    The gate is region_map's (:func:`regions_tissue` with its margin where that module has
+    them, else tissue detection with holes filled): the preview must skip what the run on
+    the slide skips.
+    """
+    from napari_slidescope.pipeline import region_map
+
+    gate = getattr(region_map, "regions_tissue", None)
+    grown = getattr(region_map, "_grown", None)
+    if gate is not None and grown is not None:
+        return gate(src, region=grown(box0, grid, src.shape0), cancel=cancel)
+    from napari_slidescope.pipeline.tissue import detect_tissue
+
+    return detect_tissue(src, region=box0, cancel=cancel, max_hole_um2=TISSUE_MAX_HOLE_UM2)
+
+
+def _gate_record(tissue: Any) -> dict[str, Any]:
+    """``{"tissue_gate": ...}`` as :func:`classify_regions` records it (where it does)."""
+    from napari_slidescope.pipeline import region_map
+
+    record = getattr(region_map, "_gate_record", None)
+    return {} if record is None else {"tissue_gate": record(tissue)}
 
 
 def _rectangles(tiles: Sequence[tuple[int, int]]) -> list[tuple[range, range]]:

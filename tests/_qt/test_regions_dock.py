@@ -204,7 +204,7 @@ def test_preview_reuses_cached_tiles_and_cancels_a_stale_one(dock_slide, region_
     assert computed > 0
     first = dock.preview_regions
     # the final classifier is the preview's, and it classifies as the preview showed
-    assert dock.classifier.parameters["stains"] == "given"
+    assert dock.classifier.parameters["stains"] == "slide"
     direct = classify_regions(cache.slide, dock.classifier, region=first.region)
     np.testing.assert_array_equal(first.labels, direct.labels)
     # the same view again: every tile cached, the layer shows the same classes

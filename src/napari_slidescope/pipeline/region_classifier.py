@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,13 +154,30 @@ class FeatureSource(Protocol):
 _STAIN_LEVEL_PX = 4096
 
 
+#: Estimates of :func:`slide_stains`, per open slide (a live preview retrains often).
+_SLIDE_STAINS: weakref.WeakKeyDictionary[Any, StainMatrix] = weakref.WeakKeyDictionary()
+
+
 def slide_stains(slide: Any) -> StainMatrix:
     """H&E vectors (Macenko) of a slide's pixels at low resolution; Ruifrok's as fallback.
 
     The finest pyramid level at most 4096 pixels a side (else the coarsest) is read whole;
     glass drops out by its low optical density. The estimate depends on the slide only,
-    not on the examples drawn on it.
+    not on the examples drawn on it; it is kept while the slide object lives.
     """
+    try:
+        return _SLIDE_STAINS[slide]
+    except (KeyError, TypeError):
+        pass
+    out = _estimate_slide_stains(slide)
+    try:
+        _SLIDE_STAINS[slide] = out
+    except TypeError:  # a slide that takes no weak reference: estimated each time
+        pass
+    return out
+
+
+def _estimate_slide_stains(slide: Any) -> StainMatrix:
     shapes = [tuple(int(v) for v in s) for s in slide.level_shapes]
     small = [k for k, (h, w) in enumerate(shapes) if max(h, w) <= _STAIN_LEVEL_PX]
     level = small[0] if small else len(shapes) - 1

@@ -110,7 +110,6 @@ class RegionPreview:
         self._labels: dict[tuple[int, int], np.ndarray] = {}
         self._label_key: str | None = None
         self._sha: tuple[int, str] | None = None
-        self._stains: Any = None
         self._lock = threading.RLock()
 
     # -- state --------------------------------------------------------------------------
@@ -144,9 +143,7 @@ class RegionPreview:
 
     def stains(self) -> Any:
         """Return the slide's stain vectors (:func:`slide_stains`, estimated once)."""
-        if self._stains is None:
-            self._stains = slide_stains(self._src)
-        return self._stains
+        return slide_stains(self._src)
 
     # -- features -------------------------------------------------------------------------
     def _use_spec(self, spec: FeatureSpec) -> None:
@@ -247,13 +244,13 @@ class RegionPreview:
     def train(self, examples: Any, **options: Any) -> RegionClassifier:
         """Train a classifier as :func:`train_region_classifier` does, features from the cache.
 
-        The stain vectors are the slide's (:meth:`stains`) unless `options` give others, so
-        the features of the view stay valid from one stroke to the next.
+        The stain vectors are the slide's (``stains="slide"``, :meth:`stains`) unless
+        `options` give others, so the features of the view stay valid from one stroke to
+        the next; the classifier is the one ``train_region_classifier`` gives with the same
+        options.
         """
-        options.setdefault("stains", self.stains())
+        options.setdefault("stains", "slide")
         options.setdefault("n_jobs", self.threads)
-        if isinstance(options["stains"], str) and options["stains"] == "slide":
-            options["stains"] = self.stains()
         if "slide_mpp" in options:
             options.pop("slide_mpp")
         with self._lock:

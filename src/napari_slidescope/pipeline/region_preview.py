@@ -354,8 +354,9 @@ class RegionPreview:
             # cached classes first (instant); then the tiles to predict whose features are
             # cached, centre first; then rectangles of tiles to compute, nearest first
             todo = [tl for tl in tiles if self._needs(tl, grid, wbox, want)]
+            pending = set(todo)
             for tile in tiles:
-                if tile not in set(todo):
+                if tile not in pending:
                     self._paste(tile, grid, wbox, want, labels, on_tile)
             if on_start is not None:
                 on_start(regions)

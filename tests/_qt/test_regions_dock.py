@@ -187,3 +187,42 @@ def test_cancel_and_bad_files(dock_slide, region_slide, qtbot, tmp_path):
     empty.write_text(json.dumps({"type": "FeatureCollection", "features": []}))
     assert dock._report(dock.load_examples, empty) is None
     assert "no classified annotations" in dock.status.text()
+
+
+def test_preview_reuses_cached_tiles_and_cancels_a_stale_one(dock_slide, region_slide, qtbot):
+    from napari_slidescope import classify_regions
+    from napari_slidescope._napari.jobs import SlideSource
+
+    path, truth = region_slide
+    viewer, image, dock = _dock(dock_slide, path, qtbot)
+    dock.live.setChecked(False)
+    dock.add_examples(truth.example_lines(per_class=3))
+    dock.preview()
+    _idle(dock, qtbot)
+    cache = dock._opened.get(SlideSource.from_layer(image))
+    computed = cache.computed_tiles
+    assert computed > 0
+    first = dock.preview_regions
+    # the final classifier is the preview's, and it classifies as the preview showed
+    assert dock.classifier.parameters["stains"] == "slide"
+    direct = classify_regions(cache.slide, dock.classifier, region=first.region)
+    np.testing.assert_array_equal(first.labels, direct.labels)
+    # the same view again: every tile cached, the layer shows the same classes
+    dock.preview()
+    _idle(dock, qtbot)
+    assert cache.computed_tiles == computed
+    np.testing.assert_array_equal(dock.preview_regions.labels, first.labels)
+    # a stroke more, then a second update while the first runs: the first is cancelled
+    dock.add_examples({"Tumor": [truth.example_lines(per_class=1, seed=7)["Tumor"][0]]})
+    dock._timer.stop()
+    errors = []
+    worker = dock.preview()
+    worker.errored.connect(errors.append)
+    dock.preview()
+    assert dock._preview_again
+    _idle(dock, qtbot)
+    assert all(type(e).__name__ == "Cancelled" for e in errors)
+    assert "classified in" in dock.status.text()
+    assert dock.classifier.sha256 != first.parameters["classifier_sha256"]  # retrained
+    assert dock.preview_regions.parameters["classifier_sha256"] == dock.classifier.sha256
+    assert cache.computed_tiles == computed  # the stroke lay in view: no feature computed

@@ -73,6 +73,9 @@ class _Bridge(QObject):
     started = Signal(object)  # the working grid (shape, downsample)
     tile = Signal(object, object)  # (box in the map, labels)
     progress = Signal(int, int)
+    trained = Signal(object, object)  # preview: (classifier, the examples' signature)
+    preview_map = Signal(object)  # preview: the map being filled (RegionMap)
+    preview_tile = Signal()  # preview: one more tile of that map is in
 
 
 class RegionsWidget(ClassListOwner, QWidget):
@@ -83,6 +86,12 @@ class RegionsWidget(ClassListOwner, QWidget):
     napari_viewer : napari.Viewer
         The viewer (injected by napari when docked from the Plugins menu).
     """
+
+    # the live preview's state (set by preview() and its slots)
+    _preview_cancel: threading.Event | None = None
+    _preview_layer: Any = None
+    _preview_shown: Any = None
+    _preview_wired = False
 
     def __init__(self, napari_viewer: Any) -> None:
         super().__init__()
@@ -450,12 +459,18 @@ class RegionsWidget(ClassListOwner, QWidget):
     def preview(self) -> Any:
         """Retrain if the examples changed and classify the view, on a worker thread.
 
-        Returns the worker (None when nothing to do); a call while one runs queues one more.
+        Features and classes come from the tile caches of
+        :class:`~napari_slidescope.pipeline.region_preview.RegionPreview` (one per slide),
+        the tiles nearest the view's centre painted first. Returns the worker (None when
+        nothing to do); a call while one runs cancels it (what it computed stays cached)
+        and queues one more.
         """
         if self._image is None or len(self.examples()) < 2:
             return None
         if self._preview_worker is not None:
             self._preview_again = True
+            if self._preview_cancel is not None:
+                self._preview_cancel.set()
             return None
         try:
             box = self._visible_box()
@@ -468,6 +483,12 @@ class RegionsWidget(ClassListOwner, QWidget):
         clf = self.classifier if self._trained_on is not None else None
         examples = self.examples()
         options = self._train_options(examples)
+        self._preview_cancel = cancel = threading.Event()
+        if not self._preview_wired:  # the preview's streaming signals, connected once
+            self._preview_wired = True
+            self._bridge.trained.connect(self._on_trained)
+            self._bridge.preview_map.connect(self._on_preview_map)
+            self._bridge.preview_tile.connect(self._on_preview_tile)
         worker = create_worker(
             _preview_work,
             source,
@@ -477,14 +498,44 @@ class RegionsWidget(ClassListOwner, QWidget):
             box,
             self._opened,
             self.tissue_only.isChecked(),
+            bridge=self._bridge,
+            cancel=cancel,
+            signature=self._signed,
             _ignore_errors=True,
         )
         worker.returned.connect(self._on_preview)
-        worker.errored.connect(lambda exc: self.status.setText(f"Preview: {exc}"))
+        worker.errored.connect(self._on_preview_error)
         worker.finished.connect(self._preview_done)
         self._preview_worker = worker
         worker.start()
         return worker
+
+    def _on_trained(self, clf: Any, signature: Any) -> None:
+        if signature == self._signed:  # not when the examples changed meanwhile
+            self.classifier, self._trained_on = clf, True
+
+    def _on_preview_map(self, regions: Any) -> None:
+        from napari_slidescope._napari.regions import show_regions
+
+        if self._image is None:
+            return
+        self._preview_layer = show_regions(
+            self._viewer, self._image, regions, name=f"{self._image.name} regions preview"
+        )
+        self._preview_shown = regions
+        if self._shapes is not None:  # strokes stay on top and selected for drawing
+            self._viewer.layers.selection.active = self._shapes
+        self._painted_at = time.perf_counter()
+
+    def _on_preview_tile(self) -> None:
+        now = time.perf_counter()
+        if self._preview_layer is not None and now - self._painted_at > 0.5:
+            self._painted_at = now  # repaint twice a second, not per tile (software GL)
+            self._preview_layer.refresh()
+
+    def _on_preview_error(self, exc: BaseException) -> None:
+        if not isinstance(exc, Cancelled):  # cancelled: a newer view or stroke follows
+            self.status.setText(f"Preview: {exc}")
 
     def _train_options(self, examples: dict[str, list[Any]]) -> dict[str, Any]:
         used = [c for c in self.classes if c in examples]
@@ -492,19 +543,20 @@ class RegionsWidget(ClassListOwner, QWidget):
             "mpp": float(self.mpp_box.value()),
             "classes": used,
             "colors": {c: self.classes[c] for c in used},
+            "stains": "slide",  # the same whatever the strokes: a stroke keeps the features
         }
 
     def _on_preview(self, out: tuple[Any, Any, float, float]) -> None:
         from napari_slidescope._napari.regions import show_regions
 
         clf, regions, t_train, t_pred = out
-        if self._trained_on is None:
-            self.classifier = clf
-            self._trained_on = True
         self.preview_regions = regions
         self.last_preview_s = t_train + t_pred
-        if self._image is not None:
-            show_regions(
+        layer = self._preview_layer
+        if regions is self._preview_shown and layer is not None and layer in self._viewer.layers:
+            layer.refresh()  # shown when its first tiles came: only the last ones to draw
+        elif self._image is not None:
+            self._preview_layer = show_regions(
                 self._viewer, self._image, regions, name=f"{self._image.name} regions preview"
             )
             if self._shapes is not None:  # strokes stay on top and selected for drawing
@@ -518,6 +570,7 @@ class RegionsWidget(ClassListOwner, QWidget):
 
     def _preview_done(self) -> None:
         self._preview_worker = None
+        self._preview_cancel = None
         if self._preview_again:
             self._preview_again = False
             self.preview()
@@ -759,29 +812,39 @@ def _train(source: SlideSource, slide: Any, examples: Any, options: dict[str, An
 
 
 class _OpenSlide:
-    """The slide the previews read, kept open between them (its tile cache stays warm).
+    """The slide the previews read and its tile caches, kept between previews.
 
-    Only one preview runs at a time, so one open slide serves them in turn; a new source
-    closes the old one.
+    A :class:`~napari_slidescope.pipeline.region_preview.RegionPreview` of the slide: its
+    tile cache stays warm and so do its caches of features and classes. Only one preview
+    runs at a time, so one serves them in turn; a new source closes the old one.
     """
 
     def __init__(self) -> None:
         self._key: tuple | None = None
-        self._slide: Any = None
+        self._preview: Any = None
         self._lock = threading.Lock()
 
     def get(self, source: SlideSource) -> Any:
+        """Return the source's RegionPreview (opened on first use)."""
+        from napari_slidescope.pipeline.region_preview import RegionPreview
+
         with self._lock:
             key = (source.name, source.path, id(source.array), source.shape0)
-            if self._slide is None or self._key != key:
+            if self._preview is None or self._key != key:
                 self.close_locked()
-                self._slide, self._key = source.open(), key
-            return self._slide
+                slide = source.open()
+                try:
+                    self._preview = RegionPreview(slide, slide_mpp=source.mpp[0])
+                except BaseException:
+                    slide.close()
+                    raise
+                self._key = key
+            return self._preview
 
     def close_locked(self) -> None:
-        if self._slide is not None:
-            self._slide.close()
-        self._slide = self._key = None
+        if self._preview is not None:
+            self._preview.slide.close()
+        self._preview = self._key = None
 
     def close(self) -> None:
         with self._lock:
@@ -796,18 +859,31 @@ def _preview_work(
     box: tuple[int, int, int, int],
     opened: _OpenSlide,
     tissue_only: bool = True,
+    *,
+    bridge: _Bridge | None = None,
+    cancel: threading.Event | None = None,
+    signature: Any = None,
 ) -> tuple[Any, Any, float, float]:
-    """Worker: train when `clf` is None, then classify `box` (its tissue, or every pixel)."""
-    from napari_slidescope.pipeline.region_map import classify_regions
+    """Worker: train when `clf` is None, then classify `box` (its tissue, or every pixel).
 
-    slide = opened.get(source)
+    Training and classification use the slide's tile caches; with a `bridge`, the new
+    classifier and the map being filled (then each tile) are signalled as they come.
+    """
+    preview = opened.get(source)
     t0 = time.perf_counter()
     trained = clf is None
     if clf is None:
-        clf = _train(source, slide, examples, options)
+        clf = preview.train(examples, **options)
+        if bridge is not None:
+            bridge.trained.emit(clf, signature)
     t1 = time.perf_counter()
-    regions = classify_regions(
-        slide, clf, region=box, tissue=None if tissue_only else False, slide_mpp=source.mpp[0]
+    regions = preview.classify(
+        clf,
+        box,
+        tissue=None if tissue_only else False,
+        cancel=cancel,
+        on_start=None if bridge is None else bridge.preview_map.emit,
+        on_tile=None if bridge is None else (lambda _box, _labels: bridge.preview_tile.emit()),
     )
     t2 = time.perf_counter()
     return clf, regions, (t1 - t0) if trained else 0.0, t2 - t1

@@ -132,6 +132,7 @@ def region_features(
     stains: StainMatrix = RUIFROK_HE,
     kinds: Sequence[str] = FEATURE_KINDS,
     crop: int = 0,
+    planar: bool = False,
 ) -> np.ndarray:
     """Compute the per-pixel features of an RGB image.
 
@@ -151,11 +152,16 @@ def region_features(
         Some of :data:`FEATURE_KINDS`, computed in that order (fewer kinds: faster).
     crop : int
         Pixels to drop on every side of the output (the halo a tile was read with).
+    planar : bool
+        Return the features as planes ``(F, M - 2 crop, N - 2 crop)`` (the same values;
+        cheaper to write, and a prediction can read the pixels as the rows of an
+        F-ordered matrix without a copy).
 
     Returns
     -------
     (M - 2 crop, N - 2 crop, F) ndarray of float32
-        Features in :func:`feature_names` order.
+        Features in :func:`feature_names` order (``(F, M - 2 crop, N - 2 crop)`` when
+        `planar`).
 
     Raises
     ------
@@ -183,7 +189,8 @@ def region_features(
         raise ValueError(f"crop: {crop} px leaves nothing of a {rgb.shape[:2]} image")
     core = (slice(crop, crop + h), slice(crop, crop + w))
     planes = _channels(rgb, channels, stains)
-    out = np.empty((h, w, len(planes) * len(sigmas) * len(want)), np.float32)
+    nf = len(planes) * len(sigmas) * len(want)
+    out = np.empty((nf, h, w) if planar else (h, w, nf), np.float32)
     diff = np.array([-0.5, 0.0, 0.5], np.float32)  # correlate1d: (f[i+1] - f[i-1]) / 2
     k = 0
     for plane in planes:
@@ -216,6 +223,9 @@ def region_features(
                 st_max, st_min = _eig(jyy[core], jxx[core], jxy[core])
                 feats["structure_max"], feats["structure_min"] = s2 * st_max, s2 * st_min
             for name in want:
-                out[..., k] = feats[name]
+                if planar:
+                    out[k] = feats[name]
+                else:
+                    out[..., k] = feats[name]
                 k += 1
     return out

@@ -18,10 +18,11 @@ import math
 import os
 import sys
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from skimage import draw
@@ -49,10 +50,12 @@ from napari_slidescope.pipeline.regions import as_slide
 
 __all__ = [
     "DEFAULT_REGION_MPP",
+    "FeatureSpec",
     "IGNORE",
     "RegionClassifier",
     "Stroke",
     "load_region_classifier",
+    "slide_stains",
     "train_region_classifier",
 ]
 
@@ -79,6 +82,115 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
     (204, 121, 167),
     (86, 180, 233),
 )
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """What a pixel's features depend on besides its neighbourhood's pixels.
+
+    Two equal specs give bit-identical features of the same working pixels (a feature
+    cache is keyed by it).
+
+    Attributes
+    ----------
+    mpp : float
+        µm per working pixel (the grid's exact value).
+    channels, scales_um, kinds : tuple
+        As :func:`~napari_slidescope.analysis.region_features.region_features` takes them.
+    stains : StainMatrix
+        The vectors of the hematoxylin and eosin channels.
+    """
+
+    mpp: float
+    channels: tuple[str, ...]
+    scales_um: tuple[float, ...]
+    kinds: tuple[str, ...]
+    stains: StainMatrix
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """Hashable identity (the stain vectors by value)."""
+        m = np.asarray(self.stains.matrix, np.float64)
+        return (
+            FEATURES_VERSION,
+            float(self.mpp),
+            self.channels,
+            self.scales_um,
+            self.kinds,
+            m.tobytes(),
+        )
+
+    @property
+    def halo(self) -> int:
+        """Margin a box needs for exact features (:func:`halo_px`)."""
+        return halo_px(self.scales_um, self.mpp)
+
+    def compute(self, rgb: np.ndarray, *, crop: int = 0, planar: bool = False) -> np.ndarray:
+        """Features ``(M - 2 crop, N - 2 crop, F)`` of a working-resolution RGB image.
+
+        ``(F, M - 2 crop, N - 2 crop)`` when `planar` (:func:`region_features`).
+        """
+        return region_features(
+            rgb,
+            mpp=self.mpp,
+            channels=self.channels,
+            scales_um=self.scales_um,
+            stains=self.stains,
+            kinds=self.kinds,
+            crop=crop,
+            planar=planar,
+        )
+
+
+class FeatureSource(Protocol):
+    """Features ``(y1 - y0, x1 - x0, F)`` of a working-pixel box (a cache of them)."""
+
+    def __call__(
+        self, grid: WorkingGrid, box: tuple[int, int, int, int], spec: FeatureSpec
+    ) -> np.ndarray: ...
+
+
+#: Largest side (pixels) of the level :func:`slide_stains` reads.
+_STAIN_LEVEL_PX = 4096
+
+
+#: Estimates of :func:`slide_stains`, per open slide (a live preview retrains often).
+_SLIDE_STAINS: weakref.WeakKeyDictionary[Any, StainMatrix] = weakref.WeakKeyDictionary()
+
+
+def slide_stains(slide: Any) -> StainMatrix:
+    """H&E vectors (Macenko) of a slide's pixels at low resolution; Ruifrok's as fallback.
+
+    The finest pyramid level at most 4096 pixels a side (else the coarsest) is read whole;
+    glass drops out by its low optical density. The estimate depends on the slide only,
+    not on the examples drawn on it; it is kept while the slide object lives.
+    """
+    try:
+        return _SLIDE_STAINS[slide]
+    except (KeyError, TypeError):
+        pass
+    out = _estimate_slide_stains(slide)
+    try:
+        _SLIDE_STAINS[slide] = out
+    except TypeError:  # a slide that takes no weak reference: estimated each time
+        pass
+    return out
+
+
+def _estimate_slide_stains(slide: Any) -> StainMatrix:
+    shapes = [tuple(int(v) for v in s) for s in slide.level_shapes]
+    small = [k for k, (h, w) in enumerate(shapes) if max(h, w) <= _STAIN_LEVEL_PX]
+    level = small[0] if small else len(shapes) - 1
+    h, w = shapes[level]
+    pixels = np.asarray(slide.read_level(level, (0, 0, h, w)))
+    if pixels.ndim != 3 or pixels.shape[2] < 3 or pixels.dtype != np.uint8:
+        return RUIFROK_HE
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return estimate_stains(pixels[..., :3])
+        except ValueError:
+            return RUIFROK_HE
 
 
 @dataclass(frozen=True)
@@ -150,6 +262,10 @@ class RegionClassifier:
         """Margin a tile needs at `mpp` µm/px for its features to be exact."""
         return halo_px(self.scales_um, mpp)
 
+    def feature_spec(self, mpp: float) -> FeatureSpec:
+        """Return what its features are at `mpp` µm/px (a feature cache's key)."""
+        return FeatureSpec(float(mpp), self.channels, self.scales_um, self.kinds, self.stains)
+
     def features_of(self, rgb: np.ndarray, *, mpp: float, crop: int = 0) -> np.ndarray:
         """Features ``(M, N, F)`` of a working-resolution RGB image (:func:`region_features`)."""
         return region_features(
@@ -164,7 +280,7 @@ class RegionClassifier:
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """Class probabilities ``(K, n_classes)`` of a feature matrix in :attr:`features` order."""
-        x = np.ascontiguousarray(x, np.float32)
+        x = np.asarray(x, np.float32)  # any layout: the trees read strided rows
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise ValueError(f"features: expected (K, {len(self.features)}), got {x.shape}")
         if not len(x):
@@ -400,7 +516,10 @@ def train_region_classifier(
     n_estimators: int = 32,
     min_samples_leaf: int = 5,
     random_state: int = 0,
+    stains: StainMatrix | str = "examples",
+    n_jobs: int = 1,
     slide_mpp: float | None = None,
+    _feature_source: FeatureSource | None = None,
 ) -> RegionClassifier:
     """Train a tissue-region (pixel) classifier from strokes or polygons on a slide.
 
@@ -442,6 +561,13 @@ def train_region_classifier(
         The random forest's size and smallest leaf.
     random_state : int
         Seed: the same examples give the same classifier.
+    stains : StainMatrix, "examples" or "slide"
+        The H&E vectors of the hematoxylin and eosin channels: estimated from the
+        examples' pixels (default), once from the whole slide's low-resolution pixels
+        (:func:`slide_stains`: the same whatever the strokes, so the live preview keeps its
+        features when a stroke is added), or given. Recorded in the classifier either way.
+    n_jobs : int
+        Threads that grow the trees (the forest is the same for any number).
     slide_mpp : float, optional
         Level-0 µm/px of an array, or of a slide without calibration.
 
@@ -490,11 +616,18 @@ def train_region_classifier(
     if max_pixels_per_class < 10:
         raise ValueError(f"max_pixels_per_class: expected >= 10, got {max_pixels_per_class}")
     sk = forest_file.sklearn_or_error("train_region_classifier")
+    if isinstance(stains, str) and stains not in ("examples", "slide"):
+        raise ValueError(f"stains: expected 'examples', 'slide' or a StainMatrix, got {stains!r}")
+    chans = tuple(str(c) for c in channels)
+    scales = tuple(float(s) for s in scales_um)
+    kind_t = tuple(k for k in FEATURE_KINDS if k in kinds)
+    if not kind_t or any(k not in FEATURE_KINDS for k in kinds):
+        raise ValueError(f"kinds: expected some of {list(FEATURE_KINDS)}, got {list(kinds)}")
     src, owned = as_slide(slide, mpp=slide_mpp)
     try:
         grid = working_grid(src, mpp)
         halo = halo_px(scales_um, grid.mpp)
-        crops: list[tuple[int, np.ndarray, np.ndarray]] = []
+        picked: list[tuple[int, tuple[int, int, int, int], np.ndarray]] = []
         for k, name in enumerate(names):
             for shape in shapes[name]:
                 box = _example_box(shape, grid)
@@ -503,38 +636,40 @@ def train_region_classifier(
                 box = _clamp_box(box)
                 mask = _example_mask(shape, grid, box)
                 if mask.any():
-                    crops.append((k, read_working(src, grid, box, halo), mask))
+                    picked.append((k, box, mask))
+        counts = {c: 0 for c in names}
+        for k, _, mask in picked:
+            counts[names[k]] += int(mask.sum())
+        empty = [c for c, n in counts.items() if n == 0]
+        if empty:
+            raise ValueError(
+                f"examples: no working pixel of {empty} on the slide at {grid.mpp:.3g} µm/px "
+                "(examples outside the slide, or thinner than a pixel?)"
+            )
+        crops: list[np.ndarray] = []
+        if isinstance(stains, StainMatrix):
+            matrix = stains
+        elif stains == "slide":
+            matrix = slide_stains(src)
+        else:  # the examples' own pixels: read them first
+            crops = [read_working(src, grid, box, halo) for _, box, _ in picked]
+            matrix = _stains(
+                [(k, rgb, m) for (k, _, m), rgb in zip(picked, crops, strict=True)], halo
+            )
+        spec = FeatureSpec(grid.mpp, chans, scales, kind_t, matrix)
+        rng = np.random.default_rng(random_state)
+        xs: list[list[np.ndarray]] = [[] for _ in names]
+        for j, (k, box, mask) in enumerate(picked):
+            if crops:
+                feats = spec.compute(crops[j], crop=halo)
+            elif _feature_source is not None:
+                feats = _feature_source(grid, box, spec)
+            else:
+                feats = spec.compute(read_working(src, grid, box, halo), crop=halo)
+            xs[k].append(feats[mask])
     finally:
         if owned:
             src.close()
-    counts = {c: 0 for c in names}
-    for k, _, mask in crops:
-        counts[names[k]] += int(mask.sum())
-    empty = [c for c, n in counts.items() if n == 0]
-    if empty:
-        raise ValueError(
-            f"examples: no working pixel of {empty} on the slide at {grid.mpp:.3g} µm/px "
-            "(examples outside the slide, or thinner than a pixel?)"
-        )
-    stains = _stains(crops, halo)
-    chans = tuple(str(c) for c in channels)
-    scales = tuple(float(s) for s in scales_um)
-    kind_t = tuple(k for k in FEATURE_KINDS if k in kinds)
-    if not kind_t or any(k not in FEATURE_KINDS for k in kinds):
-        raise ValueError(f"kinds: expected some of {list(FEATURE_KINDS)}, got {list(kinds)}")
-    rng = np.random.default_rng(random_state)
-    xs: list[list[np.ndarray]] = [[] for _ in names]
-    for k, rgb, mask in crops:
-        feats = region_features(
-            rgb,
-            mpp=grid.mpp,
-            stains=stains,
-            crop=halo,
-            channels=chans,
-            scales_um=scales,
-            kinds=kind_t,
-        )
-        xs[k].append(feats[mask])
     x_parts, y_parts, used = [], [], {}
     for k, name in enumerate(names):
         xk = np.concatenate(xs[k])
@@ -549,7 +684,7 @@ def train_region_classifier(
         min_samples_leaf=min_samples_leaf,
         class_weight="balanced",
         random_state=random_state,
-        n_jobs=1,
+        n_jobs=max(1, int(n_jobs)),
     )
     forest.fit(x, y)
     few = {c: n for c, n in counts.items() if n < 50}
@@ -570,6 +705,8 @@ def train_region_classifier(
         "random_state": int(random_state),
         "stroke_width_um": stroke_width_um,
     }
+    if not (isinstance(stains, str) and stains == "examples"):  # the default keeps its old digest
+        params["stains"] = stains if isinstance(stains, str) else "given"
     return RegionClassifier(
         class_names=names,
         colors=_colours(names, {**file_colours, **(colors or {})}),
@@ -579,7 +716,7 @@ def train_region_classifier(
         channels=chans,
         scales_um=scales,
         kinds=kind_t,
-        stains=stains,
+        stains=matrix,
         examples=used,
         parameters=params,
         software_version=version,

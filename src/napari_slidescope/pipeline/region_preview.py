@@ -47,7 +47,15 @@ from napari_slidescope.pipeline.region_classifier import (
     train_region_classifier,
 )
 from napari_slidescope.pipeline.region_grid import WorkingGrid, read_working, working_grid
-from napari_slidescope.pipeline.region_map import TISSUE_MAX_HOLE_UM2, RegionMap, _tissue_mask
+from napari_slidescope.pipeline.region_map import (
+    RegionMap,
+    _grown,
+    _tissue_mask,
+    regions_tissue,
+)
+from napari_slidescope.pipeline.region_map import (
+    _gate_record as _map_gate_record,
+)
 from napari_slidescope.pipeline.regions import as_slide, check_region
 
 __all__ = ["DEFAULT_CACHE_BYTES", "PREVIEW_TILE_PX", "RegionPreview"]
@@ -465,27 +473,15 @@ class RegionPreview:
 def _gate(src: Any, box0: Box, grid: WorkingGrid, cancel: threading.Event | None) -> Any:
     """Return the tissue mask :func:`classify_regions` gates `box0` with (the same call).
 
-    The gate is region_map's (:func:`regions_tissue` with its margin where that module has
-    them, else tissue detection with holes filled): the preview must skip what the run on
-    the slide skips.
+    The preview must skip what the run on the slide skips, so both call
+    :func:`regions_tissue` on the box grown by the same margin.
     """
-    from napari_slidescope.pipeline import region_map
-
-    gate = getattr(region_map, "regions_tissue", None)
-    grown = getattr(region_map, "_grown", None)
-    if gate is not None and grown is not None:
-        return gate(src, region=grown(box0, grid, src.shape0), cancel=cancel)
-    from napari_slidescope.pipeline.tissue import detect_tissue
-
-    return detect_tissue(src, region=box0, cancel=cancel, max_hole_um2=TISSUE_MAX_HOLE_UM2)
+    return regions_tissue(src, region=_grown(box0, grid, src.shape0), cancel=cancel)
 
 
 def _gate_record(tissue: Any) -> dict[str, Any]:
-    """``{"tissue_gate": ...}`` as :func:`classify_regions` records it (where it does)."""
-    from napari_slidescope.pipeline import region_map
-
-    record = getattr(region_map, "_gate_record", None)
-    return {} if record is None else {"tissue_gate": record(tissue)}
+    """``{"tissue_gate": ...}`` as :func:`classify_regions` records it."""
+    return {"tissue_gate": _map_gate_record(tissue)}
 
 
 def _rectangles(tiles: Sequence[tuple[int, int]]) -> list[tuple[range, range]]:

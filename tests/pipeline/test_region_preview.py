@@ -216,3 +216,50 @@ def test_cached_features_equal_an_untiled_computation(preview, trained):
     for box in [(5, 7, 101, 77), (250, 260, 300, 300), (0, 0, 300, 300)]:  # edges mirrored
         want = spec.compute(read_working(preview.slide, grid, box, spec.halo), crop=spec.halo)
         np.testing.assert_array_equal(preview.features(grid, box, spec), want)
+
+
+def test_progress_counts_every_tile_once(preview, trained):
+    box = (0, 0, 1200, 1200)
+    seen, tiles = [], []
+    preview.classify(
+        trained, box, tissue=False, progress=seen.append, on_tile=lambda b, lab: tiles.append(b)
+    )
+    assert seen[0].done == 0 and seen[-1].done == seen[-1].total == len(tiles)
+    assert [p.done for p in seen] == list(range(len(tiles) + 1))
+    seen.clear()
+    preview.classify(trained, box, tissue=False, progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (len(tiles), len(tiles))  # all cached: counted too
+
+
+def test_carry_over_keeps_previous_classes_by_name_on_the_same_grid(preview, trained):
+    from dataclasses import replace
+
+    from napari_slidescope.pipeline.region_preview import carry_over
+
+    old = preview.classify(trained, (0, 0, 800, 800), tissue=False)
+    assert old.labels.all()
+    new = preview.classify(trained, (400, 400, 1200, 1200), tissue=False)
+    blank = replace(new, labels=np.zeros_like(new.labels))
+    shown = carry_over(blank, old)
+    assert shown.labels is not blank.labels and shown.origin == new.origin
+    oy, ox = (
+        int(round((a - b) / new.downsample[0])) for a, b in zip(new.origin, old.origin, strict=True)
+    )
+    # the overlap shows the previous classes; the new part of the view nothing (as before)
+    np.testing.assert_array_equal(
+        shown.labels[: old.labels.shape[0] - oy, : old.labels.shape[1] - ox], old.labels[oy:, ox:]
+    )
+    assert not shown.labels[old.labels.shape[0] - oy :].any()
+    # tiles already in show their own classes
+    done = [(0, 0, 10, 10)]
+    mixed = carry_over(replace(new, labels=np.full_like(new.labels, 2)), old, done)
+    assert (mixed.labels[:10, :10] == 2).all()
+    # classes follow by name (another order of classes), other grids carry nothing
+    swapped = replace(old, classes=old.classes[::-1])
+    again = carry_over(blank, swapped)
+    k = len(old.classes) + 1
+    np.testing.assert_array_equal(again.labels[:10, :10], (k - old.labels[oy:, ox:][:10, :10]) % k)
+    other = replace(old, downsample=(old.downsample[0] * 2, old.downsample[1] * 2))
+    assert not carry_over(blank, other).labels.any()
+    gated = replace(old, parameters={**old.parameters, "tissue_gated": True})
+    assert not carry_over(blank, gated).labels.any()

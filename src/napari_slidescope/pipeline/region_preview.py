@@ -29,6 +29,7 @@ the same box, tissue gate and classifier, bit for bit (the tests check it).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections import OrderedDict
@@ -40,6 +41,7 @@ import numpy as np
 
 from napari_slidescope._types import Box
 from napari_slidescope.pipeline.cancel import check_cancel
+from napari_slidescope.pipeline.progress import progress_caller
 from napari_slidescope.pipeline.region_classifier import (
     FeatureSpec,
     RegionClassifier,
@@ -58,7 +60,7 @@ from napari_slidescope.pipeline.region_map import (
 )
 from napari_slidescope.pipeline.regions import as_slide, check_region
 
-__all__ = ["DEFAULT_CACHE_BYTES", "PREVIEW_TILE_PX", "RegionPreview"]
+__all__ = ["DEFAULT_CACHE_BYTES", "PREVIEW_TILE_PX", "RegionPreview", "carry_over"]
 
 #: Side of a cached tile, working pixels: small, so a view's tiles cover little beyond it.
 PREVIEW_TILE_PX = 128
@@ -281,6 +283,7 @@ class RegionPreview:
         on_tile: Callable[[Box, np.ndarray], Any] | None = None,
         cancel: threading.Event | None = None,
         on_start: Callable[[RegionMap], Any] | None = None,
+        progress: Callable[..., Any] | None = None,
     ) -> RegionMap:
         """Classify a level-0 box as :func:`classify_regions` does, reusing cached tiles.
 
@@ -302,6 +305,9 @@ class RegionPreview:
             ``on_start(regions)`` once the cached tiles are in, before those that need
             work, with the map they fill in place (a viewer shows it then repaints as
             tiles come; a view all in the cache is complete by then).
+        progress : callable, optional
+            ``progress(Progress)`` first with none done, then after each tile (cached or
+            predicted): tiles of the view pasted into the map, of those with tissue.
 
         Returns
         -------
@@ -363,9 +369,16 @@ class RegionPreview:
             # cached, centre first; then rectangles of tiles to compute, nearest first
             todo = [tl for tl in tiles if self._needs(tl, grid, wbox, want)]
             pending = set(todo)
+            call = progress_caller(progress)
+            done, total = 0, len(tiles)
+            if call:
+                call(done, total)
             for tile in tiles:
                 if tile not in pending:
                     self._paste(tile, grid, wbox, want, labels, on_tile)
+                    done += 1
+                    if call:
+                        call(done, total)
             if on_start is not None:
                 on_start(regions)
             rank = {tl: k for k, tl in enumerate(tiles)}
@@ -395,6 +408,9 @@ class RegionPreview:
                         self._labels[tile] = out
                         self.predicted_pixels += n
                         self._paste(tile, grid, wbox, want, labels, on_tile)
+                        done += 1
+                        if call:
+                            call(done, total)
             self._trim()
         return regions
 
@@ -468,6 +484,61 @@ class RegionPreview:
         labels[p:r, q:s] = part
         if on_tile is not None:
             on_tile((p, q, r, s), labels[p:r, q:s].copy())
+
+
+def carry_over(
+    regions: RegionMap, previous: RegionMap | None, done: Sequence[Box] = ()
+) -> RegionMap:
+    """Return a copy of `regions` to show while it fills: the previous classes until replaced.
+
+    A viewer that showed `regions` as it fills would blank the view at every stroke (a new
+    classifier predicts every tile again) and refill it from the centre. The copy holds
+    `previous`'s classes (by class name) where the two maps overlap on the same working
+    grid, and `regions`' own classes in the tiles `done`; the viewer then pastes each new
+    tile into it. Where `previous` has nothing (a new part of the view, another grid, a
+    different tissue gate) the copy holds 0, as `regions` does.
+
+    Parameters
+    ----------
+    regions : RegionMap
+        The map being filled (:meth:`RegionPreview.classify`'s ``on_start``).
+    previous : RegionMap or None
+        What was shown before, of the same slide.
+    done : sequence of (int, int, int, int)
+        Boxes of `regions`' map (working pixels) already filled.
+
+    Returns
+    -------
+    RegionMap
+        `regions` with its own ``labels`` array (the caller owns it).
+    """
+    shown = np.zeros_like(regions.labels)
+    if previous is not None and _same_grid(regions, previous):
+        dy, dx = regions.downsample
+        oy = round((previous.origin[0] - regions.origin[0]) / dy)
+        ox = round((previous.origin[1] - regions.origin[1]) / dx)
+        lut = np.zeros(256, np.uint8)
+        for k, name in enumerate(previous.classes, start=1):
+            if name in regions.classes:
+                lut[k] = regions.classes.index(name) + 1
+        ph, pw = previous.labels.shape
+        h, w = shown.shape
+        y0, x0, y1, x1 = max(oy, 0), max(ox, 0), min(oy + ph, h), min(ox + pw, w)
+        if y1 > y0 and x1 > x0:
+            shown[y0:y1, x0:x1] = lut[previous.labels[y0 - oy : y1 - oy, x0 - ox : x1 - ox]]
+    for y0, x0, y1, x1 in done:
+        shown[y0:y1, x0:x1] = regions.labels[y0:y1, x0:x1]
+    return dataclasses.replace(regions, labels=shown)
+
+
+def _same_grid(a: RegionMap, b: RegionMap) -> bool:
+    """Whether two maps share a working grid and tissue gate (their pixels line up)."""
+    if a.downsample != b.downsample or a.mpp != b.mpp:
+        return False
+    if a.parameters.get("tissue_gated") != b.parameters.get("tissue_gated"):
+        return False
+    steps = [(a.origin[i] - b.origin[i]) / a.downsample[i] for i in (0, 1)]
+    return all(abs(s - round(s)) < 1e-6 for s in steps)
 
 
 def _gate(src: Any, box0: Box, grid: WorkingGrid, cancel: threading.Event | None) -> Any:

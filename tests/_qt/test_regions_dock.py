@@ -226,3 +226,66 @@ def test_preview_reuses_cached_tiles_and_cancels_a_stale_one(dock_slide, region_
     assert dock.classifier.sha256 != first.parameters["classifier_sha256"]  # retrained
     assert dock.preview_regions.parameters["classifier_sha256"] == dock.classifier.sha256
     assert cache.computed_tiles == computed  # the stroke lay in view: no feature computed
+
+
+def test_a_stroke_update_keeps_the_previous_classes_until_replaced(dock_slide, region_slide, qtbot):
+    from napari_slidescope import classify_regions
+    from napari_slidescope._napari.jobs import SlideSource
+
+    path, truth = region_slide
+    viewer, image, dock = _dock(dock_slide, path, qtbot)
+    dock.live.setChecked(False)
+    dock.add_examples(truth.example_lines(per_class=3))
+    dock.preview()
+    _idle(dock, qtbot)
+    assert dock.status.text().endswith("up to date")
+    layer = viewer.layers[f"{image.name} regions preview"]
+
+    def shown():
+        return np.array(layer.data[0] if layer.multiscale else layer.data)
+
+    before = shown()
+    np.testing.assert_array_equal(before, dock.preview_regions.labels)
+    assert (before > 0).mean() > 0.3
+    # a stroke: a new classifier predicts every tile again, centre first
+    dock.add_examples({"Tumor": [truth.example_lines(per_class=1, seed=7)["Tumor"][0]]})
+    dock._timer.stop()
+    at_start, at_first, painted, statuses = [], [], [], []
+
+    def on_map(regions, done):
+        at_start.append(shown())
+        statuses.append(dock.status.text())
+
+    def on_tile(regions, box, labels):
+        painted.append(box)
+        if len(painted) == 1:
+            dock._painted_at = 0.0
+            dock._on_preview_tile(regions, box, labels)  # the first partial repaint
+            at_first.append(shown())
+            statuses.append(dock.status.text())
+
+    dock._bridge.preview_map.connect(on_map)
+    dock._bridge.preview_tile.connect(on_tile)
+    try:
+        dock.preview()
+        _idle(dock, qtbot)
+    finally:
+        dock._bridge.preview_map.disconnect(on_map)
+        dock._bridge.preview_tile.disconnect(on_tile)
+    assert len(painted) > 4, "the stroke update predicted the view again, tile by tile"
+    # no blank flash: the previous classes stay where no new tile came yet
+    np.testing.assert_array_equal(at_start[0], before)
+    y0, x0, y1, x1 = painted[-1]  # a tile far from the centre, painted last
+    np.testing.assert_array_equal(at_first[0][y0:y1, x0:x1], before[y0:y1, x0:x1])
+    assert before[y0:y1, x0:x1].any()
+    a, b, c, d = painted[0]  # the first tile shows its new classes
+    regions = dock.preview_regions
+    np.testing.assert_array_equal(at_first[0][a:c, b:d], regions.labels[a:c, b:d])
+    assert all("updating" in s for s in statuses)  # a mix is never called finished
+    # done: the layer shows exactly what classify_regions gives, and says so
+    cache = dock._opened.get(SlideSource.from_layer(image))
+    direct = classify_regions(cache.slide, dock.classifier, region=regions.region)
+    np.testing.assert_array_equal(shown(), direct.labels)
+    assert regions.parameters["classifier_sha256"] == dock.classifier.sha256
+    assert not np.array_equal(direct.labels, before)  # the stroke changed some classes
+    assert dock.status.text().endswith("up to date")

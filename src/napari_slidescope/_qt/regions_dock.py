@@ -15,6 +15,7 @@ layer). The GUI-free work is :func:`~napari_slidescope.train_region_classifier` 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -74,8 +75,9 @@ class _Bridge(QObject):
     tile = Signal(object, object)  # (box in the map, labels)
     progress = Signal(int, int)
     trained = Signal(object, object)  # preview: (classifier, the examples' signature)
-    preview_map = Signal(object)  # preview: the map being filled (RegionMap)
-    preview_tile = Signal()  # preview: one more tile of that map is in
+    preview_map = Signal(object, object)  # preview: the map being filled, boxes already in
+    preview_tile = Signal(object, object, object)  # preview: (that map, a box, its classes)
+    preview_progress = Signal(int, int)  # preview: tiles in, of those with tissue
 
 
 class RegionsWidget(ClassListOwner, QWidget):
@@ -90,7 +92,8 @@ class RegionsWidget(ClassListOwner, QWidget):
     # the live preview's state (set by preview() and its slots)
     _preview_cancel: threading.Event | None = None
     _preview_layer: Any = None
-    _preview_shown: Any = None
+    _preview_shown: Any = None  # the map being filled (or filled last)
+    _preview_display: Any = None  # what the layer shows: the previous classes until replaced
     _preview_wired = False
 
     def __init__(self, napari_viewer: Any) -> None:
@@ -489,6 +492,7 @@ class RegionsWidget(ClassListOwner, QWidget):
             self._bridge.trained.connect(self._on_trained)
             self._bridge.preview_map.connect(self._on_preview_map)
             self._bridge.preview_tile.connect(self._on_preview_tile)
+            self._bridge.preview_progress.connect(self._on_preview_progress)
         worker = create_worker(
             _preview_work,
             source,
@@ -507,6 +511,7 @@ class RegionsWidget(ClassListOwner, QWidget):
         worker.errored.connect(self._on_preview_error)
         worker.finished.connect(self._preview_done)
         self._preview_worker = worker
+        self.status.setText("Preview updating…")
         worker.start()
         return worker
 
@@ -514,28 +519,45 @@ class RegionsWidget(ClassListOwner, QWidget):
         if signature == self._signed:  # not when the examples changed meanwhile
             self.classifier, self._trained_on = clf, True
 
-    def _on_preview_map(self, regions: Any) -> None:
+    def _on_preview_map(self, regions: Any, done: list[tuple[int, int, int, int]]) -> None:
         from napari_slidescope._napari.regions import show_regions
+        from napari_slidescope.pipeline.region_preview import carry_over
 
         if self._image is None:
             return
-        self._preview_layer = show_regions(
-            self._viewer, self._image, regions, name=f"{self._image.name} regions preview"
-        )
+        name = f"{self._image.name} regions preview"
+        # the previous classes stay until each tile's new ones replace them (no blank
+        # flash at every stroke); only those of this slide layer's last preview
+        previous = self._preview_display if name in self._viewer.layers else None
+        if previous is not None and previous[0] is not self._image:
+            previous = None
+        display = carry_over(regions, None if previous is None else previous[1], done)
+        self._preview_layer = show_regions(self._viewer, self._image, display, name=name)
         self._preview_shown = regions
+        self._preview_display = (self._image, display)
         if self._shapes is not None:  # strokes stay on top and selected for drawing
             self._viewer.layers.selection.active = self._shapes
         self._painted_at = time.perf_counter()
 
-    def _on_preview_tile(self) -> None:
+    def _on_preview_tile(
+        self, regions: Any, box: tuple[int, int, int, int], labels: np.ndarray
+    ) -> None:
+        if regions is not self._preview_shown or self._preview_display is None:
+            return  # a tile of an update whose map is not shown
+        y0, x0, y1, x1 = box
+        self._preview_display[1].labels[y0:y1, x0:x1] = labels
         now = time.perf_counter()
         if self._preview_layer is not None and now - self._painted_at > 0.5:
             self._painted_at = now  # repaint twice a second, not per tile (software GL)
             self._preview_layer.refresh()
 
+    def _on_preview_progress(self, done: int, total: int) -> None:
+        # until the update is done the overlay may mix previous and new classes: say so
+        self.status.setText(f"Preview updating… {done}/{total} tiles")
+
     def _on_preview_error(self, exc: BaseException) -> None:
         if not isinstance(exc, Cancelled):  # cancelled: a newer view or stroke follows
-            self.status.setText(f"Preview: {exc}")
+            self.status.setText(f"Preview: {exc} (the overlay is not up to date)")
 
     def _train_options(self, examples: dict[str, list[Any]]) -> dict[str, Any]:
         used = [c for c in self.classes if c in examples]
@@ -552,12 +574,20 @@ class RegionsWidget(ClassListOwner, QWidget):
         clf, regions, t_train, t_pred = out
         self.preview_regions = regions
         self.last_preview_s = t_train + t_pred
-        layer = self._preview_layer
-        if regions is self._preview_shown and layer is not None and layer in self._viewer.layers:
+        layer, display = self._preview_layer, self._preview_display
+        if (
+            regions is self._preview_shown
+            and display is not None
+            and layer is not None
+            and layer in self._viewer.layers
+        ):
+            np.copyto(display[1].labels, regions.labels)  # exactly the map, every tile in
             layer.refresh()  # shown when its first tiles came: only the last ones to draw
         elif self._image is not None:
+            display = dataclasses.replace(regions, labels=regions.labels.copy())
+            self._preview_shown, self._preview_display = regions, (self._image, display)
             self._preview_layer = show_regions(
-                self._viewer, self._image, regions, name=f"{self._image.name} regions preview"
+                self._viewer, self._image, display, name=f"{self._image.name} regions preview"
             )
             if self._shapes is not None:  # strokes stay on top and selected for drawing
                 self._viewer.layers.selection.active = self._shapes
@@ -565,7 +595,7 @@ class RegionsWidget(ClassListOwner, QWidget):
         trained = f"trained in {t_train:.2f} s, " if t_train else ""
         self.status.setText(
             f"Preview {h} x {w} px at {regions.mpp:.2f} µm/px: {trained}"
-            f"classified in {t_pred:.2f} s"
+            f"classified in {t_pred:.2f} s: up to date"
         )
 
     def _preview_done(self) -> None:
@@ -877,14 +907,31 @@ def _preview_work(
         if bridge is not None:
             bridge.trained.emit(clf, signature)
     t1 = time.perf_counter()
-    regions = preview.classify(
-        clf,
-        box,
-        tissue=None if tissue_only else False,
-        cancel=cancel,
-        on_start=None if bridge is None else bridge.preview_map.emit,
-        on_tile=None if bridge is None else (lambda _box, _labels: bridge.preview_tile.emit()),
-    )
+    if bridge is None:
+        regions = preview.classify(clf, box, tissue=None if tissue_only else False, cancel=cancel)
+    else:
+        shown: list[Any] = []  # the map once started
+        before: list[tuple[int, int, int, int]] = []  # tiles in before it started
+
+        def on_start(regions: Any) -> None:
+            shown.append(regions)
+            bridge.preview_map.emit(regions, before)
+
+        def on_tile(tile: tuple[int, int, int, int], labels: np.ndarray) -> None:
+            if shown:
+                bridge.preview_tile.emit(shown[0], tile, labels)
+            else:
+                before.append(tile)
+
+        regions = preview.classify(
+            clf,
+            box,
+            tissue=None if tissue_only else False,
+            cancel=cancel,
+            on_start=on_start,
+            on_tile=on_tile,
+            progress=lambda p: bridge.preview_progress.emit(int(p.done), int(p.total)),
+        )
     t2 = time.perf_counter()
     return clf, regions, (t1 - t0) if trained else 0.0, t2 - t1
 

@@ -334,6 +334,7 @@ def run_job(spec: JobSpec, cancel: threading.Event) -> Generator[Any, None, None
             tissue = tissue_mod.detect_tissue(
                 slide, region=region, mpp=mpp, options=spec.tissue_options, cancel=cancel
             )
+            tissue.polygons  # noqa: B018 (outlines are traced lazily: here, not on the GUI thread)
             yield TissueDone(tissue, region is None)
         if spec.task != "nuclei" or cancel.is_set():
             return

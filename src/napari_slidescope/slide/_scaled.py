@@ -234,12 +234,25 @@ class _Rows:
         if stream is None:
             return False
         across = -(-reader.shape[xi] // cw)
-        try:
-            tile = _decode(stream, self.colorspace, s, ((r1 - r0) * ch, across * cw))
-        except _tiff.ChunkError:
-            return False
         h, w = reader.shape[yi], reader.shape[xi]
-        self._paste(tile, r0 * ch, 0, min((r1 - r0) * ch, h - r0 * ch), w)
+        y0, x0, y1, x1 = self.box
+        # the span's rows of a box as wide as the level: libjpeg writes them in place
+        direct = (
+            x0 == 0
+            and x1 == w == across * cw
+            and y0 <= r0 * ch
+            and r1 * ch <= min(y1, h)
+            and self.out.flags.c_contiguous
+        )
+        into = self.out[(r0 * ch - y0) // s : (r1 * ch - y0) // s] if direct else None
+        try:
+            tile = _decode(stream, self.colorspace, s, ((r1 - r0) * ch, across * cw), into)
+        except _tiff.ChunkError:
+            if into is not None:
+                into[...] = 0  # what libjpeg wrote before it stopped; the bands decode anew
+            return False
+        if into is None or not np.shares_memory(tile, into):
+            self._paste(tile, r0 * ch, 0, min((r1 - r0) * ch, h - r0 * ch), w)
         return True
 
     def _paste(self, tile: np.ndarray, ty0: int, tx0: int, rows: int, ncols: int) -> None:
@@ -305,8 +318,18 @@ def _where(reader: LevelReader, idx: tuple[int, ...]) -> str:
     return "[" + ", ".join(f"{a}:{b}" for a, b in reader._chunk_box(idx)) + "]"
 
 
-def _decode(stream: bytes, colorspace: str, scale: int, frame: tuple[int, int]) -> np.ndarray:
-    """Decode one whole JPEG stream at ``1 / scale``, strictly, to (rows, cols, samples)."""
+def _decode(
+    stream: bytes,
+    colorspace: str,
+    scale: int,
+    frame: tuple[int, int],
+    into: np.ndarray | None = None,
+) -> np.ndarray:
+    """Decode one whole JPEG stream at ``1 / scale``, strictly, to (rows, cols, samples).
+
+    With `into` (a C-contiguous uint8 array of exactly that shape), libjpeg writes there
+    (the array returned is then a view of it).
+    """
     import simplejpeg
 
     if colorspace == "RGB-coded":
@@ -320,8 +343,12 @@ def _decode(stream: bytes, colorspace: str, scale: int, frame: tuple[int, int]) 
             )
         want = (math.ceil(rows / scale), math.ceil(cols / scale))
         space = "GRAY" if colorspace == "GRAY" else "RGB"
+        samples = 1 if space == "GRAY" else 3
+        place: dict[str, Any] = {}
+        if into is not None and into.shape == (*want, samples) and into.flags.c_contiguous:
+            place["buffer"] = into
         tile: np.ndarray = (
-            simplejpeg.decode_jpeg(stream, colorspace=space, strict=True)
+            simplejpeg.decode_jpeg(stream, colorspace=space, strict=True, **place)
             if scale == 1
             else simplejpeg.decode_jpeg(
                 stream,
@@ -330,6 +357,7 @@ def _decode(stream: bytes, colorspace: str, scale: int, frame: tuple[int, int]) 
                 min_width=want[1],
                 min_factor=scale,
                 strict=True,
+                **place,
             )
         )
     except ValueError as exc:

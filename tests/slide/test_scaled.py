@@ -196,3 +196,18 @@ def test_ndpi_span_with_a_damaged_band_reads_as_band_by_band(band_ndpi, monkeypa
         assert not got[72:80, 256:512].any()
         np.testing.assert_array_equal(got[72:80, :256], slide.read_level(0, (72, 0, 80, 256)))
         np.testing.assert_array_equal(got[80:], slide.read_level(0, (80, 0, 200, 768)))
+
+
+def test_ndpi_band_row_spans_over_http(band_ndpi, monkeypatch):
+    from tests import remote_server
+
+    with open_slide(band_ndpi) as local:
+        want = local.read_level(0, (0, 0, 200, 768))
+    used = _spans_used(monkeypatch)
+    with (
+        remote_server.serve(band_ndpi.parent) as server,
+        open_slide(server.url(band_ndpi.name)) as slide,
+    ):
+        got = slide.read_level_scaled(0, (0, 0, 200, 768), 1)
+    np.testing.assert_array_equal(got, want)
+    assert used and all(ok is True for *_, ok in used), used  # one range request a span

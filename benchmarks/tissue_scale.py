@@ -11,10 +11,14 @@ For each slide and run, one fresh process per code (``python this.py --worker``,
   ``psutil`` every 5 ms, and ``ru_maxrss``) minus its RSS just before;
 * **CPU**: the process's CPU seconds (all threads) during ``detect_tissue``, a figure a
   busy machine inflates less than the wall time;
+* **outlines**: the time to then read the result's ``polygons`` and ``holes`` (traced
+  when first asked for after 8973cc3; about nothing for a code that traced them in
+  ``detect_tissue``);
 
 and saves the mask. The parent prints medians over the runs (the codes alternate in
-each run), their ratios, the IoU of the masks against each other (on the baseline's
-grid) and, for the generated slides with a ``.truth.npz``, against the true tissue map.
+each run), their ratios, whether the masks are identical, the IoU of the masks against
+each other (on the baseline's grid) and, for the generated slides with a ``.truth.npz``,
+against the true tissue map.
 The load average is printed at the start and end: the machine may be busy.
 
 Usage::
@@ -82,12 +86,16 @@ t_detect = time.perf_counter() - t
 c1 = proc.cpu_times()
 cpu = (c1.user + c1.system) - (c.user + c.system)
 fresh = time.time() - proc.create_time()
+t = time.perf_counter()
+n_outlines = len(res.polygons) + sum(len(h) for h in res.holes)  # traced when asked for
+t_outlines = time.perf_counter() - t
 done.set(); th.join()
 maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 growth = max(peak[0], maxrss) - rss0
 np.savez(out, mask=res.mask, origin=np.array(res.origin, float),
          downsample=np.array(res.downsample, float))
 print(json.dumps(dict(open=t_open, detect=t_detect, fresh=fresh, growth=growth, cpu=cpu,
+    outlines=t_outlines, rings=n_outlines,
     level=res.level, mpp=res.mpp, shape=list(res.mask.shape), fraction=res.fraction)))
 """
 
@@ -154,6 +162,8 @@ def _compare(files: dict[str, Path], slide: Path) -> dict[str, float]:
     mo, oo, do = _load(files["ours"])
     cy, cx = _centres(mb.shape[0], ob[0], db[0]), _centres(mb.shape[1], ob[1], db[1])
     out = {"iou_ours_base": _iou(_on_grid(mo, oo, do, cy, cx), mb)}
+    same_grid = mo.shape == mb.shape and np.array_equal(oo, ob) and np.array_equal(do, db)
+    out["identical"] = float(same_grid and np.array_equal(mo, mb))  # 1.0: bit for bit
     truth = Path(str(slide) + ".truth.npz")
     if truth.is_file():
         for name, (m, o, d) in (("base", (mb, ob, db)), ("ours", (mo, oo, do))):
@@ -196,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, rs in rows.items():
                 med[name] = {
                     k: statistics.median(r[k] for r in rs)
-                    for k in ("open", "detect", "fresh", "growth", "cpu")
+                    for k in ("open", "detect", "fresh", "growth", "cpu", "outlines")
                 }
                 r0 = rs[0]
                 runs = ", ".join(f"{r['detect']:.2f}" for r in rs)
@@ -206,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"after open {med[name]['detect']:.3f} s ({med[name]['cpu']:.2f} CPU s), "
                     f"fresh {med[name]['fresh']:.3f} s, "
                     f"open {med[name]['open']:.3f} s, peak growth "
-                    f"{med[name]['growth'] / 2**20:.0f} MiB  "
+                    f"{med[name]['growth'] / 2**20:.0f} MiB, then outlines "
+                    f"{med[name]['outlines']:.3f} s ({r0['rings']} rings)  "
                     f"(after-open runs: {runs})"
                 )
             for k in ("detect", "cpu", "fresh", "growth"):

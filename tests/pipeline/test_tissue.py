@@ -277,3 +277,39 @@ def test_results_are_frozen_with_int_origins_and_exports_return_the_path(tmp_pat
     for result in (tissue, nuclei):
         with pytest.raises(dataclasses.FrozenInstanceError):
             result.mpp = 2.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("outer_only", [False, True])
+def test_outlines_are_traced_when_first_asked_for(scene, monkeypatch, outer_only):
+    import dataclasses
+
+    from napari_slidescope.analysis import geometry
+
+    img, _ = scene
+    region = (3, 5, 1190, 1597)  # edges that cut working pixels: vertices clipped to it
+    real = geometry.mask_to_polygons
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(geometry, "mask_to_polygons", spy)
+    res = detect_tissue(img, mpp=1.0, region=region, outer_only=outer_only)
+    assert calls == []  # detection itself traces nothing
+    want = real(
+        res.mask, downsample=res.downsample, origin=res.origin, holes=not outer_only, bounds=region
+    )
+    polygons, holes = res.polygons, res.holes
+    assert len(calls) == 1 and res.polygons is polygons and res.holes is holes  # once
+    assert len(polygons) == len(want[0]) == 2
+    for a, b in zip(polygons, want[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert [len(h) for h in holes] == [len(h) for h in want[1]] == ([0, 0] if outer_only else [1, 0])
+    for a, b in zip(sum(holes, []), sum(want[1], []), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # a copy with another mask traces that mask, not the original's cached rings
+    half = res.mask.copy()
+    half[:, half.shape[1] // 2 :] = False
+    copy = dataclasses.replace(res, mask=half)
+    assert len(copy.polygons) == 1 and copy.polygons[0][:, 1].max() < res.polygons[0][:, 1].max()

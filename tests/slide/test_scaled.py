@@ -112,3 +112,102 @@ def test_full_size_scaled_read_is_the_level_readers_pixels_without_its_cache(tmp
         got = slide.read_level_scaled(0, (0, 0, 1000, 1200), 1)
         assert tile_cache().nbytes == 0  # decoded straight into the output
         np.testing.assert_array_equal(got, slide.read_level(0, (0, 0, 1000, 1200)))
+
+
+# -- NDPI levels: runs of band rows decoded as one JPEG stream each ------------------------
+
+
+@pytest.fixture
+def band_ndpi(tmp_path, ndpi_writer, monkeypatch):
+    """A 200 x 768 px NDPI of 8 x 256 px restart bands (3 a row: spans start on multiples
+    of 8 band rows; 25 band rows), read in spans of 8 band rows (several spans a read)."""
+    from napari_slidescope.slide import _scaled
+
+    monkeypatch.setattr(_scaled, "SPAN_PIXELS", 1)  # spans of the least: 8 band rows
+    level0 = ndpi_writer.textured_rgb((200, 768), seed=5)
+    return ndpi_writer.write_ndpi(tmp_path / "bands.ndpi", [level0], band_width=256)
+
+
+def _spans_used(monkeypatch):
+    """Record the spans asked for (``jpeg_band_rows``: r0, r1, a stream came) and the band
+    rows decoded band by band (``("row", r)``)."""
+    from napari_slidescope.slide import _scaled, _tiff
+
+    real, real_row = _tiff._PageChunks.jpeg_band_rows, _scaled._Rows.row
+    used = []
+
+    def spy(self, r0, r1):
+        stream = real(self, r0, r1)
+        used.append((r0, r1, stream is not None))
+        return stream
+
+    def row(self, r):
+        used.append(("row", r))
+        return real_row(self, r)
+
+    monkeypatch.setattr(_tiff._PageChunks, "jpeg_band_rows", spy)
+    monkeypatch.setattr(_scaled._Rows, "row", row)
+    return used
+
+
+@pytest.mark.parametrize("scale", [1, 2, 4, 8])
+def test_ndpi_band_row_spans_decode_to_the_bands_pixels(band_ndpi, monkeypatch, scale):
+    from napari_slidescope.slide import _tiff
+
+    boxes = [(0, 0, 200, 768), (72, 0, 133, 768), (8, 0, 197, 768), (0, 256, 200, 700)]
+    with open_slide(band_ndpi) as slide:
+        assert slide.level_scales(0) == (1, 2, 4, 8)
+        used = _spans_used(monkeypatch)
+        spans = [slide.read_level_scaled(0, b, scale) for b in boxes[:3]]
+        # every full-width box was decoded in spans, each from a multiple of 8 band rows,
+        # none band by band (a span libjpeg refused would have been)
+        assert used and all(ok is True and r0 % 8 == 0 for r0, _, ok in used), used
+        assert {r0 for r0, *_ in used} == {0, 8, 16, 24}
+        spans.append(slide.read_level_scaled(0, boxes[3], scale))  # part of a row: bands
+        assert ("row", 0) in used
+        monkeypatch.setattr(_tiff._PageChunks, "jpeg_band_rows", lambda self, r0, r1: None)
+        bands = [slide.read_level_scaled(0, b, scale) for b in boxes]
+        for box, got, want in zip(boxes, spans, bands, strict=True):
+            np.testing.assert_array_equal(got, want, err_msg=str(box))  # bit for bit
+            if scale == 1:
+                np.testing.assert_array_equal(got, slide.read_level(0, box))
+
+
+def test_ndpi_span_with_a_damaged_band_reads_as_band_by_band(band_ndpi, monkeypatch):
+    with tifffile.TiffFile(band_ndpi) as tif:
+        offset = tif.pages[0].dataoffsets[3 * 9 + 1]  # band row 9, column 1
+        count = tif.pages[0].databytecounts[3 * 9 + 1]
+    raw = bytearray(band_ndpi.read_bytes())
+    raw[offset + count // 2 : offset + count // 2 + 8] = b"\xff\xd5" * 4
+    band_ndpi.write_bytes(bytes(raw))
+    used = _spans_used(monkeypatch)
+    with open_slide(band_ndpi) as slide:
+        with pytest.raises(
+            SlideError, match=r"bands\.ndpi: level 0: cannot decode pixels \[72:80, 256:512"
+        ):
+            slide.read_level_scaled(0, (0, 0, 200, 768), 2)
+    assert (8, 16, True) in used and ("row", 9) in used  # the span failed: band by band
+    assert ("row", 0) not in used and ("row", 16) not in used  # the other spans did not
+    with open_slide(band_ndpi, on_error="blank") as slide:
+        with pytest.warns(SlidescopeWarning, match=r"level 0: damaged tile"):
+            got = slide.read_level_scaled(0, (0, 0, 200, 768), 1)
+        want = slide.read_level(0, (0, 0, 72, 768))
+        np.testing.assert_array_equal(got[:72], want)
+        assert not got[72:80, 256:512].any()
+        np.testing.assert_array_equal(got[72:80, :256], slide.read_level(0, (72, 0, 80, 256)))
+        np.testing.assert_array_equal(got[80:], slide.read_level(0, (80, 0, 200, 768)))
+
+
+def test_ndpi_band_row_spans_over_http(band_ndpi, monkeypatch):
+    from tests import remote_server
+
+    with open_slide(band_ndpi) as local:
+        want = local.read_level(0, (0, 0, 200, 768))
+    used = _spans_used(monkeypatch)
+    with (
+        remote_server.serve(band_ndpi.parent) as server,
+        open_slide(server.url(band_ndpi.name)) as slide,
+    ):
+        got = slide.read_level_scaled(0, (0, 0, 200, 768), 1)
+    np.testing.assert_array_equal(got, want)
+    assert used and all(ok is True for *_, ok in used), used  # one range request a span

@@ -370,6 +370,7 @@ def _tissue_step(
     tissue = tissue_mod.detect_tissue(
         slide, region=region, mpp=state.mpp, options=spec.tissue_options, cancel=cancel
     )
+    tissue.polygons  # noqa: B018 (outlines are traced lazily: here, not on the GUI thread)
     state.results["tissue"] = tissue
     yield TissueDone(tissue, region is None)
 

@@ -18,6 +18,7 @@ GeoJSON export for QuPath. The same mask gates later tile work
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
@@ -78,7 +79,10 @@ class TissueResult:
     downsample : (float, float)
         Level-0 pixels per mask pixel, ``(y, x)``.
     polygons : list of (N, 2) ndarray of float
-        Outer contour of each tissue piece, level-0 ``(row, col)``, largest first.
+        Outer contour of each tissue piece, level-0 ``(row, col)``, largest first. Traced
+        from ``mask`` when first asked for (with ``holes``), not by :func:`detect_tissue`:
+        most callers gate tiles with the mask and never need outlines, which cost about a
+        third of a whole-slide detection.
     holes : list of list of (K, 2) ndarray of float
         ``holes[i]``: the interior rings of ``polygons[i]`` (empty with ``outer_only``).
     area_um2 : float or None
@@ -108,8 +112,6 @@ class TissueResult:
     mpp: float | None
     origin: tuple[int, int]
     downsample: tuple[float, float]
-    polygons: list[np.ndarray] = field(repr=False)
-    holes: list[list[np.ndarray]] = field(repr=False)
     area_um2: float | None
     area_px: float
     fraction: float
@@ -118,6 +120,32 @@ class TissueResult:
     mode: Mode
     threshold: float
     parameters: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def _outlines(self) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+        """Trace the rings of ``mask`` once.
+
+        From the result's own fields, so that a ``dataclasses.replace`` copy with another
+        mask traces its own.
+        """
+        outer_only = bool(self.parameters.get("options", {}).get("outer_only", False))
+        return geometry.mask_to_polygons(
+            self.mask,
+            downsample=self.downsample,
+            origin=self.origin,
+            holes=not outer_only,
+            bounds=self.region,
+        )
+
+    @property
+    def polygons(self) -> list[np.ndarray]:
+        """Outer contour of each tissue piece (see the class docstring)."""
+        return self._outlines[0]
+
+    @property
+    def holes(self) -> list[list[np.ndarray]]:
+        """Interior rings of each piece of :attr:`polygons` (see the class docstring)."""
+        return self._outlines[1]
 
     def to_geojson(
         self,
@@ -444,9 +472,7 @@ def _detect(
         mask = mask & geometry.polygons_to_mask(
             [polygon], shape=mask.shape, downsample=ds, origin=origin
         )
-    exteriors, holes = geometry.mask_to_polygons(
-        mask, downsample=ds, origin=origin, holes=not options.outer_only, bounds=reg
-    )
+    # the outlines are traced when first asked for (TissueResult.polygons)
     # the one definition of tissue area (pipeline.summary): mask pixels inside the region
     area_px = tissue_area_px(mask, origin, ds, [reg])
     return TissueResult(
@@ -454,8 +480,6 @@ def _detect(
         mpp=work_mpp if calibrated else None,
         origin=origin,
         downsample=ds,
-        polygons=exteriors,
-        holes=holes,
         area_um2=area_px * mpp0[0] * mpp0[1] if calibrated else None,
         area_px=area_px,
         fraction=area_px / float((y1 - y0) * (x1 - x0)),

@@ -23,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
+import struct
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -427,6 +429,34 @@ def decode_rgb_jpeg_strict(
     except ValueError as exc:
         raise ChunkError(f"its JPEG data is corrupt ({exc})") from exc
     return out
+
+
+def _sof_offset(header: bytes) -> int | None:
+    """Offset of the baseline frame header's payload (its precision byte) in a JPEG header.
+
+    The payload is precision, rows, cols (two bytes each), components, then three bytes
+    per component (id, sampling factors, table). None when the markers before the start
+    of scan do not parse or hold no baseline (SOF0) frame.
+    """
+    i, n = 2, len(header)
+    if header[:2] != b"\xff\xd8":
+        return None
+    while i + 4 <= n:
+        if header[i] != 0xFF:
+            return None
+        marker = header[i + 1]
+        if marker in _BARE_MARKERS:
+            i += 2
+            continue
+        length = (header[i + 2] << 8) | header[i + 3]
+        if length < 2:
+            return None
+        if marker == 0xC0:
+            return i + 4 if i + 2 + length <= n and length >= 8 else None
+        if marker == 0xDA:
+            return None
+        i += 2 + length
+    return None
 
 
 def _check_frame(simplejpeg: Any, stream: bytes, frame: tuple[int, int] | None) -> None:
@@ -983,3 +1013,80 @@ class _PageChunks:
     def frame(self) -> tuple[int, int]:
         """(rows, cols) of the native chunk's frame (a larger JPEG frame is refused)."""
         return self._frame
+
+    @functools.cached_property
+    def band_rows_step(self) -> int | None:
+        """Band rows a :meth:`jpeg_band_rows` span starts on a multiple of, or None.
+
+        An NDPI level is one JPEG whose restart intervals are its bands; the intervals
+        of whole band rows lie end to end in the file, so a run of band rows is one
+        JPEG stream of the level's own entropy-coded data: one libjpeg call in place of
+        one per band (a 96 x 8 px band costs about as much to set up as to decode).
+        libjpeg numbers restart markers 0-7 from the start of a scan, so a span starts
+        on a band whose index is a multiple of 8. Only for levels whose pixels do not
+        depend on the span: 8-bit YCbCr or grey JPEG without chroma subsampling (no
+        upsampling across band edges), one page, not wider than a JPEG frame may be.
+        None for any other level.
+        """
+        header = self._keyframe.jpegheader
+        if header is None or self._channels or self._strict_colorspace is None:
+            return None
+        sof = _sof_offset(header)
+        if sof is None:
+            return None
+        ncomp = header[sof + 5]
+        sampling = header[sof + 7 : sof + 7 + 3 * ncomp : 3]
+        if len(sampling) != ncomp or any(f != 0x11 for f in sampling):
+            return None
+        ch, cw = (self.chunks[a] for a in self._spatial)
+        if self._tiles_across * cw > 0xFFFF or (ch, cw) != self._frame:
+            return None
+        return 8 // math.gcd(self._tiles_across, 8)
+
+    def jpeg_band_rows(self, r0: int, r1: int) -> bytes | None:
+        """Band rows ``[r0, r1)`` of an NDPI level as one JPEG stream, or None.
+
+        `r0` is a multiple of :attr:`band_rows_step`. The stream is the level's JPEG
+        header with its frame set to the span (``(r1 - r0) * band rows`` x the level's
+        band columns) and the bands' bytes as stored, end to end. None where that cannot
+        be (no step; bands missing, not end to end, past the end of the file; the file
+        unreadable): the caller then decodes band by band, which reports each bad band.
+        """
+        step = self.band_rows_step
+        if step is None or r0 % step or r1 <= r0:
+            return None
+        ch, cw = (self.chunks[a] for a in self._spatial)
+        if (r1 - r0) * ch > 0xFFFF:
+            return None
+        across = self._tiles_across
+        offsets, counts = self._band_arrays
+        s0, s1 = r0 * across, min(r1 * across, offsets.size)
+        if s0 >= s1:
+            return None
+        off, cnt = offsets[s0:s1], counts[s0:s1]
+        first, end = int(off[0]), int(off[-1] + cnt[-1])
+        if cnt.min() <= 0 or end > self._size or np.any(off[1:] != off[:-1] + cnt[:-1]):
+            return None
+        try:
+            if self._fetch is not None:
+                data = self._fetch([first], [end - first])[0]
+            else:
+                data = next(
+                    iter(self._fh.read_segments([first], [end - first], [0], lock=self._fh.lock))
+                )[0]
+        except Exception:  # unreadable: the band-by-band read says what failed
+            return None
+        if data is None or len(data) != end - first:
+            return None
+        header = self._keyframe.jpegheader
+        sof = _sof_offset(header)
+        assert sof is not None  # band_rows_step found it
+        size = struct.pack(">HH", (r1 - r0) * ch, across * cw)
+        return b"".join((header[: sof + 1], size, header[sof + 5 :], data, b"\xff\xd9"))
+
+    @functools.cached_property
+    def _band_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return (
+            np.asarray(self._offsets[0], np.int64),
+            np.asarray(self._counts[0], np.int64),
+        )

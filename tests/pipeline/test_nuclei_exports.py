@@ -53,6 +53,16 @@ def test_coordinates_text_is_json_of_the_features_rings():
     assert polygon_coordinates_text(rings) == expected
 
 
+@pytest.mark.parametrize("offset", [0.0, -3.5, 2_345_678.25, -1_234_567.5, -7.3e7, 1e12])
+def test_coordinates_text_at_any_magnitude(offset):
+    """Past a million px (wider thousands), past 65.5 million (json's own), negatives."""
+    rings = [r + offset for r in _rings(60, seed=4)]
+    rings.append(np.array([[offset, 0.0], [offset + 999.9996, 1000.0], [offset + 1000, 0.0]]))
+    expected = [json.dumps(polygon_feature(r)["geometry"]["coordinates"]) for r in rings]
+    assert polygon_coordinates_text(rings) == expected
+    assert polygon_coordinates_text([]) == []
+
+
 @pytest.mark.parametrize("cells", [False, True])
 def test_bulk_features_are_the_per_feature_text(cells):
     rings = _rings(300, seed=1)

@@ -7,6 +7,7 @@ Polygons are ``(N, 2)`` level-0 ``(row, col)`` arrays (see
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -244,7 +245,6 @@ def read_geojson(path: str | os.PathLike[str]) -> list[np.ndarray]:
 # measurements are formatted one column at a time, and a feature is a join of ready pieces.
 
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
-_DIGITS = np.frombuffer(b"0123456789", np.uint8)
 
 
 def _ring_order(lens: np.ndarray, reverse: np.ndarray, *, close: np.ndarray | None = None) -> Any:
@@ -295,36 +295,117 @@ def _thousandths(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _put_numbers(
-    chars: np.ndarray, keep: np.ndarray, row: int, values: np.ndarray, digits: int
-) -> int:
-    """Write each value as ``repr(round(v, 3))`` into rows ``row ..`` of a char matrix.
+@functools.lru_cache(maxsize=4)
+def _high_table(size: int, width: int) -> np.ndarray:
+    """Return the thousands ``0 .. size - 1`` of a number as text, ``width`` bytes each.
 
-    `chars` and `keep` are ``(width, count)``: column ``i`` holds value ``i``, and
-    ``chars[keep]`` column by column is its text (``-12.5``, ``3.0``, ``0.125``).
-    Takes ``digits + 5`` rows (sign, integer digits, point, three decimals); returns the
-    next free row.
+    Entry ``v`` holds the decimal digits of ``v`` right-aligned and NUL-padded (``0``: no
+    digits, the low part writes them); entry ``size + v`` the same after a ``-``. Read as
+    ``width``-byte little-endian integers, so that one gather places a whole field.
     """
-    k = _thousandths(values)
-    ip, frac = np.divmod(k, 1000)
-    if digits < 10:  # int32 divides faster than int64
-        ip, frac = ip.astype(np.int32), frac.astype(np.int32)
-    chars[row] = ord("-")
-    keep[row] = np.signbit(values)
-    place = 10 ** np.arange(digits - 1, -1, -1, dtype=ip.dtype)
-    chars[row + 1 : row + 1 + digits] = (ip[None, :] // place[:, None]) % 10 + 48
-    # leading zeros go, the units digit stays
-    keep[row + 1 : row + digits] = ip[None, :] >= place[:-1, None]
-    keep[row + digits] = True
-    at = row + 1 + digits
-    chars[at] = ord(".")
-    keep[at] = True
-    chars[at + 1 : at + 4] = (frac[None, :] // np.array([[100], [10], [1]], frac.dtype)) % 10 + 48
-    # trailing zeros go, the first decimal stays: 3.0, 3.5, 3.25, 3.125
-    keep[at + 1] = True
-    keep[at + 2] = frac % 100 != 0
-    keep[at + 3] = frac % 10 != 0
-    return at + 4
+    v = np.arange(size, dtype=np.int64)
+    chars = np.zeros((2, size, width), np.uint8)
+    ndigits = np.ones(size, np.int64)
+    place = 10
+    while place < size:
+        ndigits += v >= place
+        place *= 10
+    for j in range(width - 1):  # the j-th digit from the right
+        chars[:, :, width - 1 - j] = np.where(j < ndigits, (v // 10**j) % 10 + 48, 0)
+    chars[1, v, width - 1 - ndigits] = ord("-")
+    chars[:, 0] = 0
+    chars[1, 0, width - 1] = ord("-")
+    table: np.ndarray = chars.reshape(2 * size, width).view(f"<u{width}").ravel()
+    table.flags.writeable = False
+    return table
+
+
+@functools.lru_cache(maxsize=1)
+def _low_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Return the last three integer digits and the decimals of a number, 4 bytes each.
+
+    Low part: entry ``v`` (``0 .. 999``) as the leading digits of a number (``7``), entry
+    ``1000 + v`` after its thousands (``007``), right-aligned. Decimals: entry ``f``
+    (thousandths) as ``repr`` ends a float: ``.0``, ``.5``, ``.25``, ``.125``, ``.001``.
+    """
+    v = np.arange(1000)
+    low = np.zeros((2, 1000, 4), np.uint8)
+    for j, place in enumerate((100, 10, 1)):
+        low[:, :, 1 + j] = (v // place) % 10 + 48
+    low[0, v < 100, 1] = 0  # leading zeros go, the units digit stays
+    low[0, v < 10, 2] = 0
+    dec = np.zeros((1000, 4), np.uint8)
+    dec[:, 0], dec[:, 1] = ord("."), v // 100 + 48
+    dec[:, 2] = np.where(v % 100 != 0, (v // 10) % 10 + 48, 0)  # trailing zeros go
+    dec[:, 3] = np.where(v % 10 != 0, v % 10 + 48, 0)
+    low_table = low.reshape(2000, 4).view("<u4").ravel()
+    dec_table = dec.view("<u4").ravel()
+    low_table.flags.writeable = dec_table.flags.writeable = False
+    return low_table, dec_table
+
+
+#: Two characters as the little-endian ``uint16`` a record field holds.
+_U2 = {text: int(np.frombuffer(text, "<u2")[0]) for text in (b"[[", b", ", b"]]")}
+
+
+def _coordinates_blob(rings: Sequence[np.ndarray]) -> tuple[bytes, np.ndarray] | None:
+    """Return the text of :func:`polygon_coordinates_text` for all rings in one ``bytes``.
+
+    Returns the text and the end of each ring's text in it, or None when a coordinate
+    reaches 65.5 million px (the tables would be large: the caller uses ``json``).
+
+    Each point is a fixed 32-byte record: ``[[`` (a ring's first point only), ``[``, x,
+    ``, ``, y, ``]``, then ``, `` or ``]]`` (a ring's last point); each number is three
+    fields gathered from small tables (the thousands with the sign, the last three integer
+    digits, the decimals) and padded with NUL bytes, so dropping the NULs leaves the text:
+    no per-digit arithmetic, no per-value Python.
+    """
+    lens = np.fromiter(map(len, rings), np.int64, len(rings))
+    xy = np.concatenate(rings).astype(float, copy=False).reshape(-1, 2)[:, ::-1]
+    reverse = _signed_areas(xy, lens) < 0  # exteriors counter-clockwise
+    src, out_lens = _ring_order(lens, reverse)
+    values = xy[src].reshape(-1)  # x, y of each point of each closed ring
+    q = len(values) // 2
+    integer, decimals = np.divmod(_thousandths(values), 1000)
+    high, low = np.divmod(integer, 1000)
+    top = int(high.max()) if q else 0
+    if top >= 65536:
+        return None
+    width = 4 if top < 1000 else 8  # "-" and the thousands' digits
+    size = max(1024, 1 << top.bit_length())
+    number = np.dtype([("high", f"<u{width}"), ("low", "<u4"), ("dec", "<u4")])
+    record = np.dtype(
+        [("open", "<u2"), ("lb", "u1"), ("x", number), ("comma", "<u2"), ("y", number),
+         ("rb", "u1"), ("sep", "<u2")]
+    )  # fmt: skip
+    rec = np.empty(q, record)
+    ends = np.cumsum(out_lens) - 1  # each ring's last point
+    first = np.zeros(q, bool)
+    first[ends[:-1] + 1] = True
+    first[:1] = True
+    last = np.zeros(q, bool)
+    last[ends] = True
+    rec["open"] = np.where(first, _U2[b"[["], 0)
+    rec["lb"], rec["comma"], rec["rb"] = ord("["), _U2[b", "], ord("]")
+    rec["sep"] = np.where(last, _U2[b"]]"], _U2[b", "])
+    high_text = _high_table(size, width)
+    low_text, dec_text = _low_tables()
+    high_at = (high + size * np.signbit(values)).reshape(q, 2)
+    low_at = (low + 1000 * (high > 0)).reshape(q, 2)
+    decimals = decimals.reshape(q, 2)
+    for j, axis in enumerate(("x", "y")):
+        field = rec[axis]
+        field["high"] = high_text[high_at[:, j]]
+        field["low"] = low_text[low_at[:, j]]
+        field["dec"] = dec_text[decimals[:, j]]
+    raw = rec.view(np.uint8)
+    keep = raw != 0
+    # bytes kept per record: the 0/1 bytes of each 8-byte word summed by one multiply
+    words = keep.view("<u8").reshape(q, -1)
+    kept = np.zeros(q, np.uint64)
+    for k in range(words.shape[1]):
+        kept += (words[:, k] * np.uint64(0x0101010101010101)) >> np.uint64(56)
+    return raw[keep].tobytes(), np.cumsum(kept.astype(np.int64))[ends]
 
 
 def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[str]:
@@ -346,38 +427,13 @@ def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[str]:
     """
     if not len(rings):
         return []
-    lens = np.fromiter((len(r) for r in rings), np.int64, len(rings))
-    xy = np.concatenate([np.asarray(r, float).reshape(-1, 2) for r in rings])[:, ::-1]
-    reverse = _signed_areas(xy, lens) < 0  # exteriors counter-clockwise
-    src, out_lens = _ring_order(lens, reverse)
-    pts = xy[src]
-    q = len(pts)
-    top = float(np.abs(pts).max()) if q else 0.0
-    digits = max(1, len(str(int(top) + 1)))
-    # one column per point: "[[" (ring start) "[" x ", " y "]" ", " (not last) "]]" (last)
-    width = 2 + 1 + (digits + 5) + 2 + (digits + 5) + 1 + 2 + 2
-    chars = np.empty((width, q), np.uint8)
-    keep = np.ones((width, q), bool)
-    out_starts = np.cumsum(out_lens) - out_lens
-    first = np.zeros(q, bool)
-    first[out_starts] = True
-    last = np.zeros(q, bool)
-    last[out_starts + out_lens - 1] = True
-    chars[0:3] = ord("[")
-    keep[0:2] = first
-    r = _put_numbers(chars, keep, 3, pts[:, 0], digits)
-    chars[r], chars[r + 1] = ord(","), ord(" ")
-    r = _put_numbers(chars, keep, r + 2, pts[:, 1], digits)
-    chars[r] = ord("]")
-    chars[r + 1], chars[r + 2] = ord(","), ord(" ")
-    keep[r + 1 : r + 3] = ~last
-    chars[r + 3 : r + 5] = ord("]")
-    keep[r + 3 : r + 5] = last
-    order = np.ascontiguousarray(keep.T)
-    blob = np.ascontiguousarray(chars.T)[order].tobytes().decode("ascii")
-    ends = np.cumsum(order.sum(axis=1))[out_starts + out_lens - 1]
+    made = _coordinates_blob(rings)
+    if made is None:
+        return [json.dumps([_closed_xy(r, exterior=True)]) for r in rings]
+    blob, ends = made
+    text = blob.decode("ascii")
     begins = np.r_[0, ends[:-1]]
-    return [blob[a:b] for a, b in zip(begins.tolist(), ends.tolist(), strict=True)]
+    return [text[i:j] for i, j in zip(begins.tolist(), ends.tolist(), strict=True)]
 
 
 def random_uuids(n: int) -> list[str]:
@@ -454,6 +510,77 @@ def measurements_text(
     return out
 
 
+def polygon_features_text(
+    rings: Sequence[np.ndarray],
+    *,
+    names: Sequence[str],
+    colors: dict[str, Sequence[int]],
+    object_type: str = "detection",
+    measurements: dict[str, np.ndarray] | None = None,
+    nuclei: Sequence[np.ndarray | None] | None = None,
+    ids: Sequence[str] | None = None,
+    first: bool = True,
+    format_rows: RowFormatter | None = None,
+) -> str:
+    """Return a run of QuPath GeoJSON features as the text inside a ``features`` array.
+
+    The text is that of :func:`write_features` for the features :func:`polygon_feature`
+    makes of the same arguments: each feature a comma, a newline and ``json.dumps(feature)``,
+    the first one's comma left out when `first`. Writers that add features as they come (a
+    batch run, tile by tile) call it once per run of features.
+
+    Parameters
+    ----------
+    rings, names, colors, object_type, measurements, nuclei, format_rows
+        As in :func:`write_polygon_features` (one run of features).
+    ids : sequence of str, optional
+        Each feature's ``id``; default random (version 4) UUIDs.
+    first : bool
+        Whether these are the array's first features (no comma before the first).
+
+    Returns
+    -------
+    str
+        ASCII text (``json.dumps`` escapes every other character).
+    """
+    n = len(rings)
+    if len(names) != n or (nuclei is not None and len(nuclei) != n):
+        raise ValueError("polygon_features_text: expected one name (and nucleus) per ring")
+    if ids is not None and len(ids) != n:
+        raise ValueError(f"polygon_features_text: expected {n} ids, got {len(ids)}")
+    if not n:
+        return ""
+    classification = {
+        name: json.dumps({"name": name, "color": [int(v) for v in colors[name]]})
+        for name in set(names)
+    }
+    # one %-format per feature (ids, outline, nucleus, class, measurements)
+    template = (
+        ',\n{"type": "Feature", "id": "%s", "geometry": {"type": "Polygon", "coordinates": %s}'
+        '%s, "properties": {"objectType": ' + json.dumps(object_type).replace("%", "%%")
+        + ', "classification": %s, "isLocked": false'
+        + (', "measurements": %s}}' if measurements is not None else "%s}}")
+    )  # fmt: skip
+    nuc = ', "nucleusGeometry": {"type": "Polygon", "coordinates": %s}'
+    coords = polygon_coordinates_text(rings)
+    feature_ids = random_uuids(n) if ids is None else ids
+    meas: list[str] = [""] * n
+    if measurements is not None:
+        meas = measurements_text(
+            {k: np.asarray(v) for k, v in measurements.items()}, format_rows=format_rows
+        )
+    nuc_text: list[str] = [""] * n
+    if nuclei is not None:
+        have = [(j, r) for j, r in enumerate(nuclei) if r is not None and len(r) >= 3]
+        texts = polygon_coordinates_text([r for _, r in have])
+        for (j, _), t in zip(have, texts, strict=True):
+            nuc_text[j] = nuc % t
+    cls = [classification[name] for name in names]
+    parts = zip(feature_ids, coords, nuc_text, cls, meas, strict=True)
+    text = "".join([template % f for f in parts])
+    return text[1:] if first else text  # the first feature follows the "[" directly
+
+
 def write_polygon_features(
     fh: _BinaryOut,
     rings: Sequence[np.ndarray],
@@ -471,7 +598,7 @@ def write_polygon_features(
 
     The text is what :func:`write_features` writes for the features
     :func:`polygon_feature` makes of the same arguments (random ids), at a small fraction
-    of the time: a million nuclei in seconds.
+    of the time: a million nuclei in seconds (:func:`polygon_features_text` per chunk).
 
     Parameters
     ----------
@@ -505,42 +632,23 @@ def write_polygon_features(
     total = len(rings)
     if len(names) != total or (nuclei is not None and len(nuclei) != total):
         raise ValueError("write_polygon_features: expected one name (and nucleus) per ring")
-    classification = {
-        name: json.dumps({"name": name, "color": [int(v) for v in colors[name]]})
-        for name in set(names)
-    }
-    # one %-format per feature (ids, outline, nucleus, class, measurements)
-    template = (
-        ',\n{"type": "Feature", "id": "%s", "geometry": {"type": "Polygon", "coordinates": %s}'
-        '%s, "properties": {"objectType": ' + json.dumps(object_type).replace("%", "%%")
-        + ', "classification": %s, "isLocked": false'
-        + (', "measurements": %s}}' if measurements is not None else "%s}}")
-    )  # fmt: skip
-    nuc = ', "nucleusGeometry": {"type": "Polygon", "coordinates": %s}'
     fh.write(b'{"type": "FeatureCollection", "features": [')
     for start in range(0, total, chunk):
         stop = min(total, start + chunk)
-        coords = polygon_coordinates_text(rings[start:stop])
-        ids = random_uuids(stop - start)
-        meas: list[str] = [""] * (stop - start)
-        if measurements is not None:
-            meas = measurements_text(
-                {k: np.asarray(v)[start:stop] for k, v in measurements.items()},
-                format_rows=format_rows,
-            )
-        nuc_text: list[str] = [""] * (stop - start)
-        if nuclei is not None:
-            have = [
-                (j, r) for j, r in enumerate(nuclei[start:stop]) if r is not None and len(r) >= 3
-            ]
-            texts = polygon_coordinates_text([r for _, r in have])
-            for (j, _), t in zip(have, texts, strict=True):
-                nuc_text[j] = nuc % t
-        cls = [classification[n] for n in names[start:stop]]
-        text = "".join([template % f for f in zip(ids, coords, nuc_text, cls, meas, strict=True)])
-        if start == 0:
-            text = text[1:]  # the first feature follows the "[" directly
-        # json.dumps escapes every non-ASCII character: the text is ASCII
+        text = polygon_features_text(
+            rings[start:stop],
+            names=names[start:stop],
+            colors=colors,
+            object_type=object_type,
+            measurements=(
+                None
+                if measurements is None
+                else {k: np.asarray(v)[start:stop] for k, v in measurements.items()}
+            ),
+            nuclei=None if nuclei is None else nuclei[start:stop],
+            first=start == 0,
+            format_rows=format_rows,
+        )
         fh.write(text.encode("ascii"))
         if progress is not None:
             progress(stop, total)

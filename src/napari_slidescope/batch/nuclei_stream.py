@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
-import json
 import uuid
 from collections.abc import Container, Sequence
 from pathlib import Path
@@ -29,10 +28,9 @@ from typing import Any
 import numpy as np
 
 from napari_slidescope._io import atomic_write
-from napari_slidescope.analysis.geojson import polygon_feature
 from napari_slidescope.analysis.phenotypes import NUCLEUS_COLOR
 from napari_slidescope.batch import outputs
-from napari_slidescope.batch.outputs.nuclei import _empty_part, _nuclei_table
+from napari_slidescope.batch.outputs.nuclei import _empty_part, _nuclei_table, features_text
 from napari_slidescope.batch.tasks import wkb_ring
 from napari_slidescope.pipeline import geoparquet
 
@@ -116,24 +114,19 @@ class NucleiStream:
         self.summary.nuclei += n
         if "area_um2" in measures:
             self.summary.area_um2_sum += float(np.nansum(measures["area_um2"]))
-        ids = table.column("id").to_numpy()
-        write = self._text.write
-        for k in range(n):
-            meas = {c: float(v[k]) for c, v in measures.items()}
-            meas["id"] = float(ids[k])
-            nucleus = rings[k][:-1, ::-1]
-            feature = polygon_feature(
-                nucleus if cell_rings is None else cell_rings[k][:-1, ::-1],
-                name="Nucleus",
-                color=NUCLEUS_COLOR,
-                object_type="detection" if cell_rings is None else "cell",
-                nucleus=None if cell_rings is None else nucleus,
-                measurements=meas,
-                feature_id=str(uuid.uuid5(self._ns, str(int(ids[k])))),
+        # write_features' framing, formatted in bulk: the same bytes as write_nuclei's
+        self._text.write(
+            features_text(
+                table.column("id").to_numpy(),
+                rings,
+                measures,
+                ns=self._ns,
+                cell_rings=cell_rings,
+                colors={"Nucleus": NUCLEUS_COLOR},
+                first=self._features == 0,
             )
-            # write_features' framing: the same bytes as write_nuclei's
-            write(("," if self._features else "") + "\n" + json.dumps(feature))
-            self._features += 1
+        )
+        self._features += n
         self._offset += n
 
     def close(self) -> outputs.SlideSummary:

@@ -146,10 +146,11 @@ def child(folder: str, seed: int) -> None:
 
     state._set_view_slice = timed
     camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
-    camera.zoom = 2.0  # 0.5 µm/px: one screen px per level-0 px
+    um = float(nuclei.scale[-1])  # µm per level-0 px (the layer's world units are µm)
+    camera.zoom = 1.0 / um  # one screen px per level-0 px
     frame()
-    shape = np.asarray(nuclei.level_shapes[0]) * 0.5
-    screen = max(native.width(), native.height()) * 0.5
+    shape = np.asarray(nuclei.level_shapes[0]) * um
+    screen = max(native.width(), native.height()) * um
     q = screen / 4
     rng = np.random.default_rng(seed)
     steps: dict[bool, list[float]] = {True: [], False: []}

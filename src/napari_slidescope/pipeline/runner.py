@@ -92,7 +92,7 @@ class _Item:
 
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
-    """The C library's ``malloc_trim`` (glibc), or None where it has none (musl, macOS)."""
+    """Return glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
     if not sys.platform.startswith("linux"):
         return None
     try:

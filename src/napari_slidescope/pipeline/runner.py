@@ -113,7 +113,7 @@ def release_freed_memory() -> None:
     arena; freed chunks below the mmap threshold stay in those arenas, so the process's
     resident memory crept up over a long run (hundreds of MB past what was in use, more
     the more tiles) and a run's peak grew with the slide. Called once per finished tile:
-    ``malloc_trim`` costs ~1 ms there and never changes what is computed.
+    ``malloc_trim`` costs well under 1 ms there and never changes what is computed.
     """
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)

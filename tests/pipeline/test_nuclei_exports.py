@@ -63,6 +63,18 @@ def test_coordinates_text_at_any_magnitude(offset):
     assert polygon_coordinates_text([]) == []
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_coordinates_are_refused_not_written(bad):
+    """JSON has no NaN or infinity: both the bulk text and the per-feature dict say so."""
+    rings = _rings(10, seed=2)
+    rings[3] = rings[3].copy()
+    rings[3][1, 0] = bad
+    with pytest.raises(ValueError, match="finite"):
+        polygon_coordinates_text(rings)
+    with pytest.raises(ValueError, match="finite"):
+        polygon_feature(rings[3])
+
+
 @pytest.mark.parametrize("cells", [False, True])
 def test_bulk_features_are_the_per_feature_text(cells):
     rings = _rings(300, seed=1)

@@ -38,9 +38,24 @@ class _BinaryOut(Protocol):
 TISSUE_COLOR = (0, 200, 0)
 
 
+def _check_finite(xy: np.ndarray) -> None:
+    """Refuse NaN and infinite coordinates, which JSON cannot hold.
+
+    ``json.dumps`` would write them as ``NaN`` / ``Infinity`` (a file no GeoJSON reader
+    opens) and the bulk text would index its tables with garbage: say so instead.
+    """
+    finite = np.isfinite(xy)
+    if not finite.all():
+        bad = np.asarray(xy)[~finite.all(axis=-1)][0]
+        raise ValueError(
+            f"GeoJSON coordinates must be finite (JSON has no NaN or infinity); got {bad.tolist()}"
+        )
+
+
 def _closed_xy(ring: np.ndarray, *, exterior: bool) -> list[list[float]]:
     """Level-0 (row, col) ring -> closed GeoJSON (x, y) ring, RFC 7946 winding."""
     xy = np.asarray(ring, float)[:, ::-1]
+    _check_finite(xy)
     # shoelace in (x, y): positive = counter-clockwise; exteriors CCW, holes CW
     area = float(np.dot(xy[:, 0], np.roll(xy[:, 1], -1)) - np.dot(xy[:, 1], np.roll(xy[:, 0], -1)))
     if (area < 0) == exterior:
@@ -362,6 +377,7 @@ def _coordinates_blob(rings: Sequence[np.ndarray]) -> tuple[bytes, np.ndarray] |
     """
     lens = np.fromiter(map(len, rings), np.int64, len(rings))
     xy = np.concatenate(rings).astype(float, copy=False).reshape(-1, 2)[:, ::-1]
+    _check_finite(xy)
     reverse = _signed_areas(xy, lens) < 0  # exteriors counter-clockwise
     src, out_lens = _ring_order(lens, reverse)
     values = xy[src].reshape(-1)  # x, y of each point of each closed ring
@@ -424,6 +440,11 @@ def polygon_coordinates_text(rings: Sequence[np.ndarray]) -> list[str]:
     -------
     list of str
         ``"[[[x, y], [x, y], ...]]"`` per ring.
+
+    Raises
+    ------
+    ValueError
+        If a coordinate is NaN or infinite (JSON has neither).
     """
     if not len(rings):
         return []

@@ -313,3 +313,38 @@ def test_outlines_are_traced_when_first_asked_for(scene, monkeypatch, outer_only
     half[:, half.shape[1] // 2 :] = False
     copy = dataclasses.replace(res, mask=half)
     assert len(copy.polygons) == 1 and copy.polygons[0][:, 1].max() < res.polygons[0][:, 1].max()
+
+
+def test_outlines_are_traced_once_when_two_threads_ask(scene, monkeypatch):
+    """A dock's worker and the GUI thread asking at once get one tracing, the same lists."""
+    import threading
+
+    from napari_slidescope.analysis import geometry
+
+    img, _ = scene
+    res = detect_tissue(img, mpp=1.0)
+    real = geometry.mask_to_polygons
+    calls = []
+    started = threading.Event()
+
+    def slow(*args, **kwargs):
+        calls.append(1)
+        started.set()
+        threading.Event().wait(0.2)  # the other thread asks meanwhile
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(geometry, "mask_to_polygons", slow)
+    got = []
+
+    def ask():
+        got.append((res.polygons, res.holes))
+
+    first = threading.Thread(target=ask)
+    first.start()
+    started.wait(5)
+    second = threading.Thread(target=ask)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert len(calls) == 1
+    assert got[0][0] is got[1][0] and got[0][1] is got[1][1]

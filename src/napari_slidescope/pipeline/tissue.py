@@ -59,6 +59,10 @@ _READ_BYTES = 64 * 2**20
 _CANCEL_READ_BYTES = 8 * 2**20
 
 
+#: Serialises the tracing of TissueResult outlines (rare, and a few per session).
+_OUTLINES_LOCK = threading.Lock()
+
+
 @dataclass(frozen=True, eq=False)
 class TissueResult:
     """Tissue found on a slide or region.
@@ -123,19 +127,25 @@ class TissueResult:
 
     @functools.cached_property
     def _outlines(self) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
-        """Trace the rings of ``mask`` once.
+        """Trace the rings of ``mask`` once, whichever threads ask.
 
         From the result's own fields, so that a ``dataclasses.replace`` copy with another
-        mask traces its own.
+        mask traces its own. Under a lock: ``cached_property`` has none since Python 3.12,
+        and a dock's worker and the GUI thread may ask at once; without it both would
+        trace, and ``polygons`` and ``holes`` could come from different tracings.
         """
-        outer_only = bool(self.parameters.get("options", {}).get("outer_only", False))
-        return geometry.mask_to_polygons(
-            self.mask,
-            downsample=self.downsample,
-            origin=self.origin,
-            holes=not outer_only,
-            bounds=self.region,
-        )
+        with _OUTLINES_LOCK:
+            done = self.__dict__.get("_outlines")
+            if done is not None:  # traced by another thread while this one waited
+                return done  # type: ignore[no-any-return]
+            outer_only = bool(self.parameters.get("options", {}).get("outer_only", False))
+            return geometry.mask_to_polygons(
+                self.mask,
+                downsample=self.downsample,
+                origin=self.origin,
+                holes=not outer_only,
+                bounds=self.region,
+            )
 
     @property
     def polygons(self) -> list[np.ndarray]:

@@ -55,3 +55,37 @@ def test_segment_nuclei_hands_freed_memory_back(sample_slide):
     kept = (after_run - after_trim) / 2**20
     # measured: 15 MiB with a trim after each tile, 62 MiB without (24 tiles of 256 µm)
     assert kept < 32, f"{kept:.1f} MiB freed by the run but still resident"
+
+
+@pytest.mark.parametrize("platform", ["darwin", "win32", "linux-musl"])
+def test_release_freed_memory_is_a_no_op_without_glibc(monkeypatch, platform):
+    """macOS, Windows and musl have no ``malloc_trim``: found as None, the call does nothing."""
+    import ctypes
+
+    from napari_slidescope.pipeline import runner
+
+    if platform == "linux-musl":  # a C library without the symbol
+        monkeypatch.setattr(sys, "platform", "linux")
+
+        class NoTrim:
+            def __init__(self, name):
+                pass
+
+        monkeypatch.setattr(ctypes, "CDLL", NoTrim)
+    else:
+        monkeypatch.setattr(sys, "platform", platform)
+    assert runner._libc_malloc_trim() is None
+    monkeypatch.setattr(runner, "_MALLOC_TRIM", None)
+    assert runner.release_freed_memory() is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc_trim")
+def test_release_freed_memory_calls_malloc_trim_where_there_is_one(monkeypatch):
+    from napari_slidescope.pipeline import runner
+
+    if runner._libc_malloc_trim() is None:
+        pytest.skip("this Linux's C library has no malloc_trim (musl)")
+    calls = []
+    monkeypatch.setattr(runner, "_MALLOC_TRIM", lambda pad: calls.append(pad) or 1)
+    runner.release_freed_memory()
+    assert calls == [0]

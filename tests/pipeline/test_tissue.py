@@ -305,7 +305,9 @@ def test_outlines_are_traced_when_first_asked_for(scene, monkeypatch, outer_only
     assert len(polygons) == len(want[0]) == 2
     for a, b in zip(polygons, want[0], strict=True):
         np.testing.assert_array_equal(a, b)
-    assert [len(h) for h in holes] == [len(h) for h in want[1]] == ([0, 0] if outer_only else [1, 0])
+    assert (
+        [len(h) for h in holes] == [len(h) for h in want[1]] == ([0, 0] if outer_only else [1, 0])
+    )
     for a, b in zip(sum(holes, []), sum(want[1], []), strict=True):
         np.testing.assert_array_equal(a, b)
     # a copy with another mask traces that mask, not the original's cached rings

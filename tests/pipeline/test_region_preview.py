@@ -159,12 +159,16 @@ def test_the_cache_is_bounded_in_bytes(region_slide, trained):
         box = (0, 0, 512, 512)
         got = pv.classify(trained, box, tissue=False)  # 16 tiles in view: more than 10
         assert pv.cached_tiles == 10 and pv.cached_bytes <= 10 * tile_bytes
+        assert pv.cached_bytes == sum(a.nbytes for a in pv._features.values())  # the count
         np.testing.assert_array_equal(
             got.labels, classify_regions(slide, trained, region=box, tissue=False).labels
         )
         # the least recently used went first: the tiles nearest the centre stay
         pv.classify(trained, (128, 128, 384, 384), tissue=False)
         assert pv.computed_tiles == 16
+        assert pv.cached_bytes == sum(a.nbytes for a in pv._features.values())
+        pv.clear()
+        assert pv.cached_bytes == 0
 
 
 def test_cancel_stops_between_tiles_and_keeps_what_was_done(preview, trained):

@@ -116,6 +116,7 @@ class RegionPreview:
         self.computed_tiles = 0
         self.predicted_pixels = 0
         self._features: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._bytes = 0  # of the arrays in _features, kept as they come and go
         self._feature_key: tuple[Any, ...] | None = None
         self._labels: dict[tuple[int, int], np.ndarray] = {}
         self._label_key: str | None = None
@@ -130,8 +131,12 @@ class RegionPreview:
 
     @property
     def cached_bytes(self) -> int:
-        """Bytes of the cached features."""
-        return sum(a.nbytes for a in self._features.values())
+        """Bytes of the cached features.
+
+        A count kept with the cache, so that another thread may read it while a worker
+        fills the cache (iterating the cache then could fail: it changes size).
+        """
+        return self._bytes
 
     @property
     def cached_tiles(self) -> int:
@@ -142,6 +147,7 @@ class RegionPreview:
         """Drop every cached feature and class."""
         with self._lock:
             self._features.clear()
+            self._bytes = 0
             self._labels.clear()
             self._feature_key = self._label_key = None
 
@@ -160,6 +166,7 @@ class RegionPreview:
         key = spec.key
         if key != self._feature_key:
             self._features.clear()
+            self._bytes = 0
             self._labels.clear()
             self._feature_key, self._label_key = key, None
 
@@ -220,14 +227,15 @@ class RegionPreview:
                 by0, bx0, by1, bx1 = self._tile_box((ty, tx), grid)
                 part = feats[:, by0 - box[0] : by1 - box[0], bx0 - box[1] : bx1 - box[1]]
                 tile_feats = np.ascontiguousarray(part)
+                old = self._features.get((ty, tx))
+                self._bytes += tile_feats.nbytes - (0 if old is None else old.nbytes)
                 self._features[(ty, tx)] = held[(ty, tx)] = tile_feats
                 self.computed_tiles += 1
 
     def _trim(self) -> None:
-        total = self.cached_bytes
-        while self._features and total > self.max_bytes:
+        while self._features and self._bytes > self.max_bytes:
             _, feats = self._features.popitem(last=False)
-            total -= feats.nbytes
+            self._bytes -= feats.nbytes
         while len(self._labels) > _MAX_LABEL_TILES:  # classes are small: kept longer
             self._labels.pop(next(iter(self._labels)))
 

@@ -10,7 +10,7 @@ import pytest
 from napari_slidescope import Stroke, classify_regions, open_slide, train_region_classifier
 from napari_slidescope.errors import Cancelled
 from napari_slidescope.pipeline.region_classifier import slide_stains
-from napari_slidescope.pipeline.region_preview import RegionPreview, _rectangles
+from napari_slidescope.pipeline.region_preview import _RECT_TILES, RegionPreview, _rectangles
 from napari_slidescope.sample_regions import REGION_CLASSES, TRUTH_MPP, write_region_slide
 
 pytest.importorskip("sklearn")
@@ -169,6 +169,19 @@ def test_the_cache_is_bounded_in_bytes(region_slide, trained):
         assert pv.cached_bytes == sum(a.nbytes for a in pv._features.values())
         pv.clear()
         assert pv.cached_bytes == 0
+
+
+def test_a_view_larger_than_the_bound_holds_the_bound_while_it_runs(region_slide, trained):
+    """Whole-slide classification: the cache is trimmed as tiles come, not at the end."""
+    path, _ = region_slide
+    tile_bytes = TILE * TILE * len(trained.features) * 4
+    with open_slide(path) as slide:
+        pv = RegionPreview(slide, tile_px=TILE, max_bytes=10 * tile_bytes, threads=1)
+        seen = []
+        pv.classify(trained, None, tissue=False, progress=lambda p: seen.append(pv.cached_tiles))
+    assert pv.computed_tiles == 100  # 10 x 10 tiles
+    # the bound, plus at most one rectangle of tiles in work (not the 100 of the view)
+    assert max(seen) <= 10 + _RECT_TILES < 100
 
 
 def test_cancel_stops_between_tiles_and_keeps_what_was_done(preview, trained):

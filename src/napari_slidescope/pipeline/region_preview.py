@@ -83,8 +83,9 @@ class RegionPreview:
     tile_px : int
         Side of a cached tile, working pixels.
     max_bytes : int
-        Most bytes of cached features; the least recently used tiles are dropped beyond it
-        (the tiles of the view being classified stay until it is done).
+        Most bytes of cached features; the least recently used tiles are dropped beyond it,
+        after each group of tiles a classification predicts (a view larger than the bound,
+        the whole slide say, holds the bound and the tiles in work, not all its features).
     threads : int
         Threads predicting tiles.
     slide_mpp : float, optional
@@ -419,7 +420,8 @@ class RegionPreview:
                         done += 1
                         if call:
                             call(done, total)
-            self._trim()
+                    del held
+                    self._trim()
         return regions
 
     def _clip(self, tile: tuple[int, int], grid: WorkingGrid, wbox: Box) -> tuple[Box, Box]:

@@ -289,3 +289,30 @@ def test_a_stroke_update_keeps_the_previous_classes_until_replaced(dock_slide, r
     assert regions.parameters["classifier_sha256"] == dock.classifier.sha256
     assert not np.array_equal(direct.labels, before)  # the stroke changed some classes
     assert dock.status.text().endswith("up to date")
+
+
+def test_closing_while_a_worker_uses_the_slide_waits_for_it(region_slide):
+    """The dock destroyed mid-preview: its slide closes when the worker is done, not before."""
+    from napari_slidescope import open_slide
+    from napari_slidescope._qt.regions_dock import _OpenSlide
+
+    slide_path, _ = region_slide
+
+    class Source:  # what _OpenSlide reads of a SlideSource
+        name, path, array, shape0, mpp = "s", str(slide_path), None, (2048, 2048), (0.5, 0.5)
+
+        def open(self):
+            return open_slide(slide_path)
+
+    opened = _OpenSlide()
+    with opened.using(Source()) as preview:
+        closed = []
+        real_close = preview.slide.close
+        preview.slide.close = lambda: (closed.append(1), real_close())
+        opened.close()  # from the GUI thread, the worker still reading
+        assert closed == []
+        assert preview.slide.read_level(0, (0, 0, 8, 8)).shape[:2] == (8, 8)
+    assert closed == [1]
+    assert opened._preview is None
+    opened.close()  # again, nothing open: nothing happens
+    assert closed == [1]

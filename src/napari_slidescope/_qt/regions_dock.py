@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -846,30 +847,52 @@ class _OpenSlide:
 
     A :class:`~napari_slidescope.pipeline.region_preview.RegionPreview` of the slide: its
     tile cache stays warm and so do its caches of features and classes. Only one preview
-    runs at a time, so one serves them in turn; a new source closes the old one.
+    runs at a time, so one serves them in turn; a new source closes the old one. A
+    :meth:`close` while a worker uses the slide (the dock destroyed mid-preview) closes it
+    once that worker is done, not under its feet.
     """
 
     def __init__(self) -> None:
         self._key: tuple | None = None
         self._preview: Any = None
         self._lock = threading.Lock()
+        self._users = 0
+        self._closing = False
 
     def get(self, source: SlideSource) -> Any:
         """Return the source's RegionPreview (opened on first use)."""
+        with self._lock:
+            return self._get_locked(source)
+
+    @contextmanager
+    def using(self, source: SlideSource) -> Iterator[Any]:
+        """Lend the source's RegionPreview to a worker: a close meanwhile waits for its end."""
+        with self._lock:
+            preview = self._get_locked(source)
+            self._users += 1
+        try:
+            yield preview
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._closing and not self._users:
+                    self._closing = False
+                    self.close_locked()
+
+    def _get_locked(self, source: SlideSource) -> Any:
         from napari_slidescope.pipeline.region_preview import RegionPreview
 
-        with self._lock:
-            key = (source.name, source.path, id(source.array), source.shape0)
-            if self._preview is None or self._key != key:
-                self.close_locked()
-                slide = source.open()
-                try:
-                    self._preview = RegionPreview(slide, slide_mpp=source.mpp[0])
-                except BaseException:
-                    slide.close()
-                    raise
-                self._key = key
-            return self._preview
+        key = (source.name, source.path, id(source.array), source.shape0)
+        if self._preview is None or self._key != key:
+            self.close_locked()
+            slide = source.open()
+            try:
+                self._preview = RegionPreview(slide, slide_mpp=source.mpp[0])
+            except BaseException:
+                slide.close()
+                raise
+            self._key = key
+        return self._preview
 
     def close_locked(self) -> None:
         if self._preview is not None:
@@ -878,7 +901,10 @@ class _OpenSlide:
 
     def close(self) -> None:
         with self._lock:
-            self.close_locked()
+            if self._users:
+                self._closing = True  # the last worker using it closes it
+            else:
+                self.close_locked()
 
 
 def _preview_work(
@@ -899,39 +925,41 @@ def _preview_work(
     Training and classification use the slide's tile caches; with a `bridge`, the new
     classifier and the map being filled (then each tile) are signalled as they come.
     """
-    preview = opened.get(source)
-    t0 = time.perf_counter()
-    trained = clf is None
-    if clf is None:
-        clf = preview.train(examples, **options)
-        if bridge is not None:
-            bridge.trained.emit(clf, signature)
-    t1 = time.perf_counter()
-    if bridge is None:
-        regions = preview.classify(clf, box, tissue=None if tissue_only else False, cancel=cancel)
-    else:
-        shown: list[Any] = []  # the map once started
-        before: list[tuple[int, int, int, int]] = []  # tiles in before it started
+    with opened.using(source) as preview:
+        t0 = time.perf_counter()
+        trained = clf is None
+        if clf is None:
+            clf = preview.train(examples, **options)
+            if bridge is not None:
+                bridge.trained.emit(clf, signature)
+        t1 = time.perf_counter()
+        if bridge is None:
+            regions = preview.classify(
+                clf, box, tissue=None if tissue_only else False, cancel=cancel
+            )
+        else:
+            shown: list[Any] = []  # the map once started
+            before: list[tuple[int, int, int, int]] = []  # tiles in before it started
 
-        def on_start(regions: Any) -> None:
-            shown.append(regions)
-            bridge.preview_map.emit(regions, before)
+            def on_start(regions: Any) -> None:
+                shown.append(regions)
+                bridge.preview_map.emit(regions, before)
 
-        def on_tile(tile: tuple[int, int, int, int], labels: np.ndarray) -> None:
-            if shown:
-                bridge.preview_tile.emit(shown[0], tile, labels)
-            else:
-                before.append(tile)
+            def on_tile(tile: tuple[int, int, int, int], labels: np.ndarray) -> None:
+                if shown:
+                    bridge.preview_tile.emit(shown[0], tile, labels)
+                else:
+                    before.append(tile)
 
-        regions = preview.classify(
-            clf,
-            box,
-            tissue=None if tissue_only else False,
-            cancel=cancel,
-            on_start=on_start,
-            on_tile=on_tile,
-            progress=lambda p: bridge.preview_progress.emit(int(p.done), int(p.total)),
-        )
+            regions = preview.classify(
+                clf,
+                box,
+                tissue=None if tissue_only else False,
+                cancel=cancel,
+                on_start=on_start,
+                on_tile=on_tile,
+                progress=lambda p: bridge.preview_progress.emit(int(p.done), int(p.total)),
+            )
     t2 = time.perf_counter()
     return clf, regions, (t1 - t0) if trained else 0.0, t2 - t1
 

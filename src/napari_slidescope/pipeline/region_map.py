@@ -464,9 +464,28 @@ def _classify(
             for _, f in pending:
                 f.cancel()
             raise
+    return _region_map(labels, clf, clf.sha256, grid, box0, (wy0, wx0), tile_px, gated, tissue)
+
+
+def _region_map(
+    labels: np.ndarray,
+    clf: RegionClassifier,
+    sha256: str,
+    grid: WorkingGrid,
+    box0: Box,
+    corner: tuple[int, int],
+    tile_px: int,
+    gated: bool,
+    tissue: Any,
+) -> RegionMap:
+    """Wrap a classified box as a :class:`RegionMap` with what ran in its parameters.
+
+    One place for :func:`classify_regions` and the dock's cached preview, so that both
+    record the same parameters for the same computation.
+    """
     dy, dx = grid.downsample
     params = {
-        "classifier_sha256": clf.sha256,
+        "classifier_sha256": sha256,
         "classifier": dict(clf.parameters),
         "tile_px": tile_px,
         "tissue_gated": gated,
@@ -480,7 +499,7 @@ def _classify(
         colors=dict(clf.colors),
         ignore=clf.ignore,
         downsample=(dy, dx),
-        origin=(wy0 * dy, wx0 * dx),
+        origin=(corner[0] * dy, corner[1] * dx),
         mpp=grid.mpp,
         region=box0,
         parameters=params,

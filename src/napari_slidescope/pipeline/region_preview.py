@@ -52,11 +52,9 @@ from napari_slidescope.pipeline.region_grid import WorkingGrid, read_working, wo
 from napari_slidescope.pipeline.region_map import (
     RegionMap,
     _grown,
+    _region_map,
     _tissue_mask,
     regions_tissue,
-)
-from napari_slidescope.pipeline.region_map import (
-    _gate_record as _map_gate_record,
 )
 from napari_slidescope.pipeline.regions import as_slide, check_region
 
@@ -337,26 +335,16 @@ class RegionPreview:
         labels = np.zeros((wy1 - wy0, wx1 - wx0), np.uint8)
         spec = classifier.feature_spec(grid.mpp)
         classifier.predict_proba(np.zeros((1, len(classifier.features)), np.float32))
-        dy, dx = grid.downsample
-        params = {
-            "classifier_sha256": self._digest(classifier),
-            "classifier": dict(classifier.parameters),
-            "tile_px": self.tile_px,
-            "tissue_gated": gated,
-            **_gate_record(tissue),
-            "level": grid.level,
-            "factor": grid.factor,
-        }
-        regions = RegionMap(
-            labels=labels,
-            classes=classifier.class_names,
-            colors=dict(classifier.colors),
-            ignore=classifier.ignore,
-            downsample=(dy, dx),
-            origin=(wy0 * dy, wx0 * dx),
-            mpp=grid.mpp,
-            region=box0,
-            parameters=params,
+        regions = _region_map(
+            labels,
+            classifier,
+            self._digest(classifier),
+            grid,
+            box0,
+            (wy0, wx0),
+            self.tile_px,
+            gated,
+            tissue,
         )
 
         cy, cx = (wy0 + wy1) / 2, (wx0 + wx1) / 2
@@ -558,11 +546,6 @@ def _gate(src: Any, box0: Box, grid: WorkingGrid, cancel: threading.Event | None
     :func:`regions_tissue` on the box grown by the same margin.
     """
     return regions_tissue(src, region=_grown(box0, grid, src.shape0), cancel=cancel)
-
-
-def _gate_record(tissue: Any) -> dict[str, Any]:
-    """``{"tissue_gate": ...}`` as :func:`classify_regions` records it."""
-    return {"tissue_gate": _map_gate_record(tissue)}
 
 
 def _rectangles(tiles: Sequence[tuple[int, int]]) -> list[tuple[range, range]]:

@@ -21,10 +21,12 @@ Conventions of the pages:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import tokenize
@@ -150,6 +152,41 @@ def test_expected_output_reads_print_comments():
     assert expected_output(code) == ["1", "a  # b", "1", "2"]
 
 
+def _run_example(script: Path, work: Path, env: dict[str, str], name: str) -> tuple[int, str, str]:
+    """Run `script`; return its status, stdout and stderr.
+
+    Past :data:`TIMEOUT` the example is hung: it gets SIGABRT, so that Python's fault
+    handler writes every thread's stack to stderr (the test's failure shows where it
+    waited), then its process group (its worker processes too) is killed.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        start_new_session=sys.platform != "win32",
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        if sys.platform != "win32":
+            proc.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+            with contextlib.suppress(ProcessLookupError):  # its workers hold the pipes
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(
+            f"{name} did not end within {TIMEOUT} s; it printed:\n{stdout[-2000:]}\n"
+            f"its stacks:\n{stderr[-12000:]}"
+        )
+    return proc.returncode, stdout, stderr
+
+
 @pytest.mark.parametrize("example", PARAMS)
 def test_example_runs_as_written(example: Example, tmp_path: Path):
     if example.skip is not None:
@@ -173,19 +210,10 @@ def test_example_runs_as_written(example: Example, tmp_path: Path):
     )
     script = work.parent / "example.py"
     script.write_text(before + example.code + after, encoding="utf-8")
-    run = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=TIMEOUT,
-    )
-    assert run.returncode == 0, (
-        f"{example.name} failed (status {run.returncode}):\n{run.stderr[-4000:]}"
-    )
-    printed = run.stdout.splitlines()
+    env["PYTHONFAULTHANDLER"] = "1"  # a hung example is stopped by SIGABRT: its stacks
+    returncode, stdout, stderr = _run_example(script, work, env, example.name)
+    assert returncode == 0, f"{example.name} failed (status {returncode}):\n{stderr[-4000:]}"
+    printed = stdout.splitlines()
     at = 0
     for want in expected_output(example.code):
         try:

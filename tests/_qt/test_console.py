@@ -48,7 +48,7 @@ def test_console_helpers_one_line_each(make_napari_viewer, sample_slide, qtbot):
     worker = add_nuclei(viewer, scope="slide", target_mpp=0.5, segmenter="builtin", wait=False)
     assert worker is not None
     cancel(viewer)
-    qtbot.waitUntil(lambda: not worker.is_running, timeout=20_000)
+    qtbot.waitUntil(lambda: not worker.is_running, timeout=60_000)
 
 
 def test_helpers_say_when_there_is_no_slide(make_napari_viewer):

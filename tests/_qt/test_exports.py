@@ -79,7 +79,7 @@ def test_dock_writes_the_runs_own_nuclei_on_a_worker_thread(
         worker = widget.export(kind)
         assert worker is not None
         assert widget.exporting and not widget.export_parquet.enabled
-        qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
+        qtbot.waitUntil(lambda: not widget.exporting, timeout=60_000)
         assert widget.export_status.value.startswith("Wrote "), widget.export_status.value
         assert widget.export_parquet.enabled
     assert threads and threading.get_ident() not in threads
@@ -105,7 +105,7 @@ def test_a_canvas_without_kept_outlines_is_traced_again(
     assert snapshot.tables is not canvas.tables  # a run going on adds nothing to it
     widget.export_dir.value = tmp_path
     widget.export("nuclei")
-    qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
+    qtbot.waitUntil(lambda: not widget.exporting, timeout=60_000)
     feats = json.loads((tmp_path / "small_nuclei.geojson").read_text())["features"]
     assert len(feats) == canvas.to_result().count > 0
 
@@ -138,7 +138,7 @@ def test_a_failed_export_says_why_and_frees_the_buttons(
     monkeypatch.setattr(widget_mod, "write_export", full)
     widget.export_dir.value = tmp_path
     assert widget.export("csv") is not None
-    qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
+    qtbot.waitUntil(lambda: not widget.exporting, timeout=60_000)
     assert widget.export_status.value.startswith("Export failed: ")
     assert "disk is full" in widget.export_status.value
     assert widget.export_csv.enabled

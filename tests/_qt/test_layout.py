@@ -183,9 +183,9 @@ def test_export_folder_falls_back_when_the_slides_folder_is_read_only(
         viewer, [image], widget = dock_slide(slides / "ro.svs")
         seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
         widget.session.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_run=seg)
-        qtbot.waitUntil(lambda: not widget.session.busy, timeout=20_000)
+        qtbot.waitUntil(lambda: not widget.session.busy, timeout=60_000)
         assert widget.export("csv") is not None
-        qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
+        qtbot.waitUntil(lambda: not widget.exporting, timeout=60_000)
         assert (work / "ro_nuclei.csv").is_file()
         assert list(slides.iterdir()) == [slides / "ro.svs"]
         assert str(widget.export_dir.value) == str(work)

@@ -57,12 +57,12 @@ def test_table_dock_follows_a_run_and_selection_moves_the_camera(
     dock = widget.open_table()
     ctl = widget.session
     ctl.run(image, "tissue", scope="slide")
-    qtbot.waitUntil(lambda: not ctl.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     assert dock.tissue.text().startswith("Tissue: ")
     assert "% of the area" in dock.tissue.text()
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_run=seg)
-    qtbot.waitUntil(lambda: not ctl.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     layer = viewer.layers[f"{image.name} nuclei"]
     n = layer.features.shape[0]
     assert n > 3
@@ -105,7 +105,7 @@ def test_hover_values_are_readable(make_napari_viewer, small_slide, qtbot, thres
     ctl = session.session_for(viewer)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     ctl.run(image, "nuclei", region=(0, 0, 512, 768), nuclei_run=seg)
-    qtbot.waitUntil(lambda: not ctl.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not ctl.busy, timeout=60_000)
     feats = viewer.layers[f"{image.name} nuclei"].features
     # the table's names (the CSV and GeoJSON use them too), shown as whole numbers
     for col in ("centroid_row", "centroid_col", "centroid_y_um", "centroid_x_um"):

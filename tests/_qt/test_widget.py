@@ -18,7 +18,7 @@ from napari_slidescope._napari.viewport import box_to_world, camera_of, visible_
 pytestmark = pytest.mark.gui
 
 
-def _wait_ready(qtbot, widget, timeout=20_000):
+def _wait_ready(qtbot, widget, timeout=60_000):
     qtbot.waitUntil(lambda: not widget.session.busy, timeout=timeout)
 
 
@@ -181,7 +181,7 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
     slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
     worker = ctl.run(image, "nuclei", scope="slide", nuclei_run=slow)
     run = ctl._run
-    qtbot.waitUntil(lambda: run.pbar.n >= 2 and seg.held.is_set(), timeout=20_000)
+    qtbot.waitUntil(lambda: run.pbar.n >= 2 and seg.held.is_set(), timeout=60_000)
     total = run.pbar.total
     assert total > 2  # the whole slide in 64 µm tiles: many more than are let through
     widget.cancel_button.clicked.emit()
@@ -210,7 +210,7 @@ def test_a_new_run_cancels_the_one_in_flight(dock_slide, small_slide, qtbot, thr
     seg = GatedSegmenter(threshold_segmenter(), free=1)  # held in flight after one tile
     slow = {"segmenter": seg, "tile_size_um": 64.0, "workers": 1}
     first = ctl.run(image, "nuclei", scope="slide", nuclei_run=slow)
-    qtbot.waitUntil(lambda: ctl._run.pbar.n >= 1 and seg.held.is_set(), timeout=20_000)
+    qtbot.waitUntil(lambda: ctl._run.pbar.n >= 1 and seg.held.is_set(), timeout=60_000)
     ctl.run(image, "tissue", scope="slide")
     seg.gate.set()
     qtbot.waitUntil(lambda: not first.is_running, timeout=30_000)  # a hang guard only
@@ -260,13 +260,13 @@ def test_export_buttons_write_geojson_and_csv(
     _wait_ready(qtbot, widget)
     widget.export_dir.value = tmp_path
     widget.export_tissue.clicked.emit()
-    qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
+    qtbot.waitUntil(lambda: not widget.exporting, timeout=60_000)
     widget.session.run(image, "tissue", scope="slide")
     _wait_ready(qtbot, widget)
     buttons = (widget.export_tissue, widget.export_nuclei, widget.export_csv, widget.export_parquet)
     for button in buttons:  # each written in the background, one at a time
         button.clicked.emit()
-        qtbot.waitUntil(lambda: not widget.exporting, timeout=20_000)
+        qtbot.waitUntil(lambda: not widget.exporting, timeout=60_000)
         assert widget.export_status.value.startswith("Wrote "), widget.export_status.value
     count = viewer.layers[f"{image.name} nuclei"].features.shape[0]
     doc = json.loads((tmp_path / "small_nuclei.geojson").read_text())

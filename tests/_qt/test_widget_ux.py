@@ -75,7 +75,7 @@ def test_progress_shows_stage_tiles_and_time_left(
     assert widget.cancel_button.enabled
     assert not widget.run_button.enabled
     assert "in progress" in widget.run_button.tooltip
-    qtbot.waitUntil(lambda: widget.progress.value >= 3, timeout=20_000)
+    qtbot.waitUntil(lambda: widget.progress.value >= 3, timeout=60_000)
     bar = widget.progress.native
     done, total = bar.value(), bar.maximum()
     assert 3 <= done < total
@@ -107,7 +107,7 @@ def test_partial_summary_equals_a_run_over_the_finished_tiles(
     ctl = widget.session
     gate = threading.Event()
     worker = _slow_run(widget, image, threshold_segmenter, gate=gate)
-    qtbot.waitUntil(lambda: widget.progress.value >= 4, timeout=20_000)
+    qtbot.waitUntil(lambda: widget.progress.value >= 4, timeout=60_000)
     widget.cancel()
     gate.set()
     qtbot.waitUntil(lambda: not worker.is_running, timeout=5_000)
@@ -147,7 +147,7 @@ def test_replace_run_clears_the_previous_summary(
     viewer, [image], widget = dock_slide(small_slide)
     seg = {"segmenter": threshold_segmenter(), "target_mpp": 0.5, "workers": 1}
     widget.session.run(image, "nuclei", region=(0, 0, 256, 256), nuclei_run=seg)
-    qtbot.waitUntil(lambda: not widget.session.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: not widget.session.busy, timeout=60_000)
     assert "nuclei" in widget.summary.value
     gate = threading.Event()  # the run stays in flight until the test lets it go
     _slow_run(widget, image, threshold_segmenter, gate=gate, free=0)
@@ -274,7 +274,7 @@ def test_shortcuts_start_and_cancel_a_run(
     assert widget.session._run.scope == "visible"
     assert widget.session._run.task == "nuclei"
     # the gate holds the run at its first tile
-    qtbot.waitUntil(lambda: seg.held.is_set() or not widget.session.busy, timeout=20_000)
+    qtbot.waitUntil(lambda: seg.held.is_set() or not widget.session.busy, timeout=60_000)
     assert seg.held.is_set(), widget.session.outcome
     qtbot.keyClick(canvas, Qt.Key.Key_X, mods)
     gate.set()

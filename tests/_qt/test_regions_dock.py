@@ -1,6 +1,7 @@
 """The "Tissue regions" dock: strokes, live preview, run on slide, cancel, files."""
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -305,12 +306,17 @@ def test_closing_while_a_worker_uses_the_slide_waits_for_it(region_slide):
             return open_slide(slide_path)
 
     opened = _OpenSlide()
+    cancel, run_cancel = threading.Event(), threading.Event()
+    opened.watch("preview", threading.Event())
+    opened.watch("preview", cancel)  # the latest preview's flag
+    opened.watch("run", run_cancel)
     with opened.using(Source()) as preview:
         closed = []
         real_close = preview.slide.close
         preview.slide.close = lambda: (closed.append(1), real_close())
         opened.close()  # from the GUI thread, the worker still reading
         assert closed == []
+        assert cancel.is_set() and run_cancel.is_set()  # their work is no longer wanted
         assert preview.slide.read_level(0, (0, 0, 8, 8)).shape[:2] == (8, 8)
     assert closed == [1]
     assert opened._preview is None

@@ -488,6 +488,7 @@ class RegionsWidget(ClassListOwner, QWidget):
         examples = self.examples()
         options = self._train_options(examples)
         self._preview_cancel = cancel = threading.Event()
+        self._opened.watch("preview", cancel)
         if not self._preview_wired:  # the preview's streaming signals, connected once
             self._preview_wired = True
             self._bridge.trained.connect(self._on_trained)
@@ -626,6 +627,7 @@ class RegionsWidget(ClassListOwner, QWidget):
         source = SlideSource.from_layer(self._image)
         clf = self.classifier if (self._trained_on is not None or not examples) else None
         self._cancel = threading.Event()
+        self._opened.watch("run", self._cancel)
         worker = create_worker(
             _run_work,
             source,
@@ -849,7 +851,8 @@ class _OpenSlide:
     tile cache stays warm and so do its caches of features and classes. Only one preview
     runs at a time, so one serves them in turn; a new source closes the old one. A
     :meth:`close` while a worker uses the slide (the dock destroyed mid-preview) closes it
-    once that worker is done, not under its feet.
+    once that worker is done, not under its feet, and first sets the workers' cancel flags
+    (:meth:`watch`): a dock that is gone no longer wants their work.
     """
 
     def __init__(self) -> None:
@@ -858,6 +861,12 @@ class _OpenSlide:
         self._lock = threading.Lock()
         self._users = 0
         self._closing = False
+        self._cancels: dict[str, threading.Event] = {}
+
+    def watch(self, name: str, cancel: threading.Event) -> None:
+        """Set `cancel` on :meth:`close` (the latest flag per `name`: preview, run)."""
+        with self._lock:
+            self._cancels[name] = cancel
 
     def get(self, source: SlideSource) -> Any:
         """Return the source's RegionPreview (opened on first use)."""
@@ -901,6 +910,9 @@ class _OpenSlide:
 
     def close(self) -> None:
         with self._lock:
+            for cancel in self._cancels.values():
+                cancel.set()
+            self._cancels.clear()
             if self._users:
                 self._closing = True  # the last worker using it closes it
             else:

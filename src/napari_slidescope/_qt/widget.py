@@ -37,6 +37,7 @@ from magicgui.widgets import (
     SpinBox,
     Widget,
 )
+from qtpy.QtCore import QTimer
 from qtpy.QtWidgets import QBoxLayout, QComboBox, QFrame, QScrollArea, QSizePolicy
 
 from napari_slidescope._napari.export import (
@@ -105,6 +106,11 @@ class SlideAnalysisWidget(Container):
         self._loading = False  # True while settings are applied (nothing is saved)
         self._settings_failed = False  # the settings file could not be written
         self._shown_stage, self._shown_at = "", 0.0
+        # the latest update held back by the throttle, shown when its interval is over
+        self._held_progress: session.Progress | None = None
+        self._progress_timer = QTimer()
+        self._progress_timer.setSingleShot(True)
+        self._progress_timer.timeout.connect(self._show_held_progress)
         self._export: _Export | None = None
         d = default_settings()
         self._build_slide_rows()
@@ -649,6 +655,7 @@ class SlideAnalysisWidget(Container):
 
     def _on_started(self, task: str) -> None:
         self._shown_stage = ""
+        self._drop_held_progress()
         self.cancel_button.enabled = True
         self.summary.value = "–"
         self.progress.visible = True
@@ -657,8 +664,16 @@ class SlideAnalysisWidget(Container):
     def _on_progress(self, prog: session.Progress) -> None:
         now = time.monotonic()
         last = prog.total and prog.done >= prog.total
-        if prog.stage == self._shown_stage and now - self._shown_at < _PROGRESS_S and not last:
-            return  # a few updates a second are enough to read; each relays out the dock
+        wait = _PROGRESS_S - (now - self._shown_at)
+        if prog.stage == self._shown_stage and wait > 0 and not last:
+            # a few updates a second are enough to read (each relays out the dock); the
+            # latest is shown when the interval is over, not only with the next update
+            # (a burst of finished tiles, then a slow one, would leave the bar behind)
+            self._held_progress = prog
+            if not self._progress_timer.isActive():
+                self._progress_timer.start(max(1, int(wait * 1000) + 1))
+            return
+        self._drop_held_progress()
         self._shown_stage, self._shown_at = prog.stage, now
         bar = self.progress.native
         if prog.total:
@@ -675,7 +690,17 @@ class SlideAnalysisWidget(Container):
             bar.setFormat(f"{prog.words}…")
             self.status.value = f"{prog.words}…"
 
+    def _show_held_progress(self) -> None:
+        prog, self._held_progress = self._held_progress, None
+        if prog is not None and self.session.busy:
+            self._on_progress(prog)
+
+    def _drop_held_progress(self) -> None:
+        self._held_progress = None
+        self._progress_timer.stop()
+
     def _on_finished(self, summary: Any) -> None:
+        self._drop_held_progress()
         busy = self.session.busy
         self.cancel_button.enabled = busy
         self.progress.visible = busy
@@ -741,7 +766,6 @@ class SlideAnalysisWidget(Container):
         """
         from napari.qt.threading import create_worker
         from napari.utils.notifications import show_warning
-        from qtpy.QtCore import QTimer
 
         layer = self.image.value
         if layer is None:

@@ -281,3 +281,26 @@ def test_workers_keep_a_small_tile_cache_and_the_client_its_own(batch_out, clien
     before = tile_cache().maxbytes
     tasks._bound_tile_cache()
     assert tile_cache().maxbytes == before
+
+
+def test_a_local_cluster_that_does_not_close_in_time_is_left_with_a_warning():
+    """Closing the batch's own client and cluster is bounded: past it, a warning, no hang."""
+    from napari_slidescope.batch.engine import CLOSE_TIMEOUT_S, close_local
+    from napari_slidescope.errors import SlidescopeWarning
+
+    class Stuck:  # what close_local calls of a Client / LocalCluster whose close times out
+        def __init__(self):
+            self.timeouts = []
+
+        def close(self, timeout=None):
+            self.timeouts.append(timeout)
+            raise TimeoutError(f"timed out after {timeout} s")
+
+    client, cluster = Stuck(), Stuck()
+    with pytest.warns(SlidescopeWarning, match="did not close within 60 s") as seen:
+        close_local(client, cluster)
+    assert client.timeouts == cluster.timeouts == [CLOSE_TIMEOUT_S]  # both tried, each bounded
+    assert [str(w.message).split(" did")[0] for w in seen] == [
+        "the batch's local dask client",
+        "the batch's local dask cluster",
+    ]

@@ -421,10 +421,12 @@ def _batch(args: argparse.Namespace) -> int:
                 storage_options=args.storage_options,
             )
     finally:
-        if client is not None:
+        if cluster is not None:  # ours: closed within a time limit
+            from napari_slidescope.batch.engine import close_local
+
+            close_local(client, cluster)
+        elif client is not None:
             client.close()
-        if cluster is not None:
-            cluster.close()
     failed = [r for r in rows if r.get("status") != "done"]
     print(
         f"{len(rows)} slide(s): {len(rows) - len(failed)} done, {len(failed)} failed; "

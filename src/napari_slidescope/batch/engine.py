@@ -32,7 +32,15 @@ from napari_slidescope.slide.source import redact
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
-__all__ = ["WORKER_UNSET_ENV", "BatchProgress", "analyze_slides", "check_extras", "local_cluster"]
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "WORKER_UNSET_ENV",
+    "BatchProgress",
+    "analyze_slides",
+    "check_extras",
+    "close_local",
+    "local_cluster",
+]
 
 #: Variables dask's Nanny sets for its workers that the engine's local cluster leaves
 #: unset. ``MALLOC_TRIM_THRESHOLD_=65536`` (dask's ``distributed.nanny.pre-spawn-environ``)
@@ -291,8 +299,7 @@ def analyze_slides(
         return scheduler.run()
     finally:
         if cluster is not None:
-            client.close()
-            cluster.close()
+            close_local(client, cluster)
 
 
 def _regions_options(path: str | os.PathLike[str]) -> RegionsOptions:
@@ -345,6 +352,47 @@ def _nuclei_options(options: NucleiOptions | None, **fields: Any) -> NucleiOptio
         raise ValueError(f"nuclei_options: expected a NucleiOptions, got {options!r}")
     changes = {k: v for k, v in fields.items() if v is not None}
     return options.replace(**changes) if changes else options
+
+
+#: Seconds that closing a batch's own client, then its own cluster, may each take. The
+#: results are written by then: a cluster whose workers do not stop in time is left to end
+#: with this process (a warning says so) rather than holding the batch open.
+CLOSE_TIMEOUT_S = 60.0
+
+
+def close_local(client: Client | None, cluster: LocalCluster | None) -> None:
+    """Close `client`, then the `cluster` this process started, each within a time limit.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        The client of `cluster`.
+    cluster : distributed.LocalCluster or None
+        A cluster started by :func:`local_cluster`.
+
+    Warns
+    -----
+    SlidescopeWarning
+        When one of them does not close within :data:`CLOSE_TIMEOUT_S` seconds.
+    """
+    import warnings
+
+    from napari_slidescope._io import one_line
+    from napari_slidescope.errors import SlidescopeWarning
+
+    for what, thing in (("client", client), ("cluster", cluster)):
+        if thing is None:
+            continue
+        try:
+            thing.close(timeout=CLOSE_TIMEOUT_S)
+        except (TimeoutError, OSError) as exc:
+            warnings.warn(
+                f"the batch's local dask {what} did not close within {CLOSE_TIMEOUT_S:g} s "
+                f"({one_line(exc, typed=True)}); its results are written, its worker "
+                "processes end with this one",
+                SlidescopeWarning,
+                stacklevel=2,
+            )
 
 
 def local_cluster(n_workers: int, *, dashboard: bool = False, **kwargs: Any) -> LocalCluster:

@@ -130,8 +130,14 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     viewer.reset_view()
     qtbot.wait(200)
     viewer.screenshot(str(tmp_path / "cell_classes_shape.png"), canvas_only=False)
-    # saving: the file loads to the same classifier
-    saved = dock.save_classifier(tmp_path / "cells.npz")
+    # saving through the button's file dialog: the file loads to the same classifier
+    from qtpy.QtWidgets import QFileDialog
+
+    saved = tmp_path / "cells.npz"
+    chosen = staticmethod(lambda *args, **kwargs: (str(saved), ""))
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", chosen)
+    dock.save_button.click()
+    assert dock.status.text() == "Saved cells.npz"
     assert load_classifier(saved).sha256 == dock.classifier.sha256
     # loading it back (into a fresh dock): its classes join the list and it previews
     other = cell_classifier.CellClassifierWidget(viewer)
@@ -144,8 +150,14 @@ def test_mark_train_preview_legend_and_save(dock_slide, cells_slide, qtbot, tmp_
     assert other.classes["Spindle"] == dock.classes["Spindle"]
     bad = tmp_path / "bad.npz"
     bad.write_text("not a classifier")
-    other._report(other.load_classifier, bad)
+    chosen = staticmethod(lambda *args, **kwargs: (str(bad), ""))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", chosen)
+    other.load_button.click()  # the error goes to the status line, the classifier stays
     assert "bad.npz: not a napari-slidescope classifier" in other.status.text()
+    assert other.classifier.sha256 == dock.classifier.sha256
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: ("", "")))
+    other.load_button.click()  # the dialog cancelled: nothing happens
+    assert "bad.npz" in other.status.text()
     assert layer.colormap != plain  # (the loaded classifier coloured the nuclei)
     dock.show_plain_colors()
     assert layer.colormap == plain

@@ -27,7 +27,6 @@ from qtpy.QtCore import Qt
 from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -499,19 +498,3 @@ class CellClassifierWidget(ClassListOwner, QWidget):
         if self._layer is not None:
             self.preview()
         return clf
-
-    def _on_save(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save classifier", "", "Classifier (*.npz)")
-        if path:
-            self._report(self.save_classifier, path)
-
-    def _on_load(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Load classifier", "", "Classifier (*.npz)")
-        if path:
-            self._report(self.load_classifier, path)
-
-    def _report(self, fn: Any, *args: Any) -> None:
-        try:
-            fn(*args)
-        except (ValueError, OSError, ImportError) as exc:
-            self.status.setText(str(exc))

@@ -11,11 +11,13 @@ each dock connects its own consequences to that signal.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from qtpy.QtCore import Signal
 from qtpy.QtGui import QColor, QIcon, QPixmap
 from qtpy.QtWidgets import (
     QColorDialog,
+    QFileDialog,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -271,6 +273,31 @@ class ClassListOwner:
     """
 
     class_editor: ClassList
+    #: The dock's status line: where the file actions' errors are said.
+    status: QLabel
+    save_classifier: Callable[[str], Any]
+    load_classifier: Callable[[str], Any]
+
+    def _on_save(self) -> None:
+        self._ask_file(True, "Save classifier", "Classifier (*.npz)", self.save_classifier)
+
+    def _on_load(self) -> None:
+        self._ask_file(False, "Load classifier", "Classifier (*.npz)", self.load_classifier)
+
+    def _ask_file(self, save: bool, title: str, filters: str, then: Callable[[str], Any]) -> None:
+        """Ask for a file to save to (or to open); call `then` with it, if one was chosen."""
+        ask = QFileDialog.getSaveFileName if save else QFileDialog.getOpenFileName
+        path, _ = ask(self if isinstance(self, QWidget) else None, title, "", filters)
+        if path:
+            self._report(then, path)
+
+    def _report(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call `fn`; an error a user can act on goes to the status line (returns None)."""
+        try:
+            return fn(*args)
+        except (ValueError, OSError, ImportError, KeyError) as exc:
+            self.status.setText(str(exc))
+            return None
 
     @property
     def classes(self) -> dict[str, RGB]:

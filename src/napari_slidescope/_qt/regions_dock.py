@@ -29,7 +29,6 @@ from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QProgressBar,
@@ -806,36 +805,12 @@ class RegionsWidget(ClassListOwner, QWidget):
         self.status.setText(f"Exported {out.name}")
         return out
 
-    def _on_save(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save classifier", "", "Classifier (*.npz)")
-        if path:
-            self._report(self.save_classifier, path)
-
-    def _on_load(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Load classifier", "", "Classifier (*.npz)")
-        if path:
-            self._report(self.load_classifier, path)
-
     def _on_load_examples(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Load examples", "", "QuPath GeoJSON (*.geojson *.json *.geojson.gz)"
-        )
-        if path:
-            self._report(self.load_examples, path)
+        filters = "QuPath GeoJSON (*.geojson *.json *.geojson.gz)"
+        self._ask_file(False, "Load examples", filters, self.load_examples)
 
     def _on_export(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Export regions", "", "QuPath GeoJSON (*.geojson)"
-        )
-        if path:
-            self._report(self.export_geojson, path)
-
-    def _report(self, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except (ValueError, OSError, ImportError, KeyError) as exc:
-            self.status.setText(str(exc))
-            return None
+        self._ask_file(True, "Export regions", "QuPath GeoJSON (*.geojson)", self.export_geojson)
 
 
 def _train(source: SlideSource, slide: Any, examples: Any, options: dict[str, Any]) -> Any:

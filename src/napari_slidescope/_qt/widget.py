@@ -106,9 +106,10 @@ class SlideAnalysisWidget(Container):
         self._loading = False  # True while settings are applied (nothing is saved)
         self._settings_failed = False  # the settings file could not be written
         self._shown_stage, self._shown_at = "", 0.0
-        # the latest update held back by the throttle, shown when its interval is over
+        # the latest update held back by the throttle, shown when its interval is over (the
+        # timer is the dock's child: it goes with the dock and never fires after it)
         self._held_progress: session.Progress | None = None
-        self._progress_timer = QTimer()
+        self._progress_timer = QTimer(self.native)
         self._progress_timer.setSingleShot(True)
         self._progress_timer.timeout.connect(self._show_held_progress)
         self._export: _Export | None = None

@@ -313,3 +313,22 @@ def test_label_and_macro_previews_open_as_layers(dock_slide, small_slide, qtbot)
     viewer.layers.remove(image)
     assert not widget.thumbnails.visible
     assert not widget._associated
+
+
+def test_a_closed_dock_no_longer_follows_the_session(make_napari_viewer, qtbot):
+    """The session and the viewer outlive a dock: once its widgets are gone, no slot of it runs."""
+    viewer = make_napari_viewer(show=False)
+    gone = SlideAnalysisWidget(viewer)
+    kept = SlideAnalysisWidget(viewer)
+    assert gone.session is kept.session
+    destroyed = []
+    gone.native.destroyed.connect(lambda *_: destroyed.append(1))
+    gone.native.deleteLater()
+    qtbot.waitUntil(lambda: destroyed == [1], timeout=10_000)
+    ses = kept.session
+    ses.started.emit("nuclei")  # would raise here (deleted Qt widgets) if still connected
+    ses.progress.emit(session.Progress("nuclei", "segmenting", done=1, total=4))
+    assert kept.progress.value == 1
+    viewer.camera.zoom = viewer.camera.zoom * 2
+    viewer.add_image(np.zeros((8, 8), np.uint8))
+    ses.finished.emit(None)

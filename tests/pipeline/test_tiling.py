@@ -267,3 +267,15 @@ def test_tiled_matches_untiled_nucleus_for_nucleus(kind, shape, tile_um):
             crossing += len(np.unique(a[both]))
             assert (a[both] == b[both]).all()
     assert crossing >= 5
+
+
+@pytest.mark.parametrize("dtype", [bool, np.complex64])
+def test_read_tile_refuses_pixels_that_are_not_numbers(dtype):
+    """Every resampling path (crop, bin, interpolate) takes integer or float pixels only."""
+    slide = ArraySlide(np.zeros((64, 64, 3), dtype), mpp=0.25)
+    plan = make_plan((0, 0, 64, 64), slide_mpp=0.25, target_mpp=0.4, tile_size_um=8.0,
+                     min_overlap_um=1.0)  # fmt: skip
+    with pytest.raises(
+        ValueError, match=f"expected integer or float pixels, got dtype {np.dtype(dtype)}"
+    ):
+        read_tile(slide, plan.tiles[0], plan, level=0)

@@ -275,6 +275,8 @@ class ClassListOwner:
     class_editor: ClassList
     #: The dock's status line: where the file actions' errors are said.
     status: QLabel
+    #: The errors :meth:`_report` says in the status line (others propagate).
+    _REPORTED: tuple[type[BaseException], ...] = (ValueError, OSError, ImportError)
     save_classifier: Callable[[str], Any]
     load_classifier: Callable[[str], Any]
 
@@ -295,7 +297,7 @@ class ClassListOwner:
         """Call `fn`; an error a user can act on goes to the status line (returns None)."""
         try:
             return fn(*args)
-        except (ValueError, OSError, ImportError, KeyError) as exc:
+        except self._REPORTED as exc:
             self.status.setText(str(exc))
             return None
 

@@ -89,6 +89,9 @@ class RegionsWidget(ClassListOwner, QWidget):
         The viewer (injected by napari when docked from the Plugins menu).
     """
 
+    #: a KeyError (an unknown name) is said in the status line too, as this dock always did
+    _REPORTED = (ValueError, OSError, ImportError, KeyError)
+
     # the live preview's state (set by preview() and its slots)
     _preview_cancel: threading.Event | None = None
     _preview_layer: Any = None

@@ -15,6 +15,7 @@ packages' documented defaults. Shortcuts (napari key bindings on the viewer):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -337,6 +338,25 @@ class SlideAnalysisWidget(Container):
         camera = camera_of(self._viewer)
         camera.events.center.connect(self._update_run_button)
         camera.events.zoom.connect(self._update_run_button)
+        # the session and the viewer outlive the dock: once its Qt widgets are gone it
+        # no longer follows them (a slot would touch deleted widgets)
+        self.native.destroyed.connect(self._detach)
+
+    def _detach(self, *_: Any) -> None:
+        """Disconnect the dock from the session's and the viewer's events."""
+        camera = camera_of(self._viewer)
+        layers_events = self._viewer.layers.events
+        for signal, slot in (
+            (self.session.started, self._on_started),
+            (self.session.progress, self._on_progress),
+            (self.session.finished, self._on_finished),
+            (layers_events.inserted, self._on_layers_changed),
+            (layers_events.removed, self._on_layers_changed),
+            (camera.events.center, self._update_run_button),
+            (camera.events.zoom, self._update_run_button),
+        ):
+            with contextlib.suppress(TypeError, ValueError, RuntimeError):
+                signal.disconnect(slot)
 
     def _fit_scroll_area(self) -> None:
         """Bound the width, keep the controls at the top, and never clip them sideways."""

@@ -352,6 +352,10 @@ def read_tile(slide: Any, tile: Tile, plan: TilePlan, *, level: int) -> np.ndarr
     arr = _channels_last(np.asarray(slide.read_region((y0, x0, y1, x1), level=level)), slide)
     if arr.ndim != 3:
         raise ValueError(f"tile {tile.index}: expected (Y, X, C) pixels, got shape {arr.shape}")
+    if arr.dtype == bool or arr.dtype.kind not in "uif":
+        raise ValueError(
+            f"tile {tile.index}: expected integer or float pixels, got dtype {arr.dtype}"
+        )
     sy, sx = math.floor(y0 / ly_ds), math.floor(x0 / lx_ds)  # level index of arr[0, 0]
     # bin on a slide-fixed grid: drop rows/cols before the next multiple of k
     ty, tx = (-sy) % ky, (-sx) % kx

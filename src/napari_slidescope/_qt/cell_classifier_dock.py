@@ -36,6 +36,7 @@ from qtpy.QtWidgets import (
 
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._qt.class_list import ClassList, ClassListOwner
+from napari_slidescope._qt.lifetime import attach
 from napari_slidescope.errors import SlidescopeWarning
 
 __all__ = ["CellClassifierWidget"]
@@ -136,9 +137,14 @@ class CellClassifierWidget(ClassListOwner, QWidget):
         self.save_button.clicked.connect(self._on_save)
         self.load_button.clicked.connect(self._on_load)
         self.layer_box.currentIndexChanged.connect(self._on_layer_choice)
-        self._viewer.mouse_drag_callbacks.append(self._on_viewer_click)
-        self._viewer.layers.events.inserted.connect(self._refresh_layers)
-        self._viewer.layers.events.removed.connect(self._refresh_layers)
+        attach(
+            self,
+            [
+                (self._viewer.layers.events.inserted, self._refresh_layers),
+                (self._viewer.layers.events.removed, self._refresh_layers),
+            ],
+            callbacks=[(self._viewer.mouse_drag_callbacks, self._on_viewer_click)],
+        )
         #: The classes last set from the slide (None: the user changed them since).
         self._defaults: dict[str, tuple[int, int, int]] | None = None
         self._set_default_classes()

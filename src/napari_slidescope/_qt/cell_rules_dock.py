@@ -26,6 +26,7 @@ from qtpy.QtWidgets import (
     QWidget,
 )
 
+from napari_slidescope._qt.lifetime import attach
 from napari_slidescope.pipeline.cell_classes import PhenotypeRules, load_rules
 from napari_slidescope.pipeline.task_table import task
 
@@ -87,11 +88,14 @@ class ClassifyWidget(QWidget):
         self.result: Any = None  # the last classified result of this viewer
         from napari_slidescope._napari.class_layers import events as class_events
 
-        class_events.changed.connect(self._on_classes_changed)
+        connections: list[tuple[Any, Any]] = [(class_events.changed, self._on_classes_changed)]
         layers = getattr(self.viewer, "layers", None)
         if layers is not None:
-            layers.selection.events.active.connect(self.follow_slide)
-            layers.events.inserted.connect(self.follow_slide)
+            connections += [
+                (layers.selection.events.active, self.follow_slide),
+                (layers.events.inserted, self.follow_slide),
+            ]
+        attach(self, connections)
         self.follow_slide()
 
     def _nuclei_layer(self) -> Any:

@@ -41,6 +41,7 @@ from qtpy.QtWidgets import (
 
 from napari_slidescope._napari.jobs import SlideSource, slide_layers
 from napari_slidescope._qt.class_list import ClassList, ClassListOwner, class_icon
+from napari_slidescope._qt.lifetime import attach
 from napari_slidescope.errors import Cancelled
 from napari_slidescope.pipeline.task_table import task
 
@@ -223,13 +224,18 @@ class RegionsWidget(ClassListOwner, QWidget):
         self._bridge.started.connect(self._on_run_started)
         self._bridge.tile.connect(self._on_tile)
         self._bridge.progress.connect(self._on_progress)
-        self._viewer.layers.events.inserted.connect(self._refresh_layers)
-        self._viewer.layers.events.removed.connect(self._refresh_layers)
         from napari_slidescope._napari.viewport import camera_of
 
         camera = camera_of(self._viewer)
-        camera.events.center.connect(self._on_view)
-        camera.events.zoom.connect(self._on_view)
+        attach(
+            self,
+            [
+                (self._viewer.layers.events.inserted, self._refresh_layers),
+                (self._viewer.layers.events.removed, self._refresh_layers),
+                (camera.events.center, self._on_view),
+                (camera.events.zoom, self._on_view),
+            ],
+        )
         self.class_editor.set_classes(DEFAULT_CLASSES)
         self._refresh_layers()
 

@@ -36,6 +36,7 @@ from qtpy.QtWidgets import (
 from napari_slidescope._napari import jobs
 from napari_slidescope._napari.layers import canvas_of
 from napari_slidescope._qt import session
+from napari_slidescope._qt.lifetime import attach
 from napari_slidescope.pipeline.task_table import task
 
 __all__ = ["NucleiTableModel", "NucleiTableWidget", "column_title"]
@@ -281,14 +282,20 @@ class NucleiTableWidget(QWidget):
         self.filter_column.currentIndexChanged.connect(self._on_filter_column)
         self.hist_column.currentIndexChanged.connect(self._draw_histogram)
         self._selection().selectionChanged.connect(self._on_row_selected)
-        self.session.finished.connect(self._on_run_finished)
-        self._viewer.layers.events.inserted.connect(self._on_layers_changed)
-        self._viewer.layers.events.removed.connect(self._on_layers_changed)
-        self._viewer.layers.selection.events.active.connect(self._on_layers_changed)
-        self._viewer.mouse_drag_callbacks.append(self._on_viewer_click)
         from napari_slidescope._napari.class_layers import events as class_events
 
-        class_events.changed.connect(self._on_classes_changed)
+        layers = self._viewer.layers
+        attach(
+            self,
+            [
+                (self.session.finished, self._on_run_finished),
+                (layers.events.inserted, self._on_layers_changed),
+                (layers.events.removed, self._on_layers_changed),
+                (layers.selection.events.active, self._on_layers_changed),
+                (class_events.changed, self._on_classes_changed),
+            ],
+            callbacks=[(self._viewer.mouse_drag_callbacks, self._on_viewer_click)],
+        )
         self.refresh()
 
     # -- loading -----------------------------------------------------------------------

@@ -15,7 +15,6 @@ packages' documented defaults. Shortcuts (napari key bindings on the viewer):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -54,6 +53,7 @@ from napari_slidescope._napari.viewport import camera_of
 from napari_slidescope._qt import session
 from napari_slidescope._qt.fields import field_value, option_widgets, set_field_value
 from napari_slidescope._qt.layout import MAX_WIDTH, FitWidth, wrap
+from napari_slidescope._qt.lifetime import attach
 from napari_slidescope._qt.model_install import ModelInstaller
 from napari_slidescope._qt.settings import (
     WidgetSettings,
@@ -329,34 +329,22 @@ class SlideAnalysisWidget(Container):
         self.export_parquet.clicked.connect(self._on_export_parquet)
         for widget in self._setting_widgets():
             widget.changed.connect(self._on_setting_changed)
-        self.session.started.connect(self._on_started)
-        self.session.progress.connect(self._on_progress)
-        self.session.finished.connect(self._on_finished)
-        layers_events = self._viewer.layers.events
-        layers_events.inserted.connect(self._on_layers_changed)
-        layers_events.removed.connect(self._on_layers_changed)
-        camera = camera_of(self._viewer)
-        camera.events.center.connect(self._update_run_button)
-        camera.events.zoom.connect(self._update_run_button)
-        # the session and the viewer outlive the dock: once its Qt widgets are gone it
-        # no longer follows them (a slot would touch deleted widgets)
-        self.native.destroyed.connect(self._detach)
-
-    def _detach(self, *_: Any) -> None:
-        """Disconnect the dock from the session's and the viewer's events."""
         camera = camera_of(self._viewer)
         layers_events = self._viewer.layers.events
-        for signal, slot in (
-            (self.session.started, self._on_started),
-            (self.session.progress, self._on_progress),
-            (self.session.finished, self._on_finished),
-            (layers_events.inserted, self._on_layers_changed),
-            (layers_events.removed, self._on_layers_changed),
-            (camera.events.center, self._update_run_button),
-            (camera.events.zoom, self._update_run_button),
-        ):
-            with contextlib.suppress(TypeError, ValueError, RuntimeError):
-                signal.disconnect(slot)
+        # the session and the viewer outlive the dock: once its Qt widgets are gone it no
+        # longer follows them (a slot would touch deleted widgets)
+        attach(
+            self.native,
+            [
+                (self.session.started, self._on_started),
+                (self.session.progress, self._on_progress),
+                (self.session.finished, self._on_finished),
+                (layers_events.inserted, self._on_layers_changed),
+                (layers_events.removed, self._on_layers_changed),
+                (camera.events.center, self._update_run_button),
+                (camera.events.zoom, self._update_run_button),
+            ],
+        )
 
     def _fit_scroll_area(self) -> None:
         """Bound the width, keep the controls at the top, and never clip them sideways."""

@@ -121,11 +121,6 @@ class GatedSegmenter:
         if hasattr(inner, "prepare"):
             self.prepare = inner.prepare
 
-    def hold(self) -> None:
-        """Hold every tile whose ``predict`` starts from now on (until the gate is set)."""
-        with self._lock:
-            self.free = self.seen
-
     def predict(self, tiles, *, mpp):
         with self._lock:
             waits = self.seen >= self.free

@@ -69,8 +69,8 @@ class SquareSegmenter:
 
 
 def _blocking():
-    """Tiles pass until the test calls ``hold()``; later ones wait until it opens the gate."""
-    return GatedSegmenter(SquareSegmenter(), free=10**9, timeout=60)
+    """Every tile waits until the test opens the gate."""
+    return GatedSegmenter(SquareSegmenter(), free=0, timeout=60)
 
 
 def test_uncancelled_tissue_detection_reads_every_chunk():
@@ -118,11 +118,21 @@ def test_uncancelled_preparation_reads_its_sample_and_prepares():
 
 def test_cancel_stops_tile_work_and_keeps_finished_tiles():
     slide = CountingSlide((4096, 4096), (4096, 4096))
-    seg = _blocking()  # 16 tiles
+    # 16 tiles read in plan order, one per predict: the first passes, every later one waits
+    # at the gate. (A gate closed only once the first step arrived raced the run: the 9
+    # tiles it may have in flight could all be predicted by then, leaving none to wait.)
+    seg = GatedSegmenter(SquareSegmenter(), free=1, timeout=60)
     cancel = threading.Event()
     steps = []
     gen = iter_segment_nuclei(
-        slide, tissue=False, segmenter=seg, cancel=cancel, tile_size_um=512.0, workers=1
+        slide,
+        tissue=False,
+        segmenter=seg,
+        cancel=cancel,
+        tile_size_um=512.0,
+        workers=1,
+        read_threads=1,
+        batch_size=1,
     )
     try:
         # one flat colour on glass: the stains for the measurements fall back, and say so
@@ -130,7 +140,6 @@ def test_cancel_stops_tile_work_and_keeps_finished_tiles():
             for step in gen:
                 steps.append(step)
                 if len(steps) == 1:
-                    seg.hold()  # every predict from now on blocks until the gate opens
                     assert seg.held.wait(timeout=30)  # a tile is in flight (a hang guard)
                     cancel.set()
         # the run stopped while any tile predicted after the cancel was still blocked

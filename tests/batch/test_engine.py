@@ -304,3 +304,28 @@ def test_a_local_cluster_that_does_not_close_in_time_is_left_with_a_warning():
         "the batch's local dask client",
         "the batch's local dask cluster",
     ]
+
+
+def test_a_local_cluster_whose_client_fails_is_closed(monkeypatch):
+    """``local_client``: a client that cannot be made does not leave the cluster running."""
+    import distributed
+
+    from napari_slidescope.batch import engine
+
+    started = []
+    real = engine.local_cluster
+
+    def spy(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    def refuse(cluster, *args, **kwargs):
+        raise OSError("no client today")
+
+    monkeypatch.setattr(engine, "local_cluster", spy)
+    monkeypatch.setattr(distributed, "Client", refuse)
+    with pytest.raises(OSError, match="no client today"):
+        engine.local_client(1)
+    [cluster] = started
+    assert cluster.status.name == "closed"
+    assert not cluster.workers

@@ -384,16 +384,13 @@ def _batch(args: argparse.Namespace) -> int:
                 f"cannot reach the scheduler at {args.scheduler}: {one_line(exc)}"
             ) from None
     elif args.dashboard:  # else analyze_slides starts (and closes) its own, without one
-        from distributed import Client
+        from napari_slidescope.batch.engine import local_client
 
-        from napari_slidescope.batch.engine import local_cluster
-
-        cluster = local_cluster(
+        client, cluster = local_client(
             args.workers or os.cpu_count() or 1,
             dashboard=True,
             resources={"GPU": 1} if args.gpu else None,
         )
-        client = Client(cluster)
     if args.dashboard and client is not None:
         print(f"dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
     view = _Progress(len(slides), enabled=not args.no_progress, out=args.out)

@@ -39,6 +39,7 @@ __all__ = [
     "analyze_slides",
     "check_extras",
     "close_local",
+    "local_client",
     "local_cluster",
 ]
 
@@ -278,12 +279,9 @@ def analyze_slides(
         raise ValueError(f"tiles_per_task: expected >= 1, got {tiles_per_task!r}")
     cluster = None
     if client is None:
-        from distributed import Client
-
-        cluster = local_cluster(
+        client, cluster = local_client(
             workers or os.cpu_count() or 1, resources={"GPU": 1} if gpu else None
         )
-        client = Client(cluster)
     try:
         ledger = Ledger(
             params,
@@ -393,6 +391,33 @@ def close_local(client: Client | None, cluster: LocalCluster | None) -> None:
                 SlidescopeWarning,
                 stacklevel=2,
             )
+
+
+def local_client(
+    n_workers: int, *, dashboard: bool = False, **kwargs: Any
+) -> tuple[Client, LocalCluster]:
+    """Start a :func:`local_cluster` and a client of it; close both with :func:`close_local`.
+
+    Parameters
+    ----------
+    n_workers, dashboard, **kwargs
+        As :func:`local_cluster` takes them.
+
+    Returns
+    -------
+    client : distributed.Client
+    cluster : distributed.LocalCluster
+        If the client cannot be made, the cluster is closed before the error is raised:
+        its worker processes are not left behind.
+    """
+    from distributed import Client
+
+    cluster = local_cluster(n_workers, dashboard=dashboard, **kwargs)
+    try:
+        return Client(cluster), cluster
+    except BaseException:
+        close_local(None, cluster)
+        raise
 
 
 def local_cluster(n_workers: int, *, dashboard: bool = False, **kwargs: Any) -> LocalCluster:

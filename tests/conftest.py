@@ -86,29 +86,6 @@ def private_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     return home
 
 
-@pytest.fixture
-def reads_in_order(monkeypatch: pytest.MonkeyPatch):
-    """Nuclei runs read their tiles with one thread: tiles reach the model in plan order.
-
-    For tests that hold a run with :class:`tests.fakes.GatedSegmenter` and wait for
-    progress: it lets the first tiles to reach ``predict`` through, and a run yields tiles in
-    plan order. With two read threads a later tile can be read first; if an earlier one is
-    held, nothing is yielded until the gate opens.
-    """
-    from napari_slidescope.pipeline import nuclei_prepared, nuclei_setup, runner
-
-    calls = []
-
-    def in_order(*args, **kwargs):
-        calls.append(1)
-        return runner.iter_tiles(*args, **{**kwargs, "read_threads": 1})
-
-    for module in (nuclei_setup, nuclei_prepared):  # the callers of the runner
-        monkeypatch.setattr(module, "iter_tiles", in_order)
-    yield
-    assert calls, "no nuclei run went through the runner this fixture patches"
-
-
 @pytest.fixture(scope="session")
 def testdata() -> Path:
     """Folder of the shared real slides; skips, naming the path, when there is none.

@@ -93,10 +93,7 @@ class GatedSegmenter:
 
     So a test sees a run in flight however loaded the machine is, and can tell whether the
     run waited for a held tile: ``late`` counts the held calls that went on past the gate.
-    Tiles are counted as they reach ``predict``: with more than one read thread that need
-    not be plan order, in which a run yields its tiles (a test that waits for a run's
-    progress past `free` tiles takes the ``reads_in_order`` fixture). The wait gives up
-    after `timeout` seconds, a hang guard only. ``name``, ``prepare``,
+    The wait gives up after `timeout` seconds, a hang guard only. ``name``, ``prepare``,
     ``stains``, ``identity`` and the like are the wrapped segmenter's.
 
     Parameters

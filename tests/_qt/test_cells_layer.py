@@ -97,7 +97,7 @@ def test_run_without_cell_expansion_adds_no_cells_layer(dock_slide, small_slide,
 
 
 def test_add_skips_duplicate_cells_and_cancel_keeps_them(
-    dock_slide, small_slide, qtbot, threshold_segmenter, reads_in_order
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.session

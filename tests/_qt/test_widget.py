@@ -173,7 +173,7 @@ def test_add_mode_skips_nuclei_already_found_and_replace_starts_afresh(
 
 
 def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
-    dock_slide, small_slide, qtbot, threshold_segmenter, reads_in_order
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.session
@@ -204,9 +204,7 @@ def test_cancel_mid_run_keeps_finished_tiles_then_run_again(
     assert layer.data.shape == (256, 256)
 
 
-def test_a_new_run_cancels_the_one_in_flight(
-    dock_slide, small_slide, qtbot, threshold_segmenter, reads_in_order
-):
+def test_a_new_run_cancels_the_one_in_flight(dock_slide, small_slide, qtbot, threshold_segmenter):
     viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.session
     seg = GatedSegmenter(threshold_segmenter(), free=1)  # held in flight after one tile

@@ -72,7 +72,7 @@ def _slow_run(widget, image, threshold_segmenter, delay=0.15, gate=None, free=6,
 
 
 def test_progress_shows_stage_tiles_and_time_left(
-    dock_slide, small_slide, qtbot, threshold_segmenter, reads_in_order
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
     seen = []
@@ -112,7 +112,7 @@ def test_progress_shows_stage_tiles_and_time_left(
 
 
 def test_partial_summary_equals_a_run_over_the_finished_tiles(
-    dock_slide, small_slide, qtbot, threshold_segmenter, reads_in_order
+    dock_slide, small_slide, qtbot, threshold_segmenter
 ):
     viewer, [image], widget = dock_slide(small_slide)
     ctl = widget.session

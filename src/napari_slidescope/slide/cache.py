@@ -103,6 +103,16 @@ class TileCache:
         """Bytes of free slabs kept for reuse (``nbytes + free_nbytes <= maxbytes``)."""
         return self._free_nbytes
 
+    @property
+    def held_nbytes(self) -> int:
+        """Bytes held in chunks and free slabs, read at one instant (at most :attr:`maxbytes`).
+
+        :attr:`nbytes` + :attr:`free_nbytes` read one after the other, while other threads
+        read through the cache, need not be a total the cache ever held.
+        """
+        with self._lock:
+            return self._nbytes + self._free_nbytes
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -132,7 +132,10 @@ def test_add_skips_duplicate_cells_and_cancel_keeps_them(
     gated = GatedSegmenter(threshold_segmenter(), free=2)
     opts = {**opts, "segmenter": gated}
     worker = ctl.run(image, "nuclei", scope="slide", mode="replace", nuclei_run=opts)
-    qtbot.waitUntil(gated.held.is_set, timeout=60_000)
+    run = ctl._run
+    # the two tiles let through are shown (their post-processing may still be running when
+    # the third reaches the gate), the third is held
+    qtbot.waitUntil(lambda: run.pbar.n >= 2 and gated.held.is_set(), timeout=60_000)
     ctl.cancel()
     gated.gate.set()
     assert ctl.outcome.state == "cancelled"

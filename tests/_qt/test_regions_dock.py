@@ -131,8 +131,12 @@ def test_cancel_and_bad_files(dock_slide, region_slide, qtbot, tmp_path):
     viewer, image, dock = _dock(dock_slide, path, qtbot)
     dock.live.setChecked(False)
     dock.add_examples(truth.example_lines(per_class=5))
-    # a run cancelled at its first tile stops with a message, the GUI usable again
-    dock._bridge.started.connect(lambda *_: dock.cancel())
+    # a run cancelled at its first tile stops with a message, the GUI usable again (the
+    # flag is set in the worker as it says it started: a slot queued to the GUI thread
+    # could come after the one tile of this slide)
+    from qtpy.QtCore import Qt
+
+    dock._bridge.started.connect(lambda *_: dock._cancel.set(), Qt.ConnectionType.DirectConnection)
     dock.run_on_slide()
     _idle(dock, qtbot)
     assert dock.regions is None

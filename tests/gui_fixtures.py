@@ -8,6 +8,24 @@ import pytest
 from tests.fakes import ThresholdSegmenter
 
 
+@pytest.fixture(autouse=True)
+def background_workers_end(qapp):
+    """After each test, let the background workers it started end (60 s at most).
+
+    superqt's workers save the warnings filters when they start and put them back when
+    they end, and those filters are global: a worker that ended in the next test would put
+    this test's filters back there (a ``pytest.warns`` of that test missing its warning).
+    """
+    import time
+
+    from qtpy.QtCore import QThreadPool
+
+    yield
+    pool, end = QThreadPool.globalInstance(), time.monotonic() + 60
+    while not pool.waitForDone(20) and time.monotonic() < end:
+        qapp.processEvents()  # what a worker may be waiting for of the GUI thread
+
+
 @pytest.fixture
 def threshold_segmenter():
     """The shared stand-in segmenter class, ``tests.fakes.ThresholdSegmenter``."""

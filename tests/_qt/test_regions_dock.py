@@ -326,3 +326,25 @@ def test_closing_while_a_worker_uses_the_slide_waits_for_it(region_slide):
     assert opened._preview is None
     opened.close()  # again, nothing open: nothing happens
     assert closed == [1]
+
+
+def test_a_closed_dock_no_longer_follows_its_examples_layer(dock_slide, region_slide, qtbot):
+    """The examples layer stays in the viewer after the dock is closed: editing it reaches
+    no slot of the dock (the slot ran partway, recolouring the shapes, until it read a
+    deleted widget; napari then dropped it on the RuntimeError)."""
+    path, truth = region_slide
+    viewer, image, dock = _dock(dock_slide, path, qtbot)
+    layer = dock._examples_layer()
+    seen = []
+    dock._examples_changed = lambda: seen.append(len(layer.data))  # what an edit reaches
+    layer.add([np.array([[10.0, 10.0], [40.0, 40.0]])], shape_type="path")
+    assert seen  # followed while the dock is open
+    destroyed = []
+    dock.destroyed.connect(lambda *_: destroyed.append(1))
+    dock.deleteLater()
+    qtbot.waitUntil(lambda: destroyed == [1], timeout=10_000)
+    seen.clear()
+    layer.add([np.array([[50.0, 50.0], [80.0, 80.0]])], shape_type="path")
+    layer.data = layer.data[:1]
+    assert seen == []
+    assert len(layer.data) == 1

@@ -313,7 +313,9 @@ class RegionsWidget(ClassListOwner, QWidget):
                 **aligned(image),
             )
         self._shapes = layer
-        layer.events.data.connect(self._on_shapes_data)
+        # the layer outlives the dock: followed until the dock is gone (connecting a layer
+        # found again is a no-op: napari keeps one connection per slot)
+        attach(self, [(layer.events.data, self._on_shapes_data)])
         self._on_class_choice()
         self._viewer.layers.selection.active = layer
         self._refresh_layers()

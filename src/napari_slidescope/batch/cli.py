@@ -391,11 +391,11 @@ def _batch(args: argparse.Namespace) -> int:
             dashboard=True,
             resources={"GPU": 1} if args.gpu else None,
         )
-    if args.dashboard and client is not None:
-        print(f"dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
-    view = _Progress(len(slides), enabled=not args.no_progress, out=args.out)
-    view.verbose = args.verbose
-    try:
+    try:  # from here on the client and the cluster are closed whatever happens
+        if args.dashboard and client is not None:
+            print(f"dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
+        view = _Progress(len(slides), enabled=not args.no_progress, out=args.out)
+        view.verbose = args.verbose
         with view:
             rows = analyze_slides(
                 slides,
